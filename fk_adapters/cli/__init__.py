@@ -1,0 +1,1 @@
+"""The ``fk`` command: one module per subcommand, each with ``add_parser`` and ``run``."""

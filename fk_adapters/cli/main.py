@@ -1,0 +1,54 @@
+"""``fk``: entry point and error handling shared by every subcommand."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from fk_adapters import __version__
+from fk_adapters.cli import doctor_cmd, plugins_cmd, report_cmd, run_cmd, slots_cmd
+
+COMMANDS = (plugins_cmd, slots_cmd, run_cmd, report_cmd, doctor_cmd)
+
+
+class UsageError(Exception):
+    """Bad input the user can fix: printed as one line, exit status 2."""
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from fk_adapters.doctor import DoctorError
+    from fk_adapters.engines import EngineError
+    from fk_adapters.plugins import PluginLoadError
+    from fk_adapters.scenarios import ScenarioError
+
+    return (UsageError, DoctorError, EngineError, PluginLoadError, ScenarioError, FileNotFoundError,
+            json.JSONDecodeError, IsADirectoryError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fk", description="Prove GPU kernels inside real, unmodified inference engines.")
+    parser.add_argument("--version", action="version", version=f"fk-adapters {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for mod in COMMANDS:
+        mod.add_parser(sub).set_defaults(func=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except user_errors() as exc:
+        msg = str(exc) if not isinstance(exc, FileNotFoundError) else f"no such file: {exc.filename or exc}"
+        print(f"fk {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `fk slots | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print(f"fk {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

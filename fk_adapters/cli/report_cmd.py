@@ -1,0 +1,34 @@
+"""``fk report``: render a results JSON to markdown."""
+from __future__ import annotations
+
+import json
+
+from fk_adapters.report import render
+
+
+def add_parser(sub):
+    p = sub.add_parser("report", help="render a results JSON (from fk run) as markdown")
+    p.add_argument("results", help="results.json written by fk run")
+    p.add_argument("-o", "--output", help="write the markdown here (default: print it)")
+    return p
+
+
+def load_results(path: str) -> dict:
+    from fk_adapters.cli.main import UsageError
+
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or "scenarios" not in data or "engine" not in data:
+        raise UsageError(f"{path} is not an fk results file (no 'engine'/'scenarios')")
+    return data
+
+
+def run(args) -> int:
+    md = render(load_results(args.results))
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(md)
+        print(f"wrote {args.output}")
+    else:
+        print(md)
+    return 0

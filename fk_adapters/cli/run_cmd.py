@@ -1,0 +1,85 @@
+"""``fk run``: a scenario suite on an engine, baseline vs. candidate, to results JSON + markdown."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from fk_adapters import engines, scenarios
+from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist
+from fk_adapters.report import render
+from fk_adapters.runner.ab import RunConfig, run_suite
+
+
+def add_parser(sub):
+    p = sub.add_parser("run", help="run scenarios baseline vs. candidate and report the diff")
+    p.add_argument("--engine", default="vllm", help="engine (%(default)s)")
+    p.add_argument("--plugins", help="candidate plugins, comma separated (default: $FK_PLUGINS)")
+    p.add_argument("--aa", action="store_true", help="A/A: the candidate is a second baseline (noise floor)")
+    p.add_argument("--suite", help="a built-in suite (e.g. tiny)")
+    p.add_argument("--scenario", action="append", default=[], help="a scenario name or .toml path (repeatable)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--mode", choices=("eager", "compiled"), help="default: eager on cpu, compiled on cuda")
+    p.add_argument("--out", default="reports/latest", help="directory for results.json, report.md, logs/ (%(default)s)")
+    p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "fk-adapters", "models"),
+                   help="where seeded checkpoints are written and reused (%(default)s)")
+    p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
+    p.add_argument("--quick", action="store_true", help="fewer requests and one repeat, for iteration")
+    p.add_argument("--profile", action=argparse_bool(), default=None,
+                   help="profile a few steps for kernel names (default: on for cuda)")
+    p.add_argument("--no-multiprocessing", action="store_true",
+                   help="run the engine core in the driver process (faster start on CPU)")
+    p.add_argument("--strict", action="store_true", help="a plugin that fails to load fails the run")
+    p.add_argument("--allow-unexercised", action="store_true",
+                   help="do not fail when a selected slot's kernel never ran (still reported)")
+    return p
+
+
+def argparse_bool():
+    import argparse
+
+    return argparse.BooleanOptionalAction
+
+
+def _device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def run(args) -> int:
+    from fk_adapters.cli.main import UsageError
+
+    spec = engines.get(args.engine)
+    if args.aa and args.plugins:
+        raise UsageError("--aa runs baseline against baseline: give no --plugins")
+    plugins = [] if args.aa else (parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env() or [])
+    if not args.aa and not plugins:
+        raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
+    load_plugins(plugins, strict=True)  # unknown or broken plugins stop here, before any engine starts
+    if not args.suite and not args.scenario:
+        raise UsageError("give --suite NAME or --scenario NAME_OR_PATH")
+    chosen = scenarios.load_suite(args.suite) if args.suite else []
+    chosen += [scenarios.load(s) for s in args.scenario]
+    device = _device(args.device)
+    if device not in spec.devices:
+        raise UsageError(f"engine {spec.name} does not run on {device} here")
+    version = engines.check_installed(spec)
+    cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=args.mode or ("eager" if device == "cpu" else "compiled"),
+                    out_dir=args.out, timeout_s=args.timeout, strict=args.strict, allow_unexercised=args.allow_unexercised,
+                    aa=args.aa, quick=args.quick, profile=device == "cuda" if args.profile is None else args.profile,
+                    multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
+                    command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {version} on {device} ({cfg.mode}), "
+          f"{len(chosen)} scenario(s) -> {args.out}", flush=True)
+    results = run_suite(cfg, chosen, version, echo=lambda m: print(f"  {m}", flush=True))
+    md_path = os.path.join(args.out, "report.md")
+    with open(md_path, "w") as f:
+        f.write(render(results))
+    print(f"{results['verdict']}: results {os.path.join(args.out, 'results.json')}, report {md_path}")
+    return 0 if results["verdict"] == "PASS" else 1

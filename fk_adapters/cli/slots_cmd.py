@@ -1,0 +1,34 @@
+"""``fk slots``: the slot catalog and where each slot enters each engine."""
+from __future__ import annotations
+
+import json
+
+from fk_adapters.tasks import SLOTS
+
+
+def add_parser(sub):
+    p = sub.add_parser("slots", help="show the slot catalog: interfaces and engine entry points")
+    p.add_argument("slot", nargs="*", help="only these slots")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def run(args) -> int:
+    from fk_adapters.cli.main import UsageError
+
+    unknown = [s for s in args.slot if s not in SLOTS]
+    if unknown:
+        raise UsageError(f"unknown slot(s) {', '.join(unknown)} (known: {', '.join(SLOTS)})")
+    chosen = [SLOTS[s] for s in (args.slot or SLOTS)]
+    if args.json:
+        print(json.dumps([{"name": s.name, "summary": s.summary, "signature": s.signature, "mutates": list(s.mutates),
+                           "entries": s.entries} for s in chosen], indent=1))
+        return 0
+    for s in chosen:
+        print(f"{s.name}: {s.summary}")
+        print(f"  {s.signature}" + (f"   [in place: {', '.join(s.mutates)}]" if s.mutates else ""))
+        for engine, where in s.entries.items():
+            for w in where:
+                print(f"  {engine:7s} {w}")
+        print()
+    return 0

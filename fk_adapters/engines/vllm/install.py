@@ -1,0 +1,66 @@
+"""Install selected plugin kernels into vLLM's CustomOp slots (out-of-tree replacement)."""
+from __future__ import annotations
+
+from fk_adapters import ops
+from fk_adapters.engines.vllm import layers
+from fk_adapters.engines.vllm.natives import NATIVES
+from fk_adapters.kernel import Kernel
+from fk_adapters.tasks import SLOTS
+
+
+def _rotary_classes():
+    """RotaryEmbedding and every subclass that keeps its forward semantics (only the cache differs)."""
+    from vllm.model_executor.layers import rotary_embedding as pkg  # imports every variant
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+    del pkg
+    same = ("forward_native", "forward_cuda", "forward_cpu", "forward", "forward_static")
+    out, todo = [], [RotaryEmbedding]
+    while todo:
+        cls = todo.pop()
+        if all(getattr(cls, m, None) is getattr(RotaryEmbedding, m, None) for m in same):
+            out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return sorted(set(out), key=lambda c: c.__name__)
+
+
+def _targets():
+    """(in-tree classes, the slots they host, builder of the replacement class)."""
+    from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
+    from vllm.model_executor.layers.layernorm import RMSNorm
+
+    return [([RMSNorm], ("rms_norm", "fused_add_rms_norm"), layers.rms_norm_class),
+            ([SiluAndMul], ("silu_and_mul",), layers.silu_and_mul_class),
+            ([GeluAndMul], ("gelu_and_mul",), layers.gelu_and_mul_class),
+            (_rotary_classes(), ("rotary_embedding",), layers.rotary_class)]
+
+
+def kernel_callable(kernel: Kernel):
+    """The plain callable for a kernel: its fn, or its factory applied to vLLM's own kernel."""
+    return kernel.fn if kernel.fn is not None else kernel.factory(NATIVES[kernel.slot])
+
+
+def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
+    """Register a replacement class for every in-tree class hosting a chosen slot.
+
+    Returns {slot: [in-tree class names it entered through]}.
+    """
+    from vllm.model_executor.custom_op import CustomOp, op_registry_oot
+
+    wrapped = {slot: ops.wrap(plugin, SLOTS[slot], kernel_callable(k), k.dtypes)
+               for slot, (plugin, k) in chosen.items()}
+    entered: dict[str, list[str]] = {s: [] for s in chosen}
+    for classes, slots, build in _targets():
+        mine = {s: wrapped[s] for s in slots if s in wrapped}
+        if not mine:
+            continue
+        for base in classes:
+            if base.__name__ in op_registry_oot:
+                raise RuntimeError(f"vLLM class {base.__name__} already has an out-of-tree replacement "
+                                   f"({op_registry_oot[base.__name__].__qualname__}); refusing to stack another")
+            cls = build(base, mine)
+            cls.__name__ = cls.__qualname__ = f"Fk{base.__name__}"
+            CustomOp.register_oot(_decorated_op_cls=cls, name=base.__name__)
+            for s in mine:
+                entered[s].append(base.__name__)
+    return entered

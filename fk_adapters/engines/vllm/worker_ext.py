@@ -1,0 +1,40 @@
+"""Worker extension (vLLM ``worker_extension_cls``): read evidence from inside the worker.
+
+The driver calls these through ``LLM.collective_rpc("fk_...")``. They add methods only;
+the worker's behaviour is unchanged, so baseline runs use the extension too.
+"""
+from __future__ import annotations
+
+from fk_adapters import probe
+
+
+class FkWorkerExtension:
+    def fk_probe(self) -> dict:
+        return probe.snapshot()
+
+    def fk_probe_reset(self) -> None:
+        probe.reset_calls()
+
+    def fk_profile_start(self) -> None:
+        import torch
+
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        self._fk_prof = torch.profiler.profile(activities=acts)
+        self._fk_prof.start()
+
+    def fk_profile_stop(self) -> dict:
+        """Device kernel names seen since fk_profile_start, with their counts."""
+        import torch
+
+        prof = self._fk_prof
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        prof.stop()
+        kernels: dict[str, int] = {}
+        for evt in prof.events():
+            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
+                kernels[evt.name] = kernels.get(evt.name, 0) + 1
+        self._fk_prof = None
+        return {"pid": __import__("os").getpid(), "kernels": kernels}

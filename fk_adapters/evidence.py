@@ -1,0 +1,65 @@
+"""Did each selected kernel really run? Judged from what the engine processes reported.
+
+Per slot: 'exercised' (proof found), 'not exercised' (the model built a layer for the
+slot but no proof the kernel ran: a failure unless allowed), or 'n/a' (the model has no
+layer for this slot). Proof is the call count in eager mode; under compile and CUDA
+graphs it is the plugin's kernel names seen by the profiler, or, for a kernel that
+declares no names, its op traced into the compiled graph and executed at capture.
+"""
+from __future__ import annotations
+
+from fk_adapters.ops import op_key
+
+
+def _sum(probes: list[dict], field: str, key: str) -> int:
+    return sum(p.get(field, {}).get(key, 0) for p in probes or [])
+
+
+def _profiler_hits(profile: list[dict] | None, names: list[str]) -> int:
+    if not profile or not names:
+        return 0
+    return sum(n for p in profile for k, n in p.get("kernels", {}).items() if any(s in k for s in names))
+
+
+def installed_kernels(loads: list[dict]) -> dict[str, dict]:
+    """{slot: {plugin, kernel, entered}} as installed by the processes that loaded plugins."""
+    out: dict[str, dict] = {}
+    for rec in loads:
+        for slot, info in rec.get("installed", {}).items():
+            out.setdefault(slot, info)
+    return out
+
+
+def kernel_meta(loads: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(p["name"], k["slot"]): k for rec in loads for p in rec.get("plugins", []) for k in p.get("kernels", [])}
+
+
+def judge(result: dict, loads: list[dict], mode: str) -> dict:
+    """Evidence per installed slot for one candidate run."""
+    probes, profile = result.get("probe", []), result.get("profile")
+    meta = kernel_meta(loads)
+    slots = {}
+    for slot, info in installed_kernels(loads).items():
+        key = op_key(info["plugin"], slot)
+        names = meta.get((info["plugin"], slot), {}).get("kernel_names", [])
+        ev = {"plugin": info["plugin"], "kernel": info["kernel"], "entered": info["entered"],
+              "layers": _sum(probes, "constructed", slot), "calls": _sum(probes, "calls", key),
+              "traced": _sum(probes, "traced", key), "profiler_hits": _profiler_hits(profile, names),
+              "profiled": profile is not None, "kernel_names": names}
+        if ev["layers"] == 0:
+            ev["status"], ev["proof"] = "n/a", "the model built no layer for this slot"
+        elif mode == "eager":
+            ok = ev["calls"] > 0
+            ev["status"], ev["proof"] = ("exercised" if ok else "not exercised"), f"{ev['calls']} calls in the worker(s)"
+        elif names and profile is not None:
+            ok = ev["profiler_hits"] > 0
+            ev["status"] = "exercised" if ok else "not exercised"
+            ev["proof"] = f"{ev['profiler_hits']} launches of {'/'.join(names)} in a profiled step"
+        else:
+            ok = ev["traced"] > 0 and ev["calls"] > 0
+            ev["status"] = "exercised" if ok else "not exercised"
+            ev["proof"] = f"op traced into the compiled graph {ev['traced']}x, run {ev['calls']}x (capture/eager)"
+        slots[slot] = ev
+    errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]
+    return {"slots": slots, "processes": [{"pid": r["pid"], "role": r.get("role", "")} for r in loads],
+            "load_errors": errors}

@@ -1,0 +1,67 @@
+"""What a plugin hands over for one slot: a kernel and the claims it makes about itself."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+ENGINES = ("vllm", "sglang")
+DTYPES = ("float32", "float16", "bfloat16")
+DEVICES = ("cuda", "cpu")
+
+
+class KernelSpecError(ValueError):
+    """A plugin declared a kernel that breaks the contract."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel for one catalog slot.
+
+    Give ``fn`` (called with the slot's interface, see ``fk slots``), or ``factory``:
+    a callable that receives the engine's own implementation of the slot, in the
+    slot's interface, and returns the kernel (a passthrough returns it unchanged).
+    The flags are claims the adapters act on: a kernel that is not ``compile_safe``
+    is refused in compiled mode, one that is not ``cuda_graph_safe`` under CUDA graphs.
+    ``kernel_names`` are substrings of the device kernel names the profiler will show
+    when this kernel runs; they are the proof that it ran under CUDA graphs.
+    """
+
+    slot: str
+    fn: Callable | None = None
+    factory: Callable[[Callable], Callable] | None = None
+    name: str = ""
+    engines: tuple[str, ...] = ENGINES
+    dtypes: tuple[str, ...] = DTYPES
+    devices: tuple[str, ...] = ("cuda",)
+    cuda_graph_safe: bool = False
+    compile_safe: bool = False
+    kernel_names: tuple[str, ...] = ()
+    description: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def validate(self, known_slots) -> None:
+        """Raise KernelSpecError if this declaration cannot be honoured."""
+        if self.slot not in known_slots:
+            raise KernelSpecError(f"unknown slot {self.slot!r} (known: {', '.join(sorted(known_slots))})")
+        if (self.fn is None) == (self.factory is None):
+            raise KernelSpecError(f"kernel for {self.slot!r}: give exactly one of fn= or factory=")
+        for what, values, allowed in (("engines", self.engines, ENGINES), ("dtypes", self.dtypes, DTYPES),
+                                      ("devices", self.devices, DEVICES)):
+            if isinstance(values, str) or not values:
+                raise KernelSpecError(f"kernel for {self.slot!r}: {what} must be a non-empty tuple")
+            bad = [v for v in values if v not in allowed]
+            if bad:
+                raise KernelSpecError(f"kernel for {self.slot!r}: unknown {what} {bad} (allowed: {list(allowed)})")
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        target = self.fn or self.factory
+        return getattr(target, "__name__", type(target).__name__)
+
+    def describe(self) -> dict:
+        return {"slot": self.slot, "name": self.label, "engines": list(self.engines), "dtypes": list(self.dtypes),
+                "devices": list(self.devices), "cuda_graph_safe": self.cuda_graph_safe,
+                "compile_safe": self.compile_safe, "kernel_names": list(self.kernel_names),
+                "kind": "factory" if self.factory else "fn"}

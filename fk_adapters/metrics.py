@@ -1,0 +1,87 @@
+"""Correctness and performance comparisons between a baseline run and a candidate run."""
+from __future__ import annotations
+
+import math
+import statistics
+
+# Teacher-forced |Δ logprob| limits per dtype (max over positions, mean over positions) and the
+# least fraction of requests whose greedy tokens must match exactly. A kernel within the dtype's
+# rounding stays far below them; the deliberately wrong plugin in the tests lands far above.
+THRESHOLDS = {
+    "float32": {"max_abs": 2e-3, "mean_abs": 2e-4, "min_token_match": 1.0},
+    "float16": {"max_abs": 0.25, "mean_abs": 0.02, "min_token_match": 0.75},
+    "bfloat16": {"max_abs": 0.5, "mean_abs": 0.04, "min_token_match": 0.75},
+}
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token, or None when identical (length differences count)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare_tokens(base: list[list[int]], cand: list[list[int]]) -> dict:
+    divs = [first_divergence(a, b) for a, b in zip(base, cand)]
+    same = sum(d is None for d in divs)
+    return {"requests": len(divs), "identical": same, "match_fraction": same / len(divs) if divs else 0.0,
+            "first_divergence": divs}
+
+
+def compare_logprobs(base: list[list], cand: list[list]) -> dict:
+    diffs = [abs(x - y) for ra, rb in zip(base, cand) for x, y in zip(ra, rb) if x is not None and y is not None]
+    missing = sum(1 for ra, rb in zip(base, cand) for x, y in zip(ra, rb) if x is None or y is None)
+    if not diffs:
+        return {"positions": 0, "missing": missing, "max_abs": math.inf, "mean_abs": math.inf}
+    return {"positions": len(diffs), "missing": missing, "max_abs": max(diffs), "mean_abs": sum(diffs) / len(diffs)}
+
+
+def correctness(base: dict, cand: dict, dtype: str) -> dict:
+    """Judge the candidate's tokens and teacher-forced logprobs against the baseline's."""
+    limits = THRESHOLDS[dtype]
+    tokens = compare_tokens(base["tokens"], cand["tokens"])
+    teacher = compare_logprobs(base["teacher_logprobs"], cand["teacher_logprobs"])
+    failures = []
+    if tokens["match_fraction"] < limits["min_token_match"]:
+        failures.append(f"tokens identical in {tokens['identical']}/{tokens['requests']} requests "
+                        f"(need {limits['min_token_match']:.0%})")
+    if teacher["positions"] == 0:
+        failures.append("no teacher-forced logprobs to compare")
+    for k in ("max_abs", "mean_abs"):
+        if not teacher[k] <= limits[k]:
+            failures.append(f"teacher-forced {k.replace('_abs', '')} |Δlogprob| {teacher[k]:.3g} > {limits[k]:g}")
+    return {"dtype": dtype, "thresholds": limits, "tokens": tokens, "teacher_forced": teacher,
+            "passed": not failures, "failures": failures}
+
+
+def spread(values: list[float]) -> dict:
+    """Median with min, max and relative spread ((max - min) / median)."""
+    if not values:
+        return {"n": 0}
+    med = statistics.median(values)
+    return {"n": len(values), "median": med, "min": min(values), "max": max(values),
+            "rel_spread": (max(values) - min(values)) / med if med else math.inf}
+
+
+def ratio(base: list[float], cand: list[float]) -> dict:
+    """Candidate/baseline ratio of medians, with the range of repeat-by-repeat ratios as its spread."""
+    b, c = spread(base), spread(cand)
+    if not b.get("n") or not c.get("n"):
+        return {"ratio": None}
+    pairs = [y / x for x, y in zip(base, cand) if x]
+    return {"ratio": c["median"] / b["median"], "pair_min": min(pairs), "pair_max": max(pairs),
+            "baseline": b, "candidate": c}
+
+
+def performance(base: dict, cand: dict) -> dict:
+    """Throughput ratios (higher is better) and latency ratios (lower is better) per workload."""
+    out: dict = {"throughput": {}, "latency": {}}
+    for name, rows in base.get("throughput", {}).items():
+        crow = cand.get("throughput", {}).get(name, [])
+        out["throughput"][name] = {
+            key: ratio([r[key] for r in rows], [r[key] for r in crow]) for key in ("tokens_per_s", "output_tokens_per_s")}
+    for name, rows in base.get("latency", {}).items():
+        crow = cand.get("latency", {}).get(name, [])
+        out["latency"][name] = {"latency_s": ratio([r["latency_s"] for r in rows], [r["latency_s"] for r in crow])}
+    return out

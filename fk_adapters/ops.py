@@ -1,0 +1,54 @@
+"""Wrap a plugin kernel as an opaque torch custom op, so engines can compile around it.
+
+The op's body is the only place a kernel call is counted: it runs on every eager call,
+and only at capture time under CUDA graphs (where the profiler is the evidence). Its
+fake implementation gives torch.compile the result's shape without running the kernel.
+"""
+from __future__ import annotations
+
+import re
+
+from fk_adapters import probe
+
+_registered: dict[str, object] = {}
+_DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+
+def op_key(plugin: str, slot: str) -> str:
+    return f"{plugin}:{slot}"
+
+
+def namespace(plugin: str) -> str:
+    return "fk_" + re.sub(r"\W", "_", plugin)
+
+
+def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
+    """Register ``fn`` as torch op ``fk_<plugin>::<slot>`` and return the op (idempotent per process)."""
+    import torch
+
+    qualname = f"{namespace(plugin)}::{slot.name}"
+    if qualname in _registered:
+        return _registered[qualname]
+    key = op_key(plugin, slot.name)
+    allowed = set(dtypes)
+
+    def body(*args):
+        probe.hit(key)
+        dtype = _DTYPE_NAMES.get(str(args[slot.dtype_arg].dtype), str(args[slot.dtype_arg].dtype))
+        if dtype not in allowed:
+            raise TypeError(f"fk kernel {key} does not support {dtype} (declared: {sorted(allowed)})")
+        return fn(*args)
+
+    lib = torch.library.Library(namespace(plugin), "FRAGMENT")
+    lib.define(slot.name + slot.schema)
+    lib.impl(slot.name, body, "CompositeExplicitAutograd")
+
+    def fake(*args):
+        probe.traced[key] += 1
+        return slot.fake(*args) if slot.fake else None
+
+    torch.library.register_fake(qualname, fake, lib=lib)
+    op = getattr(getattr(torch.ops, namespace(plugin)), slot.name)
+    _registered[qualname] = op
+    _registered[qualname + "#lib"] = lib  # a Library deregisters its ops when collected
+    return op

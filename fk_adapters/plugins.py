@@ -1,0 +1,146 @@
+"""Discover, select and load fk kernel plugins (entry-point group ``fk_adapters``).
+
+Selection: an allowlist of entry-point names, from ``--plugins`` or ``FK_PLUGINS``
+(comma separated). Each plugin loads inside its own try/except: a broken one is recorded
+and the others still load, unless strict mode (``--strict`` or ``FK_STRICT=1``) is on,
+where the first failure raises :class:`PluginLoadError`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import pluggy
+
+from fk_adapters import hookspec
+from fk_adapters.kernel import Kernel, KernelSpecError
+
+GROUP = "fk_adapters"
+ENV_ALLOW = "FK_PLUGINS"
+ENV_STRICT = "FK_STRICT"
+log = logging.getLogger(__name__)
+
+
+class PluginLoadError(RuntimeError):
+    """A selected plugin could not be loaded (strict mode) or does not exist."""
+
+
+@dataclass
+class LoadedPlugin:
+    name: str
+    dist: str = ""
+    version: str = ""
+    target: str = ""
+    kernels: list[Kernel] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+    error: str = ""
+
+    def describe(self) -> dict:
+        return {"name": self.name, "dist": self.dist, "version": self.version, "target": self.target,
+                "info": self.info, "error": self.error, "kernels": [k.describe() for k in self.kernels]}
+
+
+def parse_allowlist(text: str | None) -> list[str] | None:
+    """'a, b' -> ['a', 'b']; None stays None (no allowlist); '' -> [] (nothing selected)."""
+    if text is None:
+        return None
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def allowlist_from_env() -> list[str] | None:
+    return parse_allowlist(os.environ.get(ENV_ALLOW))
+
+
+def strict_from_env() -> bool:
+    return os.environ.get(ENV_STRICT, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def discover() -> dict[str, metadata.EntryPoint]:
+    """Installed plugin entry points by name."""
+    return {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
+
+
+def _known_slots():
+    from fk_adapters.tasks import SLOTS
+
+    return SLOTS
+
+
+def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin:
+    dist = ep.dist
+    plugin = LoadedPlugin(name=ep.name, dist=dist.metadata["Name"] if dist else "", version=dist.version if dist else "",
+                          target=ep.value)
+    pm = pluggy.PluginManager(hookspec.PROJECT)
+    pm.add_hookspecs(hookspec)
+    obj = ep.load()
+    pm.register(obj, name=ep.name)
+    pm.check_pending()
+    for answer in pm.hook.fk_plugin_info():
+        plugin.info.update(answer or {})
+    kernels = [k for answer in pm.hook.fk_kernels(engine=engine, device=device) for k in (answer or [])]
+    seen: set[str] = set()
+    for k in kernels:
+        if not isinstance(k, Kernel):
+            raise KernelSpecError(f"fk_kernels returned {type(k).__name__}, not fk_adapters.Kernel")
+        k.validate(_known_slots())
+        if k.slot in seen:
+            raise KernelSpecError(f"two kernels for slot {k.slot!r}")
+        seen.add(k.slot)
+    plugin.kernels = kernels
+    return plugin
+
+
+def load_plugins(allow: list[str] | None = None, strict: bool = False, engine: str = "none",
+                 device: str = "cpu") -> list[LoadedPlugin]:
+    """Load the selected plugins (all installed ones when ``allow`` is None), in allowlist order.
+
+    A name in the allowlist that is not installed is an error in every mode: selecting a
+    plugin that cannot run must never look like a run of it.
+    """
+    found = discover()
+    if allow is None:
+        names = sorted(found)
+    else:
+        missing = [n for n in allow if n not in found]
+        if missing:
+            raise PluginLoadError(f"plugin(s) not installed: {', '.join(missing)}"
+                                  f" (installed: {', '.join(sorted(found)) or 'none'})")
+        names = list(dict.fromkeys(allow))
+    loaded = []
+    for name in names:
+        try:
+            plugin = _load_one(found[name], engine, device)
+        except Exception as exc:  # a broken plugin must not take the others down
+            if strict:
+                raise PluginLoadError(f"plugin {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
+            log.warning("fk plugin %s failed to load: %s", name, exc)
+            ep = found[name]
+            plugin = LoadedPlugin(name=name, dist=ep.dist.metadata["Name"] if ep.dist else "",
+                                  version=ep.dist.version if ep.dist else "", target=ep.value,
+                                  error=f"{type(exc).__name__}: {exc}")
+        loaded.append(plugin)
+    return loaded
+
+
+def select_kernels(plugins: list[LoadedPlugin], engine: str, device: str) -> tuple[dict[str, tuple[str, Kernel]], list[str]]:
+    """Pick one kernel per slot: the first selected plugin that offers the slot for this engine and device wins.
+
+    Returns ({slot: (plugin name, kernel)}, notes on what was skipped and why).
+    """
+    chosen: dict[str, tuple[str, Kernel]] = {}
+    notes = []
+    for p in plugins:
+        if p.error:
+            continue
+        for k in p.kernels:
+            if engine not in k.engines:
+                notes.append(f"{p.name}:{k.slot} skipped: not for engine {engine}")
+            elif device not in k.devices:
+                notes.append(f"{p.name}:{k.slot} skipped: not for device {device}")
+            elif k.slot in chosen:
+                notes.append(f"{p.name}:{k.slot} shadowed by {chosen[k.slot][0]}")
+            else:
+                chosen[k.slot] = (p.name, k)
+    return chosen, notes

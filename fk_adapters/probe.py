@@ -1,0 +1,68 @@
+"""Per-process evidence that plugin kernels were installed and ran.
+
+Counters live in the engine process that runs the model; the engine adapters expose
+``snapshot()`` to the driver (for vLLM through a worker extension). ``record_load``
+writes one JSON file per process into ``$FK_RUN_DIR/loads`` so the runner can see every
+process the plugins were loaded into.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+
+ENV_RUN_DIR = "FK_RUN_DIR"
+
+calls: Counter = Counter()
+constructed: Counter = Counter()
+not_routed: Counter = Counter()
+traced: Counter = Counter()
+
+
+def hit(key: str) -> None:
+    calls[key] += 1
+
+
+def reset_calls() -> None:
+    calls.clear()
+
+
+def snapshot() -> dict:
+    return {"pid": os.getpid(), "calls": dict(calls), "constructed": dict(constructed),
+            "not_routed": dict(not_routed), "traced": dict(traced)}
+
+
+def process_role() -> str:
+    try:
+        import setproctitle  # vLLM names its processes (EngineCore, Worker)
+
+        title = setproctitle.getproctitle()
+    except ImportError:
+        title = ""
+    return title or " ".join(sys.argv[:2])
+
+
+def record_load(engine: str, detail: dict) -> None:
+    """Write this process's load record, if the runner asked for records."""
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    if not run_dir:
+        return
+    loads = os.path.join(run_dir, "loads")
+    os.makedirs(loads, exist_ok=True)
+    record = {"pid": os.getpid(), "ppid": os.getppid(), "engine": engine, "role": process_role(),
+              "time": time.time(), **detail}
+    with open(os.path.join(loads, f"{engine}-{os.getpid()}.json"), "w") as f:
+        json.dump(record, f, indent=1, default=str)
+
+
+def read_loads(run_dir: str) -> list[dict]:
+    loads = os.path.join(run_dir, "loads")
+    if not os.path.isdir(loads):
+        return []
+    out = []
+    for name in sorted(os.listdir(loads)):
+        with open(os.path.join(loads, name)) as f:
+            out.append(json.load(f))
+    return out

@@ -1,0 +1,104 @@
+"""Render a results JSON (from ``fk run``) as a markdown report fit for a pull request."""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+
+def _f(x, fmt=".3g") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _ratio(r: dict) -> str:
+    if not r or r.get("ratio") is None:
+        return "-"
+    return f"{r['ratio']:.3f} [{r['pair_min']:.3f}, {r['pair_max']:.3f}]"
+
+
+def _spread(s: dict) -> str:
+    if not s or not s.get("n"):
+        return "-"
+    return f"{s['median']:.4g} ±{100 * s['rel_spread'] / 2:.1f}% (n={s['n']})"
+
+
+def _perf_rows(row: dict) -> list[list[str]]:
+    out = []
+    perf = row.get("perf", {})
+    for name, r in perf.get("throughput", {}).items():
+        t = r["tokens_per_s"]
+        out.append([row["scenario"], f"throughput {name}", "tokens/s", _spread(t.get("baseline")),
+                    _spread(t.get("candidate")), _ratio(t), _ratio(r["output_tokens_per_s"])])
+    for name, r in perf.get("latency", {}).items():
+        t = r["latency_s"]
+        out.append([row["scenario"], f"latency {name}", "s", _spread(t.get("baseline")), _spread(t.get("candidate")),
+                    _ratio(t), ""])
+    return out
+
+
+def render(results: dict) -> str:
+    rows = results["scenarios"]
+    passed = sum(r["status"] == "PASSED" for r in rows)
+    verdict = results.get("verdict", "?")
+    lines = [f"# fk run: {results['candidate']} on {results['engine']} {results['engine_version']}", "",
+             f"**{verdict}**: {passed}/{len(rows)} scenarios passed"
+             + (f"; {'; '.join(results['problems'])}" if results.get("problems") else ""), "",
+             f"- device: {results['device']}, mode: {results['mode']}, fk {results['fk_version']}, "
+             f"created {results['created']}{', quick' if results.get('quick') else ''}",
+             f"- baseline: stock {results['engine']} (no fk plugin); candidate: {results['candidate']}"]
+    if results.get("command"):
+        lines.append(f"- command: `{results['command']}`")
+    lines += ["", "## Scenarios", ""]
+    table = []
+    for r in rows:
+        c = r.get("correctness", {})
+        tok, tf = c.get("tokens", {}), c.get("teacher_forced", {})
+        table.append([r["scenario"], r["status"], r["dtype"],
+                      f"{tok.get('identical', '-')}/{tok.get('requests', '-')}" if tok else "-",
+                      _f(tf.get("max_abs")), _f(tf.get("mean_abs")),
+                      _f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
+    lines.append(tabulate(table, headers=["scenario", "status", "dtype", "identical token streams",
+                                          "max abs Δlogprob", "mean abs Δlogprob", "baseline start s",
+                                          "candidate start s"], tablefmt="github"))
+    th = results.get("thresholds", {})
+    if th:
+        lines += ["", "Thresholds (teacher-forced |Δlogprob| on identical sequences; share of requests with "
+                  "identical greedy tokens): " + "; ".join(
+                      f"{d}: max {t['max_abs']:g}, mean {t['mean_abs']:g}, tokens {t['min_token_match']:.0%}"
+                      for d, t in th.items())]
+    failures = [(r["scenario"], f) for r in rows for f in r.get("failures", [])]
+    if failures:
+        lines += ["", "### Failures", ""] + [f"- **{s}**: {f}" for s, f in failures]
+        for r in rows:
+            for side in ("baseline", "candidate"):
+                tail = r[side].get("log_tail")
+                if tail:
+                    lines += ["", f"<details><summary>{r['scenario']} {side} log tail</summary>", "", "```",
+                              tail[-1500:], "```", "</details>"]
+    if not results.get("aa"):
+        lines += ["", "## Proof the plugin kernels ran", ""]
+        ev_rows = []
+        for r in rows:
+            for slot, e in r.get("evidence", {}).get("slots", {}).items():
+                ev_rows.append([r["scenario"], slot, e["plugin"], e["kernel"], ", ".join(e["entered"]), e["layers"],
+                                e["calls"], e["profiler_hits"] if e["profiled"] else "-", e["status"], e["proof"]])
+        lines.append(tabulate(ev_rows, headers=["scenario", "slot", "plugin", "kernel", "entered via", "layers",
+                                                "calls", "profiler hits", "status", "proof"], tablefmt="github")
+                     if ev_rows else "No plugin kernel was installed.")
+        procs = {r["scenario"]: r.get("evidence", {}).get("processes", []) for r in rows}
+        lines += ["", "Processes that loaded the plugins: " + "; ".join(
+            f"{s}: " + ", ".join(f"{p['pid']} ({p['role'] or '?'})" for p in ps) for s, ps in procs.items())]
+        cov = results.get("coverage", {})
+        if cov:
+            lines += ["", tabulate([[s, c["plugin"], ", ".join(c["exercised_in"]) or "-",
+                                     ", ".join(c["not_exercised_in"]) or "-", ", ".join(c["n/a_in"]) or "-"]
+                                    for s, c in sorted(cov.items())],
+                                   headers=["slot", "plugin", "exercised in", "NOT exercised in", "no layer in"],
+                                   tablefmt="github")]
+    perf_rows = [p for r in rows for p in _perf_rows(r)]
+    if perf_rows:
+        lines += ["", "## Performance (candidate / baseline)", "",
+                  "Medians over repeats in one engine process per side; ± is half the min-max range. Ratio: "
+                  "candidate median / baseline median [range of repeat-by-repeat ratios]. Throughput: >1 is faster; "
+                  "latency: <1 is faster.", "",
+                  tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
+                                               "ratio (total)", "ratio (output tokens/s)"], tablefmt="github")]
+    return "\n".join(lines) + "\n"

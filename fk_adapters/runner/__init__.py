@@ -1,0 +1,1 @@
+"""Engine-agnostic A/B orchestration: one subprocess per engine run, compared afterwards."""

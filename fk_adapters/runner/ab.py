@@ -1,0 +1,149 @@
+"""Baseline vs. candidate over a suite of scenarios, each engine run in its own process."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+
+from fk_adapters import __version__, evidence, metrics, probe
+from fk_adapters.engines import EngineSpec
+from fk_adapters.runner.proc import run_job
+from fk_adapters.scenarios import Scenario, build_job
+from fk_adapters.weights import write_checkpoint
+
+PASSED, INCORRECT, NOT_EXERCISED, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT = (
+    "PASSED", "INCORRECT", "NOT_EXERCISED", "LOAD_ERROR", "RUNTIME_ERROR", "TIMEOUT")
+
+
+@dataclass
+class RunConfig:
+    engine: EngineSpec
+    plugins: list[str]
+    device: str
+    mode: str
+    out_dir: str
+    timeout_s: float = 900.0
+    strict: bool = False
+    allow_unexercised: bool = False
+    aa: bool = False
+    quick: bool = False
+    profile: bool = False
+    multiprocessing: bool = True
+    model_cache: str = ""
+    command: str = ""
+    extra_env: dict = field(default_factory=dict)
+
+    @property
+    def candidate_label(self) -> str:
+        return "baseline (A/A)" if self.aa else "+".join(self.plugins)
+
+
+def _env(cfg: RunConfig, sc: Scenario, plugins: list[str]) -> dict:
+    env = cfg.engine.env(cfg.device)
+    env.update(sc.engine_env)
+    env.update(cfg.extra_env)
+    if not cfg.multiprocessing:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env["FK_PLUGINS"] = ",".join(plugins)
+    env["FK_STRICT"] = "1" if cfg.strict else "0"
+    return env
+
+
+def _summary(res: dict) -> dict:
+    keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode")
+    out = {k: res[k] for k in keep if k in res}
+    if res.get("status") != "ok":
+        out["log_tail"] = res.get("log_tail", "")[-2000:]
+    return out
+
+
+def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
+    model_dir = os.path.join(cfg.model_cache or os.path.join(cfg.out_dir, "models"), f"{sc.name}-{sc.dtype}")
+    echo(f"{sc.name}: writing seeded weights")
+    weights_key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
+    job = build_job(sc, model_dir, cfg.mode, cfg.quick)
+    if cfg.profile:
+        job["profile"] = {"requests": 4, "max_tokens": 8}
+    runs = {}
+    for side, plugins in (("baseline", []), ("candidate", [] if cfg.aa else cfg.plugins)):
+        run_dir = os.path.join(cfg.out_dir, "logs", sc.name, side)
+        runs[side] = run_job(cfg.engine.python, cfg.engine.driver, job, run_dir, _env(cfg, sc, plugins),
+                             cfg.timeout_s, echo=lambda m, s=side: echo(f"{sc.name} [{s}] {m}"))
+        runs[side]["loads"] = probe.read_loads(run_dir)
+        echo(f"{sc.name} [{side}] {runs[side]['status']} in {runs[side]['wall_s']:.0f} s")
+    base, cand = runs["baseline"], runs["candidate"]
+    row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": weights_key,
+           "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")},
+           "baseline": _summary(base), "candidate": _summary(cand), "failures": []}
+    if base["loads"]:
+        row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
+    bad = [(s, r) for s, r in (("baseline", base), ("candidate", cand)) if r["status"] != "ok"]
+    if bad:
+        row["status"] = TIMEOUT if any(r["status"] == "timeout" for _, r in bad) else RUNTIME_ERROR
+        row["failures"] += [f"{s}: {r.get('error', r['status'])}" for s, r in bad]
+        return row
+    row["correctness"] = metrics.correctness(base, cand, sc.dtype)
+    row["perf"] = metrics.performance(base.get("perf", {}), cand.get("perf", {}))
+    row["failures"] += row["correctness"]["failures"]
+    if cfg.aa:
+        row["status"] = PASSED if not row["failures"] else INCORRECT
+        return row
+    ev = evidence.judge(cand, cand["loads"], cfg.mode)
+    row["evidence"] = ev
+    unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
+    if ev["load_errors"] or not cand["loads"]:
+        row["status"] = LOAD_ERROR
+        row["failures"] += ev["load_errors"] or ["no engine process reported loading the plugins"]
+    elif not row["correctness"]["passed"]:
+        row["status"] = INCORRECT
+    elif unexercised and not cfg.allow_unexercised:
+        row["status"] = NOT_EXERCISED
+        row["failures"].append(f"not exercised: {', '.join(unexercised)}")
+    else:
+        row["status"] = INCORRECT if row["failures"] else PASSED
+    return row
+
+
+def coverage(rows: list[dict]) -> dict:
+    """Per slot over the suite: in how many scenarios it was exercised."""
+    cov: dict[str, dict] = {}
+    for r in rows:
+        for slot, e in r.get("evidence", {}).get("slots", {}).items():
+            c = cov.setdefault(slot, {"plugin": e["plugin"], "exercised_in": [], "not_exercised_in": [], "n/a_in": []})
+            key = {"exercised": "exercised_in", "not exercised": "not_exercised_in"}.get(e["status"], "n/a_in")
+            c[key].append(r["scenario"])
+    return cov
+
+
+def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, echo=print) -> dict:
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    results = {"fk_version": __version__, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
+               "device": cfg.device, "host": platform.node(), "python": sys.version.split()[0], "mode": cfg.mode,
+               "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
+               "quick": cfg.quick, "thresholds": metrics.THRESHOLDS, "scenarios": []}
+    path = os.path.join(cfg.out_dir, "results.json")
+    for i, sc in enumerate(scenarios, 1):
+        echo(f"[{i}/{len(scenarios)}] {sc.name}")
+        row = run_scenario(cfg, sc, echo)
+        results["scenarios"].append(row)
+        echo(f"[{i}/{len(scenarios)}] {sc.name}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else ""))
+        finish(results, cfg)
+        with open(path, "w") as f:  # written after every scenario: an interrupted suite keeps what finished
+            json.dump(results, f, indent=1, default=str)
+    return results
+
+
+def finish(results: dict, cfg: RunConfig) -> None:
+    rows = results["scenarios"]
+    cov = coverage(rows)
+    results["coverage"] = cov
+    never = [s for s, c in cov.items() if not c["exercised_in"]]
+    problems = [f"{r['scenario']}: {r['status']}" for r in rows if r["status"] != PASSED]
+    if never and not cfg.allow_unexercised and not cfg.aa:
+        problems.append(f"slots never exercised in this suite: {', '.join(sorted(never))}")
+    results["verdict"] = "PASS" if not problems else "FAIL"
+    results["problems"] = problems

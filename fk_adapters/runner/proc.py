@@ -1,0 +1,73 @@
+"""Run one engine job in its own process with a time limit; a crash or hang becomes a result."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+
+def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeout_s: float,
+            echo=None) -> dict:
+    """Write the job, run the driver, return its result (status ok/error/crashed/timeout) with log path."""
+    os.makedirs(run_dir, exist_ok=True)
+    job_path, result_path, log_path = (os.path.join(run_dir, n) for n in ("job.json", "result.json", "engine.log"))
+    with open(job_path, "w") as f:
+        json.dump(job, f)
+    if os.path.exists(result_path):
+        os.remove(result_path)
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", FK_RUN_DIR=run_dir, **env)
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([python, "-m", driver, job_path, result_path], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=full_env, text=True, start_new_session=True)
+        timed_out = False
+        deadline = t0 + timeout_s
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                timed_out = True
+                break
+            if not sel.select(timeout=min(left, 1.0)):
+                if proc.poll() is not None:
+                    break
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            log.write(line)
+            if echo and line.startswith("[fk]"):
+                echo(line[5:].rstrip())
+        if timed_out:
+            _kill_group(proc)
+        proc.wait()
+        rest = proc.stdout.read() if not timed_out else ""
+        log.write(rest)
+    wall = time.perf_counter() - t0
+    if timed_out:
+        res = {"status": "timeout", "error": f"engine run exceeded {timeout_s:.0f} s and was killed"}
+    elif os.path.exists(result_path):
+        with open(result_path) as f:
+            res = json.load(f)
+    else:
+        res = {"status": "crashed", "error": f"engine process exited with code {proc.returncode} without a result"}
+    _kill_group(proc)  # engine helpers (workers) must not outlive the run
+    res["returncode"] = proc.returncode
+    res["wall_s"] = wall
+    res["log"] = log_path
+    if res["status"] != "ok":
+        with open(log_path, errors="replace") as f:
+            res["log_tail"] = f.read()[-4000:]
+    return res
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,130 @@
+"""Scenario files: a model config written out, engine settings and workloads (TOML).
+
+Built-in scenarios live in ``scenarios/`` (package ``fk_adapters.scenario_files``); a path to
+any ``.toml`` file works too. ``build_job`` turns one into the engine-agnostic job a
+driver runs: every prompt is a seeded list of token ids, identical for both runs.
+"""
+from __future__ import annotations
+
+import os
+import random
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+
+from fk_adapters.metrics import THRESHOLDS
+from fk_adapters.weights import FAMILIES
+
+REQUIRED_MODEL_KEYS = ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
+                       "num_attention_heads", "vocab_size")
+
+
+class ScenarioError(ValueError):
+    """A scenario that does not exist or cannot be run as written."""
+
+
+@dataclass
+class Scenario:
+    name: str
+    path: str
+    model: dict
+    dtype: str
+    seed: int = 0
+    description: str = ""
+    suites: list[str] = field(default_factory=list)
+    device: str = ""
+    engine: dict = field(default_factory=dict)
+    engine_env: dict = field(default_factory=dict)
+    correctness: dict = field(default_factory=dict)
+    perf: dict = field(default_factory=dict)
+
+
+def _builtin_dir():
+    return resources.files("fk_adapters.scenario_files")
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.name[:-5] for p in _builtin_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def _check(sc: Scenario) -> None:
+    where = f"scenario {sc.name!r} ({sc.path})"
+    missing = [k for k in REQUIRED_MODEL_KEYS if k not in sc.model]
+    if missing:
+        raise ScenarioError(f"{where}: [model] lacks {', '.join(missing)}")
+    arch = sc.model["architectures"][0] if sc.model["architectures"] else ""
+    if arch not in FAMILIES:
+        raise ScenarioError(f"{where}: architecture {arch!r} has no weight writer (known: {', '.join(FAMILIES)})")
+    if sc.dtype not in THRESHOLDS:
+        raise ScenarioError(f"{where}: dtype {sc.dtype!r} not one of {', '.join(THRESHOLDS)}")
+    for key in ("requests", "prompt_len", "output_len", "teacher_len"):
+        if not isinstance(sc.correctness.get(key), int) or sc.correctness[key] < 1:
+            raise ScenarioError(f"{where}: [correctness] {key} must be a positive integer")
+    for kind in ("throughput", "latency"):
+        for wname, w in sc.perf.get(kind, {}).items():
+            need = ("requests", "input_len", "output_len") if kind == "throughput" else ("batch", "input_len", "output_len")
+            bad = [k for k in need if not isinstance(w.get(k), int) or w[k] < 1]
+            if bad:
+                raise ScenarioError(f"{where}: [perf.{kind}.{wname}] needs positive integers {', '.join(bad)}")
+
+
+def load(name_or_path: str) -> Scenario:
+    """Load a built-in scenario by name, or a scenario file by path."""
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        path = name_or_path
+        if not os.path.isfile(path):
+            raise ScenarioError(f"scenario file not found: {path}")
+        text = open(path, encoding="utf-8").read()
+    else:
+        res = _builtin_dir() / f"{name_or_path}.toml"
+        if not res.is_file():
+            raise ScenarioError(f"unknown scenario {name_or_path!r} (built-in: {', '.join(builtin_names())})")
+        path, text = str(res), res.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"malformed scenario file {path}: {exc}") from None
+    try:
+        sc = Scenario(name=data["name"], path=path, model=dict(data["model"]), dtype=data["dtype"],
+                      seed=data.get("seed", 0), description=data.get("description", ""),
+                      suites=list(data.get("suites", [])), device=data.get("device", ""),
+                      engine=dict(data.get("engine", {})), engine_env=dict(data.get("engine_env", {})),
+                      correctness=dict(data.get("correctness", {})), perf=dict(data.get("perf", {})))
+    except (KeyError, TypeError) as exc:
+        raise ScenarioError(f"scenario file {path}: missing or malformed key {exc}") from None
+    _check(sc)
+    return sc
+
+
+def load_suite(suite: str) -> list[Scenario]:
+    found = [s for s in (load(n) for n in builtin_names()) if suite in s.suites]
+    if not found:
+        suites = sorted({x for n in builtin_names() for x in load(n).suites})
+        raise ScenarioError(f"unknown suite {suite!r} (suites: {', '.join(suites)})")
+    return found
+
+
+def _ids(rng: random.Random, vocab: int, n: int) -> list[int]:
+    return [rng.randrange(3, vocab) for _ in range(n)]
+
+
+def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool = False) -> dict:
+    """The driver's job for this scenario: same seed, same prompts on every run."""
+    rng = random.Random(sc.seed)
+    vocab = sc.model["vocab_size"]
+    c = sc.correctness
+    job = {"model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": mode,
+           "engine_args": dict(sc.engine),
+           "correctness": {"prompts": [_ids(rng, vocab, c["prompt_len"]) for _ in range(c["requests"])],
+                           "max_tokens": c["output_len"],
+                           "teacher": [_ids(rng, vocab, c["teacher_len"]) for _ in range(max(1, c["requests"] // 2))]}}
+    if sc.perf:
+        p = sc.perf
+        div = 4 if quick else 1
+        job["perf"] = {"repeats": 1 if quick else p.get("repeats", 3), "warmup": p.get("warmup", 1),
+                       "throughput": {n: {"prompts": [_ids(rng, vocab, w["input_len"])
+                                                      for _ in range(max(1, w["requests"] // div))],
+                                          "output_len": w["output_len"]} for n, w in p.get("throughput", {}).items()},
+                       "latency": {n: {"prompts": [_ids(rng, vocab, w["input_len"]) for _ in range(w["batch"])],
+                                       "output_len": w["output_len"]} for n, w in p.get("latency", {}).items()}}
+    return job

@@ -1,0 +1,83 @@
+"""Realistic seeded random checkpoints, written locally (no hub, no engine 'dummy' weights).
+
+Linear and embedding weights ~ N(0, std) with std = initializer_range (0.02 as the
+families' own inits); norm weights 1 + N(0, 0.1) (Gemma stores w for 1 + w: N(0, 0.1)),
+so a kernel that ignores or mis-indexes the weight changes the logits. Same seed, same
+bytes: baseline and candidate load the very same files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+            "GemmaForCausalLM": "gemma"}
+
+
+class WeightsError(ValueError):
+    pass
+
+
+def parameter_shapes(config: dict) -> dict[str, tuple[tuple[int, ...], str]]:
+    """{tensor name: (shape, kind)} in Hugging Face naming, kind in {linear, norm, bias}."""
+    arch = (config.get("architectures") or [""])[0]
+    family = FAMILIES.get(arch)
+    if family is None:
+        raise WeightsError(f"no weight layout for architecture {arch!r} (known: {', '.join(FAMILIES)})")
+    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    heads, kv = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    hd = config.get("head_dim") or h // heads
+    shapes: dict[str, tuple[tuple[int, ...], str]] = {"model.embed_tokens.weight": ((vocab, h), "linear"),
+                                                      "model.norm.weight": ((h,), "norm")}
+    if not config.get("tie_word_embeddings", family == "gemma"):
+        shapes["lm_head.weight"] = ((vocab, h), "linear")
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": ((heads * hd, h), "linear"),
+            p + "self_attn.k_proj.weight": ((kv * hd, h), "linear"),
+            p + "self_attn.v_proj.weight": ((kv * hd, h), "linear"),
+            p + "self_attn.o_proj.weight": ((h, heads * hd), "linear"),
+            p + "mlp.gate_proj.weight": ((inter, h), "linear"),
+            p + "mlp.up_proj.weight": ((inter, h), "linear"),
+            p + "mlp.down_proj.weight": ((h, inter), "linear"),
+            p + "input_layernorm.weight": ((h,), "norm"),
+            p + "post_attention_layernorm.weight": ((h,), "norm"),
+        })
+        if family == "qwen2":
+            for n, size in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd)):
+                shapes[p + f"self_attn.{n}_proj.bias"] = ((size,), "bias")
+    return shapes
+
+
+def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str) -> str:
+    """Write config.json + model.safetensors into out_dir (reused when already there); return its digest."""
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = dict(config, torch_dtype=dtype)
+    key = hashlib.sha256(json.dumps([cfg, seed], sort_keys=True).encode()).hexdigest()[:16]
+    stamp = os.path.join(out_dir, "fk-weights.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f).get("key") == key:
+                return key
+    os.makedirs(out_dir, exist_ok=True)
+    gemma = FAMILIES.get((cfg.get("architectures") or [""])[0]) == "gemma"
+    std = cfg.get("initializer_range", 0.02)
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, (shape, kind) in parameter_shapes(cfg).items():
+        t = torch.randn(shape, generator=gen, dtype=torch.float32)
+        if kind == "norm":
+            t = 0.1 * t if gemma else 1.0 + 0.1 * t
+        else:
+            t = t * std
+        tensors[name] = t.to(getattr(torch, dtype)).contiguous()
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(stamp, "w") as f:
+        json.dump({"key": key, "seed": seed, "dtype": dtype}, f)
+    return key

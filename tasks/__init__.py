@@ -1,0 +1,13 @@
+"""The slot catalog: every slot's interface, reference semantics and engine entries.
+
+Installed as ``fk_adapters.tasks``. ``SLOTS`` maps a slot name to its :class:`Slot`.
+"""
+from fk_adapters.tasks.activations import GELU_AND_MUL, SILU_AND_MUL
+from fk_adapters.tasks.norms import FUSED_ADD_RMS_NORM, RMS_NORM
+from fk_adapters.tasks.rotary import ROTARY_EMBEDDING
+from fk_adapters.tasks.slot import Slot
+
+SLOTS: dict[str, Slot] = {s.name: s for s in (RMS_NORM, FUSED_ADD_RMS_NORM, SILU_AND_MUL, GELU_AND_MUL,
+                                              ROTARY_EMBEDDING)}
+
+__all__ = ["SLOTS", "Slot"]

@@ -1,0 +1,63 @@
+"""RMS normalization slots."""
+from __future__ import annotations
+
+import torch
+
+from fk_adapters.tasks.slot import Slot
+
+NORM_CASES = ({"tokens": 1, "hidden": 128}, {"tokens": 7, "hidden": 256}, {"tokens": 33, "hidden": 4096})
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """out = x / sqrt(mean(x^2, -1) + eps) * weight, computed in float32, cast back to x.dtype."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (y.to(x.dtype) * weight).to(x.dtype)
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """In place: residual <- x + residual; x <- rms_norm(residual) * weight."""
+    s = x.float() + residual.float()
+    residual.copy_(s.to(residual.dtype))
+    x.copy_(rms_norm(residual, weight, eps))
+
+
+def _norm_inputs(case, dtype, device, gen, with_residual: bool):
+    shape = (case["tokens"], case["hidden"])
+    x = torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+    w = (1.0 + 0.1 * torch.randn(case["hidden"], generator=gen)).to(device=device, dtype=dtype)
+    if not with_residual:
+        return (x, w, 1e-6)
+    r = torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+    return (x, r, w, 1e-6)
+
+
+RMS_NORM = Slot(
+    name="rms_norm",
+    summary="RMS normalization with a learned weight",
+    signature="rms_norm(x: Tensor[..., H], weight: Tensor[H], eps: float) -> Tensor[..., H]",
+    schema="(Tensor x, Tensor weight, float eps) -> Tensor",
+    fake=lambda x, weight, eps: x.new_empty(x.shape),
+    reference=rms_norm,
+    make_inputs=lambda case, dtype, device, gen: _norm_inputs(case, dtype, device, gen, False),
+    cases=NORM_CASES,
+    entries={
+        "vllm": ("CustomOp 'RMSNorm' (vllm.model_executor.layers.layernorm), forward(x) without residual",),
+        "sglang": ("RMSNorm.forward_cuda (sglang.srt.layers.layernorm), residual is None",),
+    },
+)
+
+FUSED_ADD_RMS_NORM = Slot(
+    name="fused_add_rms_norm",
+    summary="residual add followed by RMS normalization, both in place",
+    signature="fused_add_rms_norm(x: Tensor[T, H], residual: Tensor[T, H], weight: Tensor[H], eps: float) -> None",
+    schema="(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()",
+    reference=fused_add_rms_norm,
+    make_inputs=lambda case, dtype, device, gen: _norm_inputs(case, dtype, device, gen, True),
+    cases=NORM_CASES,
+    mutates=("x", "residual"),
+    entries={
+        "vllm": ("CustomOp 'RMSNorm' (vllm.model_executor.layers.layernorm), forward(x, residual)",),
+        "sglang": ("RMSNorm.forward_cuda (sglang.srt.layers.layernorm), residual given",),
+    },
+)

@@ -1,0 +1,52 @@
+"""The shape of a catalog entry: one slot, its interface and its reference semantics."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place in an engine where a kernel can be swapped in.
+
+    ``signature`` is the exact call interface every kernel for this slot implements;
+    ``mutates`` names the arguments it writes in place (empty: it returns a new tensor).
+    ``schema`` is the same interface as a torch operator schema (how the adapters register
+    a kernel as an opaque torch custom op) and ``fake`` computes a result's shape only.
+    ``reference`` is the plain-PyTorch semantics; ``make_inputs(case, dtype, device, gen)``
+    builds the positional arguments for one case of ``cases``. ``entries`` says, per
+    engine, where the slot enters it.
+    """
+
+    name: str
+    summary: str
+    signature: str
+    reference: Callable
+    make_inputs: Callable
+    cases: tuple[dict, ...]
+    schema: str = ""
+    fake: Callable | None = None
+    mutates: tuple[str, ...] = ()
+    dtype_arg: int = 0
+    entries: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def in_place(self) -> bool:
+        return bool(self.mutates)
+
+    def run_reference(self, args: tuple):
+        """Apply the reference to copies of ``args``; return what the slot's result is.
+
+        For an in-place slot the result is the tuple of mutated tensors (None skipped).
+        """
+        import torch
+
+        copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        out = self.reference(*copies)
+        if not self.in_place:
+            return (out,)
+        return tuple(copies[i] for i in self.mutated_positions() if copies[i] is not None)
+
+    def mutated_positions(self) -> tuple[int, ...]:
+        params = [p.split(":")[0].strip() for p in self.signature.split("(", 1)[1].rsplit(")", 1)[0].split(",")]
+        return tuple(params.index(m) for m in self.mutates)
