@@ -20,6 +20,10 @@ def _spread(s: dict) -> str:
     return f"{s['median']:.4g} ±{100 * s['rel_spread'] / 2:.1f}% (n={s['n']})"
 
 
+def _entered(classes: list[str]) -> str:
+    return ", ".join(classes) if len(classes) <= 2 else f"{classes[0]} +{len(classes) - 1} more classes"
+
+
 def _perf_rows(row: dict) -> list[list[str]]:
     out = []
     perf = row.get("perf", {})
@@ -78,7 +82,7 @@ def render(results: dict) -> str:
         ev_rows = []
         for r in rows:
             for slot, e in r.get("evidence", {}).get("slots", {}).items():
-                ev_rows.append([r["scenario"], slot, e["plugin"], e["kernel"], ", ".join(e["entered"]), e["layers"],
+                ev_rows.append([r["scenario"], slot, e["plugin"], e["kernel"], _entered(e["entered"]), e["layers"],
                                 e["calls"], e["profiler_hits"] if e["profiled"] else "-", e["status"], e["proof"]])
         lines.append(tabulate(ev_rows, headers=["scenario", "slot", "plugin", "kernel", "entered via", "layers",
                                                 "calls", "profiler hits", "status", "proof"], tablefmt="github")

@@ -1,6 +1,7 @@
 """The shape of a catalog entry: one slot, its interface and its reference semantics."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -47,6 +48,9 @@ class Slot:
             return (out,)
         return tuple(copies[i] for i in self.mutated_positions() if copies[i] is not None)
 
+    def param_names(self) -> list[str]:
+        return re.findall(r"[(,]\s*(\w+)\s*:", self.signature.split("->")[0])
+
     def mutated_positions(self) -> tuple[int, ...]:
-        params = [p.split(":")[0].strip() for p in self.signature.split("(", 1)[1].rsplit(")", 1)[0].split(",")]
+        params = self.param_names()
         return tuple(params.index(m) for m in self.mutates)

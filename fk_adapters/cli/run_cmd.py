@@ -18,6 +18,7 @@ def add_parser(sub):
     p.add_argument("--aa", action="store_true", help="A/A: the candidate is a second baseline (noise floor)")
     p.add_argument("--suite", help="a built-in suite (e.g. tiny)")
     p.add_argument("--scenario", action="append", default=[], help="a scenario name or .toml path (repeatable)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="override every scenario's dtype")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--mode", choices=("eager", "compiled"), help="default: eager on cpu, compiled on cuda")
     p.add_argument("--out", default="reports/latest", help="directory for results.json, report.md, logs/ (%(default)s)")
@@ -66,6 +67,8 @@ def run(args) -> int:
         raise UsageError("give --suite NAME or --scenario NAME_OR_PATH")
     chosen = scenarios.load_suite(args.suite) if args.suite else []
     chosen += [scenarios.load(s) for s in args.scenario]
+    for sc in chosen:
+        sc.dtype = args.dtype or sc.dtype
     device = _device(args.device)
     if device not in spec.devices:
         raise UsageError(f"engine {spec.name} does not run on {device} here")

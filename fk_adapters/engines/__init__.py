@@ -23,13 +23,18 @@ class EngineSpec:
     devices: tuple[str, ...]
     env_cpu: dict = field(default_factory=dict)
     env_cuda: dict = field(default_factory=dict)
+    cache_var: str = ""
 
     @property
     def python(self) -> str:
         return os.environ.get(f"FK_{self.name.upper()}_PYTHON", sys.executable)
 
-    def env(self, device: str) -> dict:
-        return dict(self.env_cpu if device == "cpu" else self.env_cuda)
+    def env(self, device: str, cache_dir: str = "") -> dict:
+        """Environment for one run; ``cache_dir`` keeps compile caches apart per variant."""
+        env = dict(self.env_cpu if device == "cpu" else self.env_cuda)
+        if cache_dir and self.cache_var:
+            env[self.cache_var] = cache_dir
+        return env
 
 
 ENGINES = {
@@ -37,6 +42,8 @@ ENGINES = {
         name="vllm", module="vllm", driver="fk_adapters.engines.vllm.driver", devices=("cpu", "cuda"),
         # On CPU Triton kernels can only run interpreted; set for both runs of a pair alike.
         env_cpu={"VLLM_CPU_KVCACHE_SPACE": "1", "TRITON_INTERPRET": "1"},
+        # A compiled graph cached by one variant must never be replayed by another.
+        cache_var="VLLM_CACHE_ROOT",
     ),
 }
 

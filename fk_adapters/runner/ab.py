@@ -42,7 +42,8 @@ class RunConfig:
 
 
 def _env(cfg: RunConfig, sc: Scenario, plugins: list[str]) -> dict:
-    env = cfg.engine.env(cfg.device)
+    variant = "-".join(plugins) or "baseline"
+    env = cfg.engine.env(cfg.device, os.path.join(_cache_root(cfg), f"{cfg.engine.name}-cache", variant))
     env.update(sc.engine_env)
     env.update(cfg.extra_env)
     if not cfg.multiprocessing:
@@ -50,6 +51,10 @@ def _env(cfg: RunConfig, sc: Scenario, plugins: list[str]) -> dict:
     env["FK_PLUGINS"] = ",".join(plugins)
     env["FK_STRICT"] = "1" if cfg.strict else "0"
     return env
+
+
+def _cache_root(cfg: RunConfig) -> str:
+    return cfg.model_cache or os.path.join(cfg.out_dir, "models")
 
 
 def _summary(res: dict) -> dict:
@@ -61,7 +66,7 @@ def _summary(res: dict) -> dict:
 
 
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
-    model_dir = os.path.join(cfg.model_cache or os.path.join(cfg.out_dir, "models"), f"{sc.name}-{sc.dtype}")
+    model_dir = os.path.join(_cache_root(cfg), f"{sc.name}-{sc.dtype}")
     echo(f"{sc.name}: writing seeded weights")
     weights_key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
     job = build_job(sc, model_dir, cfg.mode, cfg.quick)

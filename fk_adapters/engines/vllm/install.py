@@ -21,7 +21,7 @@ def _rotary_classes():
         if all(getattr(cls, m, None) is getattr(RotaryEmbedding, m, None) for m in same):
             out.append(cls)
         todo.extend(cls.__subclasses__())
-    return sorted(set(out), key=lambda c: c.__name__)
+    return sorted(set(out), key=lambda c: (c is not RotaryEmbedding, c.__name__))
 
 
 def _targets():
