@@ -221,7 +221,11 @@ def verify_record(dist_name: str) -> dict:
         results = list(pool.map(lambda t: _check_one(t[1], t[2], t[3]), todo))
 
     modified = sorted(t[0] for t, r in zip(todo, results) if r == "modified")
-    missing = sorted(t[0] for t, r in zip(todo, results) if r == "missing")
+    # Console scripts live outside the site dir (``../../bin/x``); `pip --target` puts them
+    # elsewhere. A missing script is reported but is not engine code.
+    missing_all = [t[0] for t, r in zip(todo, results) if r == "missing"]
+    missing = sorted(m for m in missing_all if not m.startswith(".."))
+    missing_scripts = sorted(m for m in missing_all if m.startswith(".."))
     recorded = {os.path.normpath(rel) for rel, _, _ in rows}
     unrecorded = _unrecorded_py(dist, location, recorded)
 
@@ -233,6 +237,7 @@ def verify_record(dist_name: str) -> dict:
         "files_skipped": skipped,
         "modified": modified,
         "missing": missing,
+        "missing_outside_site": missing_scripts,
         "unrecorded_py": unrecorded,
         "unmodified": not (modified or missing or unrecorded),
     }
@@ -342,4 +347,7 @@ def render(report: dict) -> str:
                + [f"added {p}" for p in rec.get("unrecorded_py", [])])
         lines.append(f"MODIFIED ({len(bad)} of {rec.get('files_checked')} checked): "
                      + ", ".join(bad[:20]) + (" ..." if len(bad) > 20 else ""))
+    if rec.get("missing_outside_site"):
+        lines.append("not installed where RECORD says (console scripts, outside the package dir): "
+                     + ", ".join(rec["missing_outside_site"]))
     return "\n".join(lines)

@@ -61,5 +61,8 @@ def judge(result: dict, loads: list[dict], mode: str) -> dict:
             ev["proof"] = f"op traced into the compiled graph {ev['traced']}x, run {ev['calls']}x (capture/eager)"
         slots[slot] = ev
     errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]
-    return {"slots": slots, "processes": [{"pid": r["pid"], "role": r.get("role", "")} for r in loads],
-            "load_errors": errors}
+    loaded_pids = {r["pid"] for r in loads}
+    workers = [{"pid": p["pid"], "plugins_loaded": p["pid"] in loaded_pids} for p in probes]
+    return {"slots": slots, "processes": [{"pid": r["pid"], "role": r.get("role", ""),
+                                           "inherited_from": r.get("inherited_from")} for r in loads],
+            "workers": workers, "load_errors": errors}

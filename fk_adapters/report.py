@@ -87,9 +87,13 @@ def render(results: dict) -> str:
         lines.append(tabulate(ev_rows, headers=["scenario", "slot", "plugin", "kernel", "entered via", "layers",
                                                 "calls", "profiler hits", "status", "proof"], tablefmt="github")
                      if ev_rows else "No plugin kernel was installed.")
-        procs = {r["scenario"]: r.get("evidence", {}).get("processes", []) for r in rows}
-        lines += ["", "Processes that loaded the plugins: " + "; ".join(
-            f"{s}: " + ", ".join(f"{p['pid']} ({p['role'] or '?'})" for p in ps) for s, ps in procs.items())]
+        lines += ["", "Processes that loaded the plugins (pid, role; 'forked' when the process inherited them):"]
+        for r in rows:
+            ev = r.get("evidence", {})
+            procs = ", ".join(f"{p['pid']} ({(p['role'] or '?')[:60]}{', forked' if p.get('inherited_from') else ''})"
+                              for p in ev.get("processes", []))
+            workers = ", ".join(str(w["pid"]) for w in ev.get("workers", []))
+            lines.append(f"- {r['scenario']}: {procs or 'none'}; model runs in worker pid(s) {workers or '?'}")
         cov = results.get("coverage", {})
         if cov:
             lines += ["", tabulate([[s, c["plugin"], ", ".join(c["exercised_in"]) or "-",

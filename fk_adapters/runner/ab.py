@@ -66,7 +66,7 @@ def _summary(res: dict) -> dict:
 
 
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
-    model_dir = os.path.join(_cache_root(cfg), f"{sc.name}-{sc.dtype}")
+    model_dir = os.path.abspath(os.path.join(_cache_root(cfg), f"{sc.name}-{sc.dtype}"))
     echo(f"{sc.name}: writing seeded weights")
     weights_key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
     job = build_job(sc, model_dir, cfg.mode, cfg.quick)
@@ -99,9 +99,11 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     ev = evidence.judge(cand, cand["loads"], cfg.mode)
     row["evidence"] = ev
     unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
-    if ev["load_errors"] or not cand["loads"]:
+    unloaded = [w["pid"] for w in ev["workers"] if not w["plugins_loaded"]]
+    if ev["load_errors"] or not cand["loads"] or unloaded:
         row["status"] = LOAD_ERROR
-        row["failures"] += ev["load_errors"] or ["no engine process reported loading the plugins"]
+        row["failures"] += ev["load_errors"] or [f"worker process(es) {unloaded} did not record loading the plugins"
+                                                 if unloaded else "no engine process reported loading the plugins"]
     elif not row["correctness"]["passed"]:
         row["status"] = INCORRECT
     elif unexercised and not cfg.allow_unexercised:

@@ -11,6 +11,7 @@ import time
 def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeout_s: float,
             echo=None) -> dict:
     """Write the job, run the driver, return its result (status ok/error/crashed/timeout) with log path."""
+    run_dir = os.path.abspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     job_path, result_path, log_path = (os.path.join(run_dir, n) for n in ("job.json", "result.json", "engine.log"))
     with open(job_path, "w") as f:
@@ -21,7 +22,8 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.Popen([python, "-m", driver, job_path, result_path], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=full_env, text=True, start_new_session=True)
+                                stderr=subprocess.STDOUT, env=full_env, text=True, start_new_session=True,
+                                cwd=run_dir)  # never import fk_adapters from a source tree in the cwd
         timed_out = False
         deadline = t0 + timeout_s
         import selectors

@@ -9,19 +9,27 @@ import logging
 import os
 
 log = logging.getLogger("fk_adapters.vllm")
-_done = False
+_loaded_in: int | None = None  # pid that installed the kernels
+_detail: dict = {}
 
 
 def register() -> None:
-    global _done
-    if _done or not os.environ.get("FK_PLUGINS", "").strip():
+    global _loaded_in
+    if not os.environ.get("FK_PLUGINS", "").strip():
         return
-    _done = True
     from fk_adapters import probe
+
+    if _loaded_in is not None:
+        if _loaded_in != os.getpid():
+            _record_inherited()
+        return
+    _loaded_in = os.getpid()
+    os.register_at_fork(after_in_child=_record_inherited)  # vLLM does not re-run plugins in forked processes
     from fk_adapters.plugins import allowlist_from_env, load_plugins, select_kernels, strict_from_env
 
     device = _device()
-    detail: dict = {"device": device}
+    detail = _detail
+    detail["device"] = device
     try:
         plugins = load_plugins(allowlist_from_env(), strict=strict_from_env(), engine="vllm", device=device)
         chosen, notes = select_kernels(plugins, "vllm", device)
@@ -37,6 +45,13 @@ def register() -> None:
         probe.record_load("vllm", detail)
         raise  # a selected plugin that cannot be installed must not look like a stock run
     probe.record_load("vllm", detail)
+
+
+def _record_inherited() -> None:
+    """A forked engine process inherits the installed classes: record it as loaded too."""
+    from fk_adapters import probe
+
+    probe.record_load("vllm", dict(_detail, inherited_from=_loaded_in))
 
 
 def _device() -> str:
