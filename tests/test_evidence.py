@@ -1,0 +1,42 @@
+from fk_adapters import evidence
+
+LOAD = {"pid": 10, "role": "worker", "installed": {
+    "rms_norm": {"plugin": "p", "kernel": "k", "entered": ["RMSNorm"]},
+    "silu_and_mul": {"plugin": "p", "kernel": "k2", "entered": ["SiluAndMul"]},
+    "gelu_and_mul": {"plugin": "p", "kernel": "k3", "entered": ["GeluAndMul"]}},
+    "plugins": [{"name": "p", "kernels": [{"slot": "rms_norm", "kernel_names": ["my_norm_kernel"]},
+                                          {"slot": "silu_and_mul", "kernel_names": []},
+                                          {"slot": "gelu_and_mul", "kernel_names": []}]}]}
+
+
+def _result(calls, traced=None, profile=None, pid=10):
+    return {"probe": [{"pid": pid, "calls": calls, "traced": traced or {},
+                       "constructed": {"rms_norm": 5, "silu_and_mul": 2}}], "profile": profile}
+
+
+def test_eager_counts_decide():
+    ev = evidence.judge(_result({"p:rms_norm": 7}), [LOAD], "eager")
+    s = ev["slots"]
+    assert s["rms_norm"]["status"] == "exercised" and s["rms_norm"]["calls"] == 7
+    assert s["silu_and_mul"]["status"] == "not exercised"  # a layer exists but the kernel never ran
+    assert s["gelu_and_mul"]["status"] == "n/a"
+    assert ev["workers"] == [{"pid": 10, "plugins_loaded": True}]
+
+
+def test_compiled_mode_needs_profiler_names_not_counts():
+    profile = [{"kernels": {"void other_kernel": 40}}]
+    ev = evidence.judge(_result({"p:rms_norm": 7, "p:silu_and_mul": 3}, {"p:silu_and_mul": 1}, profile),
+                        [LOAD], "compiled")
+    assert ev["slots"]["rms_norm"]["status"] == "not exercised"  # capture-time calls are not proof
+    assert ev["slots"]["silu_and_mul"]["status"] == "exercised"  # no names declared: traced + run
+    profile = [{"kernels": {"my_norm_kernel_0d1d": 16}}]
+    ev = evidence.judge(_result({}, {}, profile), [LOAD], "compiled")
+    assert ev["slots"]["rms_norm"]["status"] == "exercised" and ev["slots"]["rms_norm"]["profiler_hits"] == 16
+    assert ev["slots"]["silu_and_mul"]["status"] == "not exercised"
+
+
+def test_worker_without_load_record_is_visible():
+    ev = evidence.judge(_result({"p:rms_norm": 1}, pid=99), [LOAD], "eager")
+    assert ev["workers"] == [{"pid": 99, "plugins_loaded": False}]
+    bad = dict(LOAD, error="RuntimeError: x")
+    assert evidence.judge(_result({}), [bad], "eager")["load_errors"] == ["pid 10: RuntimeError: x"]

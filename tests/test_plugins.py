@@ -1,0 +1,111 @@
+import pytest
+
+from conftest import GOOD_PLUGIN
+from fk_adapters.plugins import PluginLoadError, load_plugins, parse_allowlist, select_kernels
+
+BROKEN_IMPORT = "raise ImportError('missing dependency xyz')\n"
+BROKEN_HOOK = """
+    from fk_adapters import hookimpl
+
+    @hookimpl
+    def fk_kernels(engine, device):
+        raise RuntimeError("boom")
+"""
+BAD_SPEC = """
+    from fk_adapters import Kernel, hookimpl
+
+    @hookimpl
+    def fk_kernels(engine, device):
+        return [Kernel(slot="not_a_slot", fn=print)]
+"""
+DUPLICATE = """
+    from fk_adapters import Kernel, hookimpl
+
+    @hookimpl
+    def fk_kernels(engine, device):
+        return [Kernel(slot="rms_norm", fn=print), Kernel(slot="rms_norm", fn=repr)]
+"""
+SECOND = """
+    from fk_adapters import Kernel, hookimpl
+
+    @hookimpl
+    def fk_plugin_info():
+        return {"backend": "test"}
+
+    @hookimpl
+    def fk_kernels(engine, device):
+        return [Kernel(slot="rms_norm", fn=print, devices=("cuda", "cpu")),
+                Kernel(slot="silu_and_mul", fn=print, engines=("sglang",))]
+"""
+
+
+def _by_name(loaded):
+    return {p.name: p for p in loaded}
+
+
+def test_parse_allowlist():
+    assert parse_allowlist(None) is None
+    assert parse_allowlist("") == []
+    assert parse_allowlist(" a, b ,,") == ["a", "b"]
+
+
+def test_good_plugin_loads_with_its_distribution(make_plugin):
+    make_plugin("good", GOOD_PLUGIN, version="2.3")
+    (p,) = load_plugins(["good"])
+    assert not p.error and p.dist == "fkplug-good" and p.version == "2.3"
+    assert [k.slot for k in p.kernels] == ["rms_norm"]
+
+
+@pytest.mark.parametrize("source, message", [(BROKEN_IMPORT, "missing dependency xyz"), (BROKEN_HOOK, "boom"),
+                                             (BAD_SPEC, "unknown slot"), (DUPLICATE, "two kernels for slot")])
+def test_broken_plugin_is_isolated(make_plugin, source, message):
+    make_plugin("good", GOOD_PLUGIN)
+    make_plugin("bad", source)
+    loaded = _by_name(load_plugins(["bad", "good"]))
+    assert message in loaded["bad"].error and not loaded["bad"].kernels
+    assert not loaded["good"].error and loaded["good"].kernels
+
+
+@pytest.mark.parametrize("source", [BROKEN_IMPORT, BROKEN_HOOK, BAD_SPEC])
+def test_strict_mode_raises_on_broken_plugin(make_plugin, source):
+    make_plugin("bad", source)
+    with pytest.raises(PluginLoadError, match="'bad' failed to load"):
+        load_plugins(["bad"], strict=True)
+
+
+def test_allowlist_selects_and_orders(make_plugin):
+    make_plugin("good", GOOD_PLUGIN)
+    make_plugin("second", SECOND)
+    assert [p.name for p in load_plugins(["second", "good"])] == ["second", "good"]
+    assert [p.name for p in load_plugins(["good"])] == ["good"]
+    assert load_plugins([]) == []
+
+
+def test_allowlist_from_environment(make_plugin, monkeypatch):
+    from fk_adapters.plugins import allowlist_from_env, strict_from_env
+
+    monkeypatch.setenv("FK_PLUGINS", "good")
+    monkeypatch.setenv("FK_STRICT", "1")
+    assert allowlist_from_env() == ["good"] and strict_from_env()
+    monkeypatch.delenv("FK_PLUGINS")
+    monkeypatch.setenv("FK_STRICT", "0")
+    assert allowlist_from_env() is None and not strict_from_env()
+
+
+def test_unknown_plugin_in_allowlist_is_an_error(make_plugin):
+    make_plugin("good", GOOD_PLUGIN)
+    with pytest.raises(PluginLoadError, match="not installed: nope"):
+        load_plugins(["good", "nope"])
+
+
+def test_select_first_plugin_wins_and_filters_engine_and_device(make_plugin):
+    make_plugin("good", GOOD_PLUGIN)
+    make_plugin("second", SECOND)
+    loaded = load_plugins(["second", "good"])
+    assert _by_name(loaded)["second"].info == {"backend": "test"}
+    chosen, notes = select_kernels(loaded, "vllm", "cpu")
+    assert chosen["rms_norm"][0] == "second"
+    assert "silu_and_mul" not in chosen
+    assert any("shadowed by second" in n for n in notes) and any("not for engine vllm" in n for n in notes)
+    chosen, _ = select_kernels(load_plugins(["good"]), "vllm", "cuda")
+    assert chosen["rms_norm"][0] == "good"

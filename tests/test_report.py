@@ -1,0 +1,38 @@
+import json
+
+from fk_adapters.cli.main import main
+from fk_adapters.report import render
+
+
+def results(status="PASSED", verdict="PASS"):
+    ratio = {"ratio": 1.02, "pair_min": 0.99, "pair_max": 1.05,
+             "baseline": {"n": 3, "median": 100.0, "min": 98.0, "max": 103.0, "rel_spread": 0.05},
+             "candidate": {"n": 3, "median": 102.0, "min": 100.0, "max": 104.0, "rel_spread": 0.04}}
+    return {"fk_version": "0", "created": "now", "command": "fk run --plugins p", "engine": "vllm",
+            "engine_version": "0.32.0", "device": "cpu", "mode": "eager", "candidate": "p", "plugins": ["p"],
+            "aa": False, "verdict": verdict, "problems": [] if verdict == "PASS" else ["x: INCORRECT"],
+            "thresholds": {"float32": {"max_abs": 2e-3, "mean_abs": 2e-4}},
+            "coverage": {"rms_norm": {"plugin": "p", "exercised_in": ["x"], "not_exercised_in": [], "n/a_in": []}},
+            "scenarios": [{"scenario": "x", "status": status, "dtype": "float32", "failures": [],
+                           "baseline": {"startup_s": 1.0}, "candidate": {"startup_s": 1.2},
+                           "correctness": {"tokens": {"identical": 3, "near_ties": 1, "unexplained": [], "requests": 4},
+                                           "teacher_forced": {"max_abs": 1e-6, "mean_abs": 1e-7}},
+                           "evidence": {"slots": {"rms_norm": {
+                               "plugin": "p", "kernel": "k", "entered": ["RMSNorm"], "layers": 5, "calls": 42,
+                               "profiler_hits": 0, "profiled": False, "status": "exercised", "proof": "42 calls"}},
+                               "processes": [{"pid": 1, "role": "worker"}], "workers": [{"pid": 1}]},
+                           "perf": {"throughput": {"w": {"tokens_per_s": ratio, "output_tokens_per_s": ratio}},
+                                    "latency": {"b1": {"latency_s": ratio}}}}]}
+
+
+def test_render_shows_verdict_evidence_and_ratios():
+    md = render(results())
+    assert md.splitlines()[2].startswith("**PASS**")
+    assert "| x " in md and "42 calls" in md and "1.020 [0.990, 1.050]" in md and "3 / 1 / 0 of 4" in md
+
+
+def test_fk_report_command(tmp_path, capsys):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results("INCORRECT", "FAIL")))
+    assert main(["report", str(path), "-o", str(tmp_path / "r.md")]) == 0
+    assert "**FAIL**" in (tmp_path / "r.md").read_text()

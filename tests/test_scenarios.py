@@ -1,0 +1,63 @@
+import pytest
+
+from fk_adapters import scenarios
+from fk_adapters.scenarios import ScenarioError
+
+
+def test_builtin_scenarios_load_and_tiny_suite_has_three_families():
+    names = scenarios.builtin_names()
+    assert {"tiny-llama", "tiny-qwen2", "tiny-gemma", "llama31-8b-4l"} <= set(names)
+    for n in names:
+        scenarios.load(n)
+    tiny = scenarios.load_suite("tiny")
+    archs = {s.model["architectures"][0] for s in tiny}
+    assert archs == {"LlamaForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM"}
+    for s in tiny:
+        head_dim = s.model.get("head_dim") or s.model["hidden_size"] // s.model["num_attention_heads"]
+        assert head_dim >= 32 and s.dtype == "float32"  # CPU attention and Triton interpreter needs
+
+
+def test_llama_8b_shape():
+    s = scenarios.load("llama31-8b-4l")
+    m = s.model
+    assert (m["hidden_size"], m["intermediate_size"], m["num_attention_heads"], m["num_key_value_heads"],
+            m["head_dim"], m["vocab_size"]) == (4096, 14336, 32, 8, 128, 128256)
+    assert m["num_hidden_layers"] < 32 and s.dtype == "bfloat16"
+
+
+def test_unknown_and_malformed(tmp_path):
+    with pytest.raises(ScenarioError, match="unknown scenario"):
+        scenarios.load("nope")
+    with pytest.raises(ScenarioError, match="unknown suite"):
+        scenarios.load_suite("nope")
+    with pytest.raises(ScenarioError, match="not found"):
+        scenarios.load(str(tmp_path / "missing.toml"))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [unclosed")
+    with pytest.raises(ScenarioError, match="malformed"):
+        scenarios.load(str(bad))
+    bad.write_text('name = "x"\ndtype = "float32"\n')
+    with pytest.raises(ScenarioError, match="missing or malformed key"):
+        scenarios.load(str(bad))
+    text = scenarios._builtin_dir().joinpath("tiny-llama.toml").read_text()
+    bad.write_text(text.replace('dtype = "float32"', 'dtype = "float64"'))
+    with pytest.raises(ScenarioError, match="dtype"):
+        scenarios.load(str(bad))
+    bad.write_text(text.replace('"LlamaForCausalLM"', '"MambaForCausalLM"'))
+    with pytest.raises(ScenarioError, match="no weight writer"):
+        scenarios.load(str(bad))
+    bad.write_text(text.replace("output_len = 12", "output_len = 0"))
+    with pytest.raises(ScenarioError, match="positive integer"):
+        scenarios.load(str(bad))
+
+
+def test_jobs_are_deterministic_and_in_vocab():
+    s = scenarios.load("tiny-llama")
+    a, b = scenarios.build_job(s, "/m", "eager"), scenarios.build_job(s, "/m", "eager")
+    assert a == b
+    c = a["correctness"]
+    assert len(c["prompts"]) == s.correctness["requests"] and len(c["prompts"][0]) == s.correctness["prompt_len"]
+    ids = [t for p in c["prompts"] + c["teacher"] for t in p]
+    assert min(ids) >= 3 and max(ids) < s.model["vocab_size"]
+    quick = scenarios.build_job(s, "/m", "eager", quick=True)
+    assert quick["correctness"] == c and quick["perf"]["repeats"] == 1
