@@ -54,7 +54,9 @@ def render(results: dict) -> str:
              + (f"; {'; '.join(results['problems'])}" if results.get("problems") else ""), "",
              f"- device: {results['device']}, mode: {results['mode']}, fk {results['fk_version']}, "
              f"created {results['created']}{', quick' if results.get('quick') else ''}",
-             f"- baseline: stock {results['engine']} (no fk plugin); candidate: {results['candidate']}"]
+             f"- baseline: stock {results['engine']} (no fk plugin)"
+             + (f", runs reused from `{results['baseline_from']}`" if results.get("baseline_from") else "")
+             + f"; candidate: {results['candidate']}"]
     if results.get("command"):
         lines.append(f"- command: `{results['command']}`")
     lines += ["", "## Scenarios", ""]

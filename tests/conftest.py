@@ -2,10 +2,19 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 
 import pytest
+
+try:  # before anything imports triton: on a machine without CUDA, Triton kernels run interpreted
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    pass
 
 
 @pytest.fixture

@@ -19,9 +19,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from fk_adapters.doctor import DoctorError
     from fk_adapters.engines import EngineError
     from fk_adapters.plugins import PluginLoadError
+    from fk_adapters.runner.ab import BaselineMismatch
     from fk_adapters.scenarios import ScenarioError
 
-    return (UsageError, DoctorError, EngineError, PluginLoadError, ScenarioError, FileNotFoundError,
+    return (UsageError, DoctorError, EngineError, PluginLoadError, ScenarioError, BaselineMismatch, FileNotFoundError,
             json.JSONDecodeError, IsADirectoryError)
 
 

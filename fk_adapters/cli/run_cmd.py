@@ -24,6 +24,8 @@ def add_parser(sub):
     p.add_argument("--out", default="reports/latest", help="directory for results.json, report.md, logs/ (%(default)s)")
     p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "fk-adapters", "models"),
                    help="where seeded checkpoints are written and reused (%(default)s)")
+    p.add_argument("--baseline-from", default="", metavar="DIR",
+                   help="reuse the baseline runs of an earlier fk run's --out DIR (same scenarios and job)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
     p.add_argument("--quick", action="store_true", help="fewer requests and one repeat, for iteration")
     p.add_argument("--profile", action=argparse_bool(), default=None,
@@ -77,6 +79,7 @@ def run(args) -> int:
                     out_dir=args.out, timeout_s=args.timeout, strict=args.strict, allow_unexercised=args.allow_unexercised,
                     aa=args.aa, quick=args.quick, profile=device == "cuda" if args.profile is None else args.profile,
                     multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
+                    baseline_from=args.baseline_from,
                     command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {version} on {device} ({cfg.mode}), "
           f"{len(chosen)} scenario(s) -> {args.out}", flush=True)

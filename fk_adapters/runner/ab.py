@@ -33,6 +33,7 @@ class RunConfig:
     profile: bool = False
     multiprocessing: bool = True
     model_cache: str = ""
+    baseline_from: str = ""
     command: str = ""
     extra_env: dict = field(default_factory=dict)
 
@@ -57,8 +58,30 @@ def _cache_root(cfg: RunConfig) -> str:
     return cfg.model_cache or os.path.join(cfg.out_dir, "models")
 
 
+class BaselineMismatch(ValueError):
+    """--baseline-from points at a run that is not this scenario's baseline."""
+
+
+def reuse_baseline(prev_out: str, scenario: str, job: dict) -> dict:
+    """The baseline run of an earlier `fk run` (same job: model, prompts, mode, engine args)."""
+    run_dir = os.path.abspath(os.path.join(prev_out, "logs", scenario, "baseline"))
+    try:
+        with open(os.path.join(run_dir, "job.json")) as f:
+            prev_job = json.load(f)
+        with open(os.path.join(run_dir, "result.json")) as f:
+            res = json.load(f)
+    except FileNotFoundError:
+        raise BaselineMismatch(f"no baseline run of {scenario} under {prev_out}") from None
+    if prev_job != job:
+        raise BaselineMismatch(f"the baseline of {scenario} under {prev_out} ran a different job "
+                               "(model, prompts, mode or engine arguments differ)")
+    res.update(reused_from=run_dir, log=os.path.join(run_dir, "engine.log"), loads=probe.read_loads(run_dir))
+    res.setdefault("wall_s", 0.0)
+    return res
+
+
 def _summary(res: dict) -> dict:
-    keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode")
+    keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from")
     out = {k: res[k] for k in keep if k in res}
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
@@ -73,7 +96,12 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}
     runs = {}
+    if cfg.baseline_from:
+        runs["baseline"] = reuse_baseline(cfg.baseline_from, sc.name, job)
+        echo(f"{sc.name} [baseline] reused from {runs['baseline']['reused_from']}")
     for side, plugins in (("baseline", []), ("candidate", [] if cfg.aa else cfg.plugins)):
+        if side in runs:
+            continue
         run_dir = os.path.join(cfg.out_dir, "logs", sc.name, side)
         runs[side] = run_job(cfg.engine.python, cfg.engine.driver, job, run_dir, _env(cfg, sc, plugins),
                              cfg.timeout_s, echo=lambda m, s=side: echo(f"{sc.name} [{s}] {m}"))
@@ -131,7 +159,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
                "device": cfg.device, "host": platform.node(), "python": sys.version.split()[0], "mode": cfg.mode,
                "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
-               "quick": cfg.quick, "thresholds": metrics.THRESHOLDS, "scenarios": []}
+               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "thresholds": metrics.THRESHOLDS, "scenarios": []}
     path = os.path.join(cfg.out_dir, "results.json")
     for i, sc in enumerate(scenarios, 1):
         echo(f"[{i}/{len(scenarios)}] {sc.name}")

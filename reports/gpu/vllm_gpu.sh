@@ -30,11 +30,15 @@ for step in "$@"; do
         --model-cache $MODELS --timeout 500 ;;
     aa)
       cd "$WORK"
-      $FK run --aa --scenario $SC --out "$WORK/aa" --model-cache $MODELS --timeout 400 ;;
-    passthrough|triton|wrong)
+      $FK run --aa --scenario $SC --out "$WORK/aa" --model-cache $MODELS --timeout 400 --baseline-from "$WORK/triton" ;;
+    triton)
+      cd "$WORK"
+      $FK run --plugins triton --scenario $SC --out "$WORK/triton" --model-cache $MODELS --timeout 400 \
+        --allow-unexercised ;;
+    passthrough|wrong)  # against the baseline runs of the triton step (same job), to save GPU time
       cd "$WORK"
       $FK run --plugins "$step" --scenario $SC --out "$WORK/$step" --model-cache $MODELS --timeout 400 \
-        --allow-unexercised ;;
+        --allow-unexercised --baseline-from "$WORK/triton" ;;
     tests)
       cd /tmp && python3 -m pytest "$REPO/tests" -m gpu -q -p no:cacheprovider 2>&1 | tee "$WORK/pytest-gpu.txt" | tail -3 ;;
     pack)
