@@ -41,9 +41,9 @@ for step in "$@"; do
         --allow-unexercised --baseline-from "$WORK/triton" ;;
     tests)
       cd /tmp && python3 -m pytest "$REPO/tests" -m gpu -q -p no:cacheprovider 2>&1 | tee "$WORK/pytest-gpu.txt" | tail -3 ;;
-    pack)
-      cd "$WORK" && tar czf "$OUTDIR/evidence.tgz" --exclude='*.safetensors' *.txt */results.json */report.md */logs \
-        && ls -la "$OUTDIR" ;;
+    pack)  # everything so far into $WORK/evidence.tgz (a later call copies it to its $OUT)
+      cd "$WORK" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' * && mv evidence.tmp.tgz evidence.tgz \
+        && ls -la evidence.tgz ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   echo "=== $step done $(date -u +%H:%M:%S) rc=$?"
