@@ -41,45 +41,34 @@ def rms_norm_class(base, ops: dict):
     return FkRMSNorm
 
 
-def silu_and_mul_class(base, ops: dict):
-    op = ops["silu_and_mul"]
+def _routed(base, slot: str, forward):
+    """A replacement of ``base`` whose every instance routes ``forward`` to the slot's op."""
 
-    class FkSiluAndMul(base):
+    class FkLayer(base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            _mark(self, ("silu_and_mul",), True)
+            _mark(self, (slot,), True)
 
-        def forward(self, x):
-            return op(x)
+    FkLayer.forward = forward
+    return FkLayer
 
-    return FkSiluAndMul
+
+def silu_and_mul_class(base, ops: dict):
+    op = ops["silu_and_mul"]
+    return _routed(base, "silu_and_mul", lambda self, x: op(x))
 
 
 def gelu_and_mul_class(base, ops: dict):
     op = ops["gelu_and_mul"]
-
-    class FkGeluAndMul(base):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            _mark(self, ("gelu_and_mul",), True)
-
-        def forward(self, x):
-            return op(x, self.approximate)
-
-    return FkGeluAndMul
+    return _routed(base, "gelu_and_mul", lambda self, x: op(x, self.approximate))
 
 
 def rotary_class(base, ops: dict):
     op = ops["rotary_embedding"]
 
-    class FkRotaryEmbedding(base):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            _mark(self, ("rotary_embedding",), True)
+    def forward(self, positions, query, key=None):
+        cos_sin_cache = self._match_cos_sin_cache_dtype(query)
+        op(positions, query, key, self.head_size, cos_sin_cache, self.is_neox_style)
+        return query, key
 
-        def forward(self, positions, query, key=None):
-            cos_sin_cache = self._match_cos_sin_cache_dtype(query)
-            op(positions, query, key, self.head_size, cos_sin_cache, self.is_neox_style)
-            return query, key
-
-    return FkRotaryEmbedding
+    return _routed(base, "rotary_embedding", forward)
