@@ -55,6 +55,29 @@ def _device(choice: str) -> str:
         return "cpu"
 
 
+def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> None:
+    """Same rules the engine adapters enforce, said before any engine starts."""
+    from unittest import mock
+
+    from fk_adapters import safety
+    from fk_adapters.cli.main import UsageError
+    from fk_adapters.plugins import select_kernels
+
+    if not plugins:
+        return
+    engine = spec.name
+    with mock.patch.dict(os.environ, spec.env(device)):  # plugins answer as they will inside the engine
+        loaded = load_plugins(plugins, strict=True, engine=engine, device=device)
+    chosen, notes = select_kernels(loaded, engine, device)
+    if not chosen:
+        raise UsageError(f"the selected plugins offer no kernel for {engine} on {device}"
+                         + (f" ({'; '.join(notes)})" if notes else ""))
+    compiled = mode == "compiled"
+    why = safety.refusals(chosen, compiled, compiled and device == "cuda")
+    if why:
+        raise UsageError("; ".join(why) + " (use --mode eager)")
+
+
 def run(args) -> int:
     from fk_adapters.cli.main import UsageError
 
@@ -74,8 +97,10 @@ def run(args) -> int:
     device = _device(args.device)
     if device not in spec.devices:
         raise UsageError(f"engine {spec.name} does not run on {device} here")
+    mode = args.mode or ("eager" if device == "cpu" else "compiled")
+    _refuse_before_start(plugins, spec, device, mode)
     version = engines.check_installed(spec)
-    cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=args.mode or ("eager" if device == "cpu" else "compiled"),
+    cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=mode,
                     out_dir=args.out, timeout_s=args.timeout, strict=args.strict, allow_unexercised=args.allow_unexercised,
                     aa=args.aa, quick=args.quick, profile=device == "cuda" if args.profile is None else args.profile,
                     multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,

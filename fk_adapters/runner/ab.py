@@ -132,6 +132,11 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         row["status"] = LOAD_ERROR
         row["failures"] += ev["load_errors"] or [f"worker process(es) {unloaded} did not record loading the plugins"
                                                  if unloaded else "no engine process reported loading the plugins"]
+    elif not ev["slots"]:
+        row["status"] = NOT_EXERCISED
+        notes = [n for rec in cand["loads"] for n in rec.get("notes", [])]
+        row["failures"].append("no kernel of the selected plugins was installed"
+                               + (f" ({'; '.join(sorted(set(notes)))})" if notes else ""))
     elif not row["correctness"]["passed"]:
         row["status"] = INCORRECT
     elif unexercised and not cfg.allow_unexercised:

@@ -1,7 +1,7 @@
 """Install selected plugin kernels into vLLM's CustomOp slots (out-of-tree replacement)."""
 from __future__ import annotations
 
-from fk_adapters import ops
+from fk_adapters import ops, safety
 from fk_adapters.engines.vllm import layers
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
@@ -35,14 +35,37 @@ def _targets():
             (_rotary_classes(), ("rotary_embedding",), layers.rotary_class)]
 
 
+def _guarded(cls, kernels):
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        safety.check(kernels, *engine_modes())
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
 def kernel_callable(kernel: Kernel):
     """The plain callable for a kernel: its fn, or its factory applied to vLLM's own kernel."""
     return kernel.fn if kernel.fn is not None else kernel.factory(NATIVES[kernel.slot])
 
 
+def engine_modes() -> tuple[bool, bool]:
+    """(compiled, cuda_graphs) of the vLLM config being built (valid while a model is constructed)."""
+    from vllm.config import get_cached_compilation_config
+    from vllm.config.compilation import CompilationMode, CUDAGraphMode
+
+    cc = get_cached_compilation_config()
+    graphs = cc.cudagraph_mode is not None and cc.cudagraph_mode != CUDAGraphMode.NONE
+    return cc.mode != CompilationMode.NONE, graphs
+
+
 def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     """Register a replacement class for every in-tree class hosting a chosen slot.
 
+    Each replacement checks, when the model builds it, that its kernel is declared safe for the
+    engine's mode (compiled, CUDA graphs) and refuses to be built otherwise.
     Returns {slot: [in-tree class names it entered through]}.
     """
     from vllm.model_executor.custom_op import CustomOp, op_registry_oot
@@ -58,7 +81,7 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
             if base.__name__ in op_registry_oot:
                 raise RuntimeError(f"vLLM class {base.__name__} already has an out-of-tree replacement "
                                    f"({op_registry_oot[base.__name__].__qualname__}); refusing to stack another")
-            cls = build(base, mine)
+            cls = _guarded(build(base, mine), {s: chosen[s] for s in mine})
             cls.__name__ = cls.__qualname__ = f"Fk{base.__name__}"
             CustomOp.register_oot(_decorated_op_cls=cls, name=base.__name__)
             for s in mine:
