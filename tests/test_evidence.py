@@ -40,3 +40,22 @@ def test_worker_without_load_record_is_visible():
     assert ev["workers"] == [{"pid": 99, "plugins_loaded": False}]
     bad = dict(LOAD, error="RuntimeError: x")
     assert evidence.judge(_result({}), [bad], "eager")["load_errors"] == ["pid 10: RuntimeError: x"]
+
+
+def test_verdict_order_load_then_install_then_correctness_then_exercise():
+    from fk_adapters.runner.ab import _verdict
+
+    ok = {"passed": True}
+    ev = evidence.judge(_result({"p:rms_norm": 7}), [LOAD], "eager")
+    row = {"evidence": ev, "correctness": ok, "failures": []}
+    assert _verdict(row, [LOAD], allow_unexercised=False)[0] == "NOT_EXERCISED"  # silu has layers, no calls
+    assert _verdict(row, [LOAD], allow_unexercised=True) == ("PASSED", [])
+    assert _verdict(dict(row, correctness={"passed": False}), [LOAD], True)[0] == "INCORRECT"
+    assert _verdict(row, [], True)[0] == "LOAD_ERROR"
+    nothing = {"pid": 10, "notes": ["p:rms_norm skipped: not for device cpu"]}
+    empty = {"evidence": evidence.judge(_result({}), [nothing], "eager"), "correctness": ok, "failures": []}
+    status, why = _verdict(empty, [nothing], True)
+    assert status == "NOT_EXERCISED" and "not for device cpu" in why[0]
+    stray = {"evidence": evidence.judge(_result({"p:rms_norm": 1}, pid=99), [LOAD], "eager"), "correctness": ok,
+             "failures": []}
+    assert _verdict(stray, [LOAD], True)[0] == "LOAD_ERROR"

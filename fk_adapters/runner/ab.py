@@ -124,27 +124,31 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if cfg.aa:
         row["status"] = PASSED if not row["failures"] else INCORRECT
         return row
-    ev = evidence.judge(cand, cand["loads"], cfg.mode)
-    row["evidence"] = ev
-    unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
-    unloaded = [w["pid"] for w in ev["workers"] if not w["plugins_loaded"]]
-    if ev["load_errors"] or not cand["loads"] or unloaded:
-        row["status"] = LOAD_ERROR
-        row["failures"] += ev["load_errors"] or [f"worker process(es) {unloaded} did not record loading the plugins"
-                                                 if unloaded else "no engine process reported loading the plugins"]
-    elif not ev["slots"]:
-        row["status"] = NOT_EXERCISED
-        notes = [n for rec in cand["loads"] for n in rec.get("notes", [])]
-        row["failures"].append("no kernel of the selected plugins was installed"
-                               + (f" ({'; '.join(sorted(set(notes)))})" if notes else ""))
-    elif not row["correctness"]["passed"]:
-        row["status"] = INCORRECT
-    elif unexercised and not cfg.allow_unexercised:
-        row["status"] = NOT_EXERCISED
-        row["failures"].append(f"not exercised: {', '.join(unexercised)}")
-    else:
-        row["status"] = INCORRECT if row["failures"] else PASSED
+    row["evidence"] = evidence.judge(cand, cand["loads"], cfg.mode)
+    row["status"], more = _verdict(row, cand["loads"], cfg.allow_unexercised)
+    row["failures"] += more
     return row
+
+
+def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str, list[str]]:
+    """Status of a candidate that ran: loaded everywhere, kernels ran, outputs agree."""
+    ev = row["evidence"]
+    unloaded = [w["pid"] for w in ev["workers"] if not w["plugins_loaded"]]
+    if ev["load_errors"]:
+        return LOAD_ERROR, ev["load_errors"]
+    if not loads:
+        return LOAD_ERROR, ["no engine process reported loading the plugins"]
+    if unloaded:
+        return LOAD_ERROR, [f"worker process(es) {unloaded} did not record loading the plugins"]
+    if not ev["slots"]:
+        notes = sorted({n for rec in loads for n in rec.get("notes", [])})
+        return NOT_EXERCISED, ["no kernel of the selected plugins was installed" + (f" ({'; '.join(notes)})" if notes else "")]
+    if not row["correctness"]["passed"]:
+        return INCORRECT, []
+    unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
+    if unexercised and not allow_unexercised:
+        return NOT_EXERCISED, [f"not exercised: {', '.join(unexercised)}"]
+    return (INCORRECT if row["failures"] else PASSED), []
 
 
 def coverage(rows: list[dict]) -> dict:
