@@ -68,10 +68,14 @@ def _known_slots():
     return SLOTS
 
 
-def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin:
+def _record(ep: metadata.EntryPoint) -> LoadedPlugin:
     dist = ep.dist
-    plugin = LoadedPlugin(name=ep.name, dist=dist.metadata["Name"] if dist else "", version=dist.version if dist else "",
-                          target=ep.value)
+    return LoadedPlugin(name=ep.name, dist=dist.metadata["Name"] if dist else "", version=dist.version if dist else "",
+                        target=ep.value)
+
+
+def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin:
+    plugin = _record(ep)
     pm = pluggy.PluginManager(hookspec.PROJECT)
     pm.add_hookspecs(hookspec)
     obj = ep.load()
@@ -116,10 +120,8 @@ def load_plugins(allow: list[str] | None = None, strict: bool = False, engine: s
             if strict:
                 raise PluginLoadError(f"plugin {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
             log.warning("fk plugin %s failed to load: %s", name, exc)
-            ep = found[name]
-            plugin = LoadedPlugin(name=name, dist=ep.dist.metadata["Name"] if ep.dist else "",
-                                  version=ep.dist.version if ep.dist else "", target=ep.value,
-                                  error=f"{type(exc).__name__}: {exc}")
+            plugin = _record(found[name])
+            plugin.error = f"{type(exc).__name__}: {exc}"
         loaded.append(plugin)
     return loaded
 
