@@ -23,8 +23,9 @@ def _spread(s: dict) -> str:
 def _tokens_cell(tok: dict) -> str:
     if not tok:
         return "-"
-    parted = len(tok.get("unexplained", []))
-    return f"{tok['identical']} / {tok.get('near_ties', '?')} / {parted} of {tok['requests']}"
+    if "unexplained" not in tok:  # results written before near ties were told apart
+        return f"{tok['identical']} identical of {tok['requests']}"
+    return f"{tok['identical']} / {tok['near_ties']} / {len(tok['unexplained'])} of {tok['requests']}"
 
 
 def _entered(classes: list[str]) -> str:
