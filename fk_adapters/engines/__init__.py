@@ -45,6 +45,10 @@ ENGINES = {
         # A compiled graph cached by one variant must never be replayed by another.
         cache_var="VLLM_CACHE_ROOT",
     ),
+    # CUDA only (no CPU path). Only our entry point among SGLang's general plugins, in both runs of a pair.
+    # SGLANG_CACHE_DIR holds its torch.compile (piecewise) cache and autotune results.
+    "sglang": EngineSpec(name="sglang", module="sglang", driver="fk_adapters.engines.sglang.driver",
+                         devices=("cuda",), env_cuda={"SGLANG_PLUGINS": "fk_adapters"}, cache_var="SGLANG_CACHE_DIR"),
 }
 
 

@@ -8,14 +8,11 @@ timings and the evidence read from the workers.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
-
-def _phase(name: str) -> None:
-    print(f"[fk] {name}", flush=True)
+from fk_adapters.engines.driver_common import main, measure, phase
 
 
 def _params(SamplingParams, max_tokens: int, **kw):
@@ -55,7 +52,7 @@ def run(job: dict) -> dict:
     res: dict = {"engine": "vllm", "engine_version": vllm.__version__, "torch": torch.__version__, "pid": os.getpid()}
     args = dict(job.get("engine_args", {}))
     args.setdefault("enforce_eager", job.get("mode", "eager") == "eager")
-    _phase("starting engine")
+    phase("starting engine")
     t0 = time.perf_counter()
     llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"], seed=job.get("seed", 0),
               worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **args)
@@ -63,13 +60,13 @@ def run(job: dict) -> dict:
     res["probe_after_start"] = llm.collective_rpc("fk_probe")
 
     corr = job["correctness"]
-    _phase("correctness: greedy generation")
+    phase("correctness: greedy generation")
     outs = llm.generate(_prompts(corr["prompts"]), _params(SamplingParams, corr["max_tokens"], logprobs=TOP_K),
                         use_tqdm=False)
     res["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
     res["token_top_ids"] = [_top_ids(o.outputs[0].logprobs or []) for o in outs]
     res["token_logprobs"] = [_chosen_logprobs(o.outputs[0].logprobs or [], o.outputs[0].token_ids) for o in outs]
-    _phase("correctness: teacher-forced logprobs")
+    phase("correctness: teacher-forced logprobs")
     outs = llm.generate(_prompts(corr["teacher"]), _params(SamplingParams, 1, prompt_logprobs=0), use_tqdm=False)
     res["teacher_logprobs"] = [_chosen_logprobs((o.prompt_logprobs or [])[1:], seq[1:])
                                for o, seq in zip(outs, corr["teacher"])]
@@ -77,9 +74,9 @@ def run(job: dict) -> dict:
 
     perf = job.get("perf")
     if perf:
-        res["perf"] = _perf(llm, SamplingParams, perf)
+        res["perf"] = measure(perf, lambda prompts, n: _timed(llm, _prompts(prompts), _params(SamplingParams, n)))
     if job.get("profile"):
-        _phase("profiling a few steps")
+        phase("profiling a few steps")
         llm.collective_rpc("fk_profile_start")
         batch = corr["prompts"][: job["profile"].get("requests", 4)]
         llm.generate(_prompts(batch), _params(SamplingParams, job["profile"].get("max_tokens", 8)), use_tqdm=False)
@@ -98,45 +95,5 @@ def _timed(llm, prompts, params) -> tuple[float, int, int]:
     return dt, n_in, n_out
 
 
-def _perf(llm, SamplingParams, perf: dict) -> dict:
-    out: dict = {"throughput": {}, "latency": {}}
-    reps, warm = perf.get("repeats", 3), perf.get("warmup", 1)
-    for name, w in perf.get("throughput", {}).items():
-        prompts, params = _prompts(w["prompts"]), _params(SamplingParams, w["output_len"])
-        for i in range(warm):  # the full workload: every shape the timed repeats meet is compiled first
-            _timed(llm, prompts, params)
-        rows = []
-        for i in range(reps):
-            _phase(f"throughput {name}: repeat {i + 1}/{reps}")
-            dt, n_in, n_out = _timed(llm, prompts, params)
-            rows.append({"elapsed_s": dt, "tokens_per_s": (n_in + n_out) / dt, "output_tokens_per_s": n_out / dt,
-                         "input_tokens": n_in, "output_tokens": n_out})
-        out["throughput"][name] = rows
-    for name, w in perf.get("latency", {}).items():
-        prompts, params = _prompts(w["prompts"]), _params(SamplingParams, w["output_len"])
-        for i in range(warm):
-            _timed(llm, prompts, params)
-        _phase(f"latency {name}: {reps} repeats")
-        out["latency"][name] = [{"latency_s": _timed(llm, prompts, params)[0]} for _ in range(reps)]
-    return out
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    job_path, result_path = argv
-    with open(job_path) as f:
-        job = json.load(f)
-    try:
-        res = run(job)
-    except Exception as exc:
-        import traceback
-
-        res = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        print(res["traceback"], flush=True)  # into the run's log, where the report points
-    with open(result_path, "w") as f:
-        json.dump(res, f)
-    return 0 if res["status"] == "ok" else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(run))

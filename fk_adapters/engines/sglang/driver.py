@@ -1,0 +1,173 @@
+"""Run one job on SGLang (``sgl.Engine``) in this process and write its result JSON.
+
+    python -m fk_adapters.engines.sglang.driver JOB.json RESULT.json
+
+Same job and result schema as the vLLM driver. SGLang runs the model in scheduler
+subprocesses, so evidence is fetched from them: ``Engine.collective_rpc("fk_probe_dump",
+out_dir=..., tag=...)`` makes every scheduler write its probe snapshot to
+``<out_dir>/probe-<tag>-<pid>.json`` (methods added by our general plugin; a baseline run
+without fk plugins has none, so its probe lists are empty). ``out_dir`` is
+``$FK_RUN_DIR/probe`` (a temporary directory without it). Kernel names come from SGLang's
+own profiler (``Engine.start_profile(output_dir=...)`` / ``stop_profile()``), which writes
+one Chrome trace per rank; the driver counts the GPU kernel events in them.
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+
+from fk_adapters.engines.driver_common import main, measure, phase
+
+TOP_K = 5
+
+# vLLM-named scenario engine args and their SGLang ServerArgs names (unverified on GPU);
+# keys under engine_args["sglang"] are passed to sgl.Engine as they are.
+_ARG_MAP = {"max_model_len": "context_length", "max_num_seqs": "max_running_requests",
+            "gpu_memory_utilization": "mem_fraction_static"}
+
+
+def engine_kwargs(job: dict) -> tuple[dict, list[str]]:
+    """sgl.Engine keyword arguments for a job, and the engine args that had no SGLang meaning."""
+    args = dict(job.get("engine_args", {}))
+    kw = dict(args.pop("sglang", {}) or {})
+    ignored = []
+    for k, v in args.items():
+        if k in _ARG_MAP:
+            kw.setdefault(_ARG_MAP[k], v)
+        elif k == "compilation_config" and isinstance(v, dict) and v.get("cudagraph_capture_sizes"):
+            kw.setdefault("cuda_graph_bs_decode", list(v["cudagraph_capture_sizes"]))
+        else:
+            ignored.append(k)
+    if job.get("mode", "eager") == "eager":
+        kw["disable_cuda_graph"] = True
+    kw.update(model_path=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"],
+              random_seed=job.get("seed", 0))
+    return kw, ignored
+
+
+def _params(max_new_tokens: int) -> dict:
+    return {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
+
+
+def top_ids(steps) -> list[list[int]]:
+    """Per generated step, the ids of the TOP_K most likely tokens; entries are (logprob, id, text)."""
+    out = []
+    for step in steps:
+        ranked = sorted((e for e in (step or []) if e[0] is not None), key=lambda e: -e[0])
+        out.append([int(e[1]) for e in ranked[:TOP_K]])
+    return out
+
+
+def chosen_logprobs(entries, ids) -> list[float | None]:
+    """Logprob of the token at each position; None where SGLang gave none or another token."""
+    out = []
+    for e, t in zip(entries, ids):
+        ok = e is not None and e[0] is not None and int(e[1]) == int(t)
+        out.append(float(e[0]) if ok else None)
+    return out
+
+
+def _generate(engine, prompts, max_new_tokens: int, **kw) -> list[dict]:
+    outs = engine.generate(input_ids=[list(p) for p in prompts], sampling_params=_params(max_new_tokens), **kw)
+    return outs if isinstance(outs, list) else [outs]
+
+
+def _probe(engine, out_dir: str, tag: str) -> list[dict]:
+    try:
+        engine.collective_rpc("fk_probe_dump", out_dir=out_dir, tag=tag)
+    except Exception as exc:  # no fk plugin in the schedulers (baseline run)
+        phase(f"no probe from the schedulers ({type(exc).__name__}: {exc})")
+        return []
+    return read_probes(out_dir, tag)
+
+
+def read_probes(out_dir: str, tag: str) -> list[dict]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(out_dir, f"probe-{tag}-*.json"))):
+        with open(path) as f:
+            out.append(json.load(f))
+    return out
+
+
+def kernel_counts(trace_dir: str) -> list[dict]:
+    """GPU kernel names and counts per Chrome trace file under ``trace_dir`` (one per rank)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(trace_dir, "**", "*.trace.json*"), recursive=True)):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            trace = json.load(f)
+        kernels: dict[str, int] = {}
+        for evt in trace.get("traceEvents", []) if isinstance(trace, dict) else trace:
+            if evt.get("cat") == "kernel" and evt.get("ph") == "X":
+                kernels[evt["name"]] = kernels.get(evt["name"], 0) + 1
+        out.append({"trace": os.path.basename(path), "kernels": kernels})
+    return out
+
+
+def run(job: dict) -> dict:
+    import sglang as sgl
+    import torch
+
+    res: dict = {"engine": "sglang", "engine_version": getattr(sgl, "__version__", "?"), "torch": torch.__version__,
+                 "pid": os.getpid()}
+    run_dir = os.environ.get("FK_RUN_DIR") or tempfile.mkdtemp(prefix="fk-sglang-")
+    probe_dir = os.path.join(run_dir, "probe")
+    os.makedirs(probe_dir, exist_ok=True)
+    kw, res["ignored_engine_args"] = engine_kwargs(job)
+    phase("starting engine")
+    t0 = time.perf_counter()
+    engine = sgl.Engine(**kw)
+    try:
+        res["startup_s"] = time.perf_counter() - t0
+        _body(engine, job, res, run_dir, probe_dir)
+    finally:
+        engine.shutdown()
+    res["status"] = "ok"
+    return res
+
+
+def _body(engine, job: dict, res: dict, run_dir: str, probe_dir: str) -> None:
+    res["probe_after_start"] = _probe(engine, probe_dir, "start")
+    corr = job["correctness"]
+    phase("correctness: greedy generation")
+    outs = _generate(engine, corr["prompts"], corr["max_tokens"], return_logprob=True, top_logprobs_num=TOP_K,
+                     logprob_start_len=-1)  # -1: no prompt logprobs (unverified on GPU)
+    res["tokens"] = [list(o["output_ids"]) for o in outs]
+    res["token_top_ids"] = [top_ids(o["meta_info"].get("output_top_logprobs") or []) for o in outs]
+    res["token_logprobs"] = [chosen_logprobs(o["meta_info"].get("output_token_logprobs") or [], o["output_ids"])
+                             for o in outs]
+    phase("correctness: teacher-forced logprobs")
+    outs = _generate(engine, corr["teacher"], 1, return_logprob=True, logprob_start_len=0)
+    res["teacher_logprobs"] = [chosen_logprobs((o["meta_info"].get("input_token_logprobs") or [])[1:], seq[1:])
+                               for o, seq in zip(outs, corr["teacher"])]
+    res["probe_after_correctness"] = _probe(engine, probe_dir, "correctness")
+
+    if job.get("perf"):
+        res["perf"] = measure(job["perf"], lambda prompts, n: _timed(engine, prompts, n))
+    if job.get("profile"):
+        phase("profiling a few steps")
+        trace_dir = os.path.join(run_dir, "profile")
+        os.makedirs(trace_dir, exist_ok=True)
+        engine.start_profile(output_dir=trace_dir, activities=["GPU"], with_stack=False,  # unverified on GPU
+                             record_shapes=False)
+        batch = corr["prompts"][: job["profile"].get("requests", 4)]
+        _generate(engine, batch, job["profile"].get("max_tokens", 8))
+        engine.stop_profile()
+        res["profile"] = kernel_counts(trace_dir)
+    res["probe"] = _probe(engine, probe_dir, "final")
+
+
+def _timed(engine, prompts, max_new_tokens: int) -> tuple[float, int, int]:
+    t0 = time.perf_counter()
+    outs = _generate(engine, prompts, max_new_tokens)
+    dt = time.perf_counter() - t0
+    return dt, sum(len(p) for p in prompts), sum(len(o["output_ids"]) for o in outs)
+
+
+if __name__ == "__main__":
+    sys.exit(main(run))

@@ -1,0 +1,86 @@
+"""SGLang general plugin (entry point ``sglang.srt.plugins: fk_adapters``).
+
+SGLang's ``load_plugins()`` calls ``register()`` once per process (the Engine process and
+every scheduler / TP rank), before the model is built, then applies the registered hooks.
+``SGLANG_PLUGINS`` is SGLang's allowlist of entry-point names: name ``fk_adapters`` in it if
+you set it. With no fk plugin selected (``FK_PLUGINS`` unset or empty) this returns at once
+and SGLang stays stock.
+
+Evidence: besides the load record, each process adds two methods to ``Scheduler`` that the
+driver reaches through ``Engine.collective_rpc`` (which calls ``getattr(scheduler, name)``
+on every rank and returns nothing): ``fk_probe_dump(out_dir, tag)`` writes this process's
+``probe.snapshot()`` to ``out_dir/probe-<tag>-<pid>.json``, and ``fk_probe_reset()``.
+A final snapshot is also written at exit to ``$FK_RUN_DIR/probe/probe-exit-<pid>.json``
+(best effort: SGLang may kill its schedulers without running atexit handlers).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+
+log = logging.getLogger("fk_adapters.sglang")
+ENGINE = "sglang"
+_loaded_in: int | None = None  # pid that registered the hooks
+
+
+def register() -> None:
+    global _loaded_in
+    if not os.environ.get("FK_PLUGINS", "").strip():
+        return
+    if _loaded_in == os.getpid():
+        return
+    _loaded_in = os.getpid()
+    from fk_adapters import probe
+    from fk_adapters.plugins import allowlist_from_env, load_plugins, select_kernels, strict_from_env
+
+    detail: dict = {"device": "cuda"}  # SGLang's hooked path is forward_cuda: no CPU path
+    try:
+        plugins = load_plugins(allowlist_from_env(), strict=strict_from_env(), engine=ENGINE, device="cuda")
+        chosen, notes = select_kernels(plugins, ENGINE, "cuda")
+        detail["plugins"] = [p.describe() for p in plugins]
+        detail["notes"] = notes
+        from fk_adapters.engines.sglang.install import install
+
+        detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": paths}
+                               for (s, (p, k)), paths in zip(chosen.items(), install(chosen).values())}
+        _add_rpc_methods()
+        _dump_at_exit()
+        log.info("fk-adapters: hooked %s", {s: v["plugin"] for s, v in detail["installed"].items()})
+    except Exception as exc:
+        detail["error"] = f"{type(exc).__name__}: {exc}"
+        probe.record_load(ENGINE, detail)
+        raise  # SGLang logs plugin failures and goes on: the load record carries the error
+    probe.record_load(ENGINE, detail)
+
+
+def write_snapshot(path: str, **extra) -> None:
+    from fk_adapters import probe
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({**probe.snapshot(), **extra}, f)
+
+
+def fk_probe_dump(self, out_dir: str, tag: str = "probe") -> None:
+    write_snapshot(os.path.join(out_dir, f"probe-{tag}-{os.getpid()}.json"), tp_rank=getattr(self, "tp_rank", None))
+
+
+def fk_probe_reset(self) -> None:
+    from fk_adapters import probe
+
+    probe.reset_calls()
+
+
+def _add_rpc_methods() -> None:
+    from sglang.srt.managers.scheduler import Scheduler
+
+    Scheduler.fk_probe_dump = fk_probe_dump
+    Scheduler.fk_probe_reset = fk_probe_reset
+
+
+def _dump_at_exit() -> None:
+    run_dir = os.environ.get("FK_RUN_DIR")
+    if run_dir:
+        atexit.register(lambda: write_snapshot(os.path.join(run_dir, "probe", f"probe-exit-{os.getpid()}.json")))

@@ -1,0 +1,83 @@
+"""Register AROUND hooks for the selected kernels through SGLang's HookRegistry.
+
+Runs inside ``load_plugins()`` (before the model is built); SGLang applies the hooks
+right after every plugin has run. Imports sglang only inside functions.
+"""
+from __future__ import annotations
+
+import pkgutil
+
+from fk_adapters import ops
+from fk_adapters.engines.sglang import targets
+from fk_adapters.engines.sglang.natives import NATIVES
+from fk_adapters.kernel import Kernel
+from fk_adapters.tasks import SLOTS
+
+
+def kernel_callable(kernel: Kernel):
+    """The plain callable for a kernel: its fn, or its factory applied to SGLang's own kernel."""
+    return kernel.fn if kernel.fn is not None else kernel.factory(NATIVES[kernel.slot])
+
+
+def engine_modes() -> tuple[bool, bool]:
+    """(compiled, cuda_graphs) from the published server args; (True, True) while unknown.
+
+    ``forward_cuda`` is traced by torch.compile only under the ``tc_piecewise`` graph backend
+    (``--enable-torch-compile`` switches ops to ``forward_native``, away from the hooks).
+    """
+    from sglang.srt.server_args import get_global_server_args
+
+    try:
+        sa = get_global_server_args()
+    except ValueError:
+        return True, True
+    cfg = getattr(sa, "cuda_graph_config", None)
+    if cfg is None:
+        return True, not sa.disable_cuda_graph
+    backends = {cfg.decode.backend, cfg.prefill.backend}
+    graphs = not sa.disable_cuda_graph and backends != {"disabled"}
+    return "tc_piecewise" in backends, graphs
+
+
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _batch_invariant() -> bool:
+    from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
+
+    return is_batch_invariant_mode_enabled()
+
+
+def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
+    """Register one AROUND hook per hooked method (and on its ``__init__`` to count layers).
+
+    Returns {slot: [hooked method paths]}.
+    """
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    try:
+        import sglang.srt.batch_invariant_ops  # noqa: F401
+
+        targets.Runtime.batch_invariant = staticmethod(_batch_invariant)
+    except ImportError:
+        pass
+    guard = targets.ModeGuard(chosen, engine_modes, _capturing)
+    wrapped = {slot: guard.wrap(slot, ops.wrap(plugin, SLOTS[slot], kernel_callable(k), k.dtypes))
+               for slot, (plugin, k) in chosen.items()}
+    entered: dict[str, list[str]] = {s: [] for s in chosen}
+    for t in targets.TARGETS:
+        mine = {s: wrapped[s] for s in t.slots if s in wrapped}
+        if not mine:
+            continue
+        HookRegistry.register(t.path, targets.make_hook(t, mine), HookType.AROUND)
+        HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls)), HookType.AROUND)
+        for s in mine:
+            entered[s].append(t.path)
+    return entered
+
+
+def _host(path: str):
+    return lambda: pkgutil.resolve_name(path)

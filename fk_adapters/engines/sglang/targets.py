@@ -1,0 +1,265 @@
+"""Where each catalog slot enters SGLang 0.5.15, and how a hooked call maps to the slot.
+
+Pure Python: nothing here imports sglang. On CUDA every SGLang op (``MultiPlatformOp``)
+dispatches to ``forward_cuda``; each :class:`Target` is one such method, wrapped by an
+AROUND hook (``make_hook``). The hook gets ``(original, self, *args, **kwargs)``; the
+target's adapter turns that call into one slot call and returns what SGLang's own
+method returns. A call the slot interface does not cover yields :class:`Stock` and the
+hook runs ``original`` (SGLang's stock path), counted in ``probe.not_routed``: such
+calls are never claimed as the plugin's. Always call ``original``, never a saved
+reference: SGLang rebinds every module attribute that *is* the patched object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from fk_adapters import probe, safety
+
+NOT_SELECTED = ""  # Stock reason: no kernel chosen for this slot (not counted)
+
+
+@dataclass(frozen=True)
+class Stock:
+    """The adapter declines this call: run SGLang's original, record ``why`` (if any) for ``slot``."""
+
+    slot: str
+    why: str = NOT_SELECTED
+
+
+@dataclass(frozen=True)
+class Target:
+    cls: str  # dotted path of the class whose method is hooked
+    slots: tuple[str, ...]
+    adapter: Callable  # adapter(ops, self, *args, **kwargs) -> SGLang's result | Stock
+    layer_check: Callable = lambda layer: ""  # why a built layer can never route ("" if it can)
+    method: str = "forward_cuda"
+
+    @property
+    def path(self) -> str:
+        return f"{self.cls}.{self.method}"
+
+    @property
+    def init_path(self) -> str:
+        return f"{self.cls}.__init__"
+
+
+class Runtime:
+    """Engine state the adapters consult per call; ``install`` points these at SGLang's."""
+
+    batch_invariant: Callable[[], bool] = staticmethod(lambda: False)
+
+
+def _extra(more: tuple, extra: dict) -> str:
+    if more or extra:
+        return "unknown arguments " + ", ".join([f"#{i}" for i in range(len(more))] + sorted(extra))
+    return ""
+
+
+def _weight(layer):
+    w = layer.weight
+    return getattr(w, "data", w)
+
+
+def rms_layer_check(layer) -> str:
+    if getattr(layer, "variance_size_override", None) is not None:
+        return "variance_size_override"
+    if getattr(layer, "cast_x_before_out_mul", False):
+        return "cast_x_before_out_mul"
+    return ""
+
+
+def rms_norm(ops, layer, x, residual=None, post_residual_addition=None, *more, **extra):
+    """RMSNorm.forward_cuda(x, residual=None, post_residual_addition=None).
+
+    No residual: returns a new tensor (x of any rank is flattened to 2D, as SGLang does).
+    With residual: in place on x and residual, returns ``(x, residual)``.
+    """
+    slot = "rms_norm" if residual is None else "fused_add_rms_norm"
+    op = ops.get(slot)
+    if op is None:
+        return Stock(slot)
+    w = _weight(layer)
+    why = (rms_layer_check(layer) or _extra(more, extra)
+           or ("post_residual_addition" if post_residual_addition is not None else "")
+           or ("empty input" if x.numel() == 0 else "")
+           or ("batch-invariant mode" if Runtime.batch_invariant() else "")
+           or ("weight dtype/device differs from x" if (w.dtype, w.device) != (x.dtype, x.device) else ""))
+    if not why and residual is not None:
+        if x.dim() != 2 or residual.shape != x.shape:
+            why = "residual call not on [T, H]"
+        elif residual.dtype != x.dtype:
+            why = "residual dtype differs from x"
+    if why:
+        return Stock(slot, why)
+    eps = float(layer.variance_epsilon)
+    if residual is not None:
+        op(x, residual, w, eps)
+        return x, residual
+    if x.dim() != 2:
+        shape = x.shape
+        return op(x.contiguous().reshape(-1, shape[-1]), w, eps).reshape(shape)
+    return op(x, w, eps)
+
+
+def _gated_check(x, more, extra) -> str:
+    return _extra(more, extra) or ("empty input" if x.numel() == 0 else "") or (
+        "odd last dimension" if x.shape[-1] % 2 else "")
+
+
+def silu_and_mul(ops, layer, x, *more, **extra):
+    """SiluAndMul.forward_cuda(x) -> new tensor [..., d]."""
+    op = ops.get("silu_and_mul")
+    if op is None:
+        return Stock("silu_and_mul")
+    why = _gated_check(x, more, extra)
+    return Stock("silu_and_mul", why) if why else op(x)
+
+
+def gelu_and_mul(ops, layer, x, *more, **extra):
+    """GeluAndMul.forward_cuda(x) -> new tensor; ``layer.approximate`` is "none" or "tanh"."""
+    op = ops.get("gelu_and_mul")
+    if op is None:
+        return Stock("gelu_and_mul")
+    approximate = getattr(layer, "approximate", None)
+    why = _gated_check(x, more, extra) or (
+        "" if approximate in ("none", "tanh") else f"approximate={approximate!r}")
+    return Stock("gelu_and_mul", why) if why else op(x, approximate)
+
+
+def rotary_layer_check(layer) -> str:
+    width = layer.cos_sin_cache.shape[-1]
+    return "" if width == layer.rotary_dim else f"cos_sin_cache width {width} != rotary_dim {layer.rotary_dim}"
+
+
+def rotary_embedding(ops, layer, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None,
+                     *more, **extra):
+    """RotaryEmbedding.forward_cuda(positions, query, key, offsets=None, fused_set_kv_buffer_arg=None).
+
+    In place on query and key; returns ``(query, key)``. The cache is passed as SGLang holds
+    it (float32 on CUDA), so a kernel must accept a cache dtype other than the query's.
+    """
+    op = ops.get("rotary_embedding")
+    if op is None:
+        return Stock("rotary_embedding")
+    cache = layer.cos_sin_cache
+    why = (rotary_layer_check(layer) or _extra(more, extra)
+           or ("fused_set_kv_buffer_arg (fused KV-cache write)" if fused_set_kv_buffer_arg is not None else "")
+           or ("offsets" if offsets is not None else "")
+           or ("key is None" if key is None else "")
+           or ("positions not 1-D" if positions.dim() != 1 else "")
+           or ("empty input" if positions.numel() == 0 else "")
+           or ("query/key not [T, H*D]" if query.dim() != 2 or key.dim() != 2 else "")
+           or ("cos_sin_cache on another device" if cache.device != query.device else ""))
+    if why:
+        return Stock("rotary_embedding", why)
+    op(positions, query, key, int(layer.head_size), cache, bool(layer.is_neox_style))
+    return query, key
+
+
+_L = "sglang.srt.layers."
+TARGETS: tuple[Target, ...] = (
+    Target(_L + "layernorm.RMSNorm", ("rms_norm", "fused_add_rms_norm"), rms_norm, rms_layer_check),
+    Target(_L + "activation.SiluAndMul", ("silu_and_mul",), silu_and_mul),
+    Target(_L + "activation.GeluAndMul", ("gelu_and_mul",), gelu_and_mul),
+    Target(_L + "rotary_embedding.base.RotaryEmbedding", ("rotary_embedding",), rotary_embedding, rotary_layer_check),
+)
+
+# Catalog slots with no SGLang target (none today), and SGLang layers known to stay stock.
+UNCOVERED_SLOTS: dict[str, str] = {}
+KNOWN_NOT_ROUTED: dict[str, str] = {
+    _L + "layernorm.GemmaRMSNorm": "scales by (1 + weight): no catalog slot",
+    _L + "layernorm.Gemma3RMSNorm": "scales by (1 + weight): no catalog slot",
+    _L + "layernorm.Gemma4RMSNorm": "own forward_cuda, not the rms_norm interface",
+    _L + "layernorm.RMSNormWithoutScale": "no weight: not the rms_norm interface",
+    _L + "rotary_embedding.mrope.MRotaryEmbedding": "overrides forward_cuda (multimodal positions), subclasses too",
+    _L + "rotary_embedding.rope_variant.Llama4VisionRotaryEmbedding": "overrides forward",
+    _L + "rotary_embedding.rope_variant.DualChunkRotaryEmbedding": "not a RotaryEmbedding subclass",
+    _L + "rotary_embedding.rope_variant.Phi3LongRoPEScaledRotaryEmbedding": "plain nn.Module",
+    "sglang.srt.models.glm4v.Glm4vRMSNorm": "overrides forward",
+    "sglang.srt.models.gemma3n_causal.Gemma3nRMSNorm": "overrides forward",
+}
+
+
+def by_slot() -> dict[str, Target]:
+    return {s: t for t in TARGETS for s in t.slots}
+
+
+def layer_reason(target: Target, layer, hooked: Callable, host_forward: Callable) -> str:
+    """Why this built layer never reaches the hooked method ("" if its calls can route)."""
+    fm = getattr(layer, "_forward_method", None)
+    if getattr(fm, "__func__", None) is not hooked:
+        return f"{type(layer).__name__} dispatches to {getattr(fm, '__qualname__', fm)}"
+    if getattr(type(layer), "forward", None) is not host_forward:
+        return f"{type(layer).__name__} overrides forward"
+    return target.layer_check(layer)
+
+
+def _compiling() -> bool:
+    try:
+        import torch
+
+        return torch.compiler.is_compiling()
+    except (ImportError, AttributeError):
+        return False
+
+
+def make_hook(target: Target, ops: dict) -> Callable:
+    """The AROUND hook for ``target.path``: route to the slot op, or run SGLang's original."""
+    adapter = target.adapter
+
+    def hook(original, *args, **kwargs):
+        out = adapter(ops, *args, **kwargs)
+        if isinstance(out, Stock):
+            if out.why and not _compiling():  # no Python side effects inside a traced region
+                probe.not_routed[f"{out.slot} (call: {out.why})"] += 1
+            return original(*args, **kwargs)
+        return out
+
+    hook.__qualname__ = f"fk_{target.method}_hook"
+    return hook
+
+
+def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], type]) -> Callable:
+    """AROUND hook for ``target.init_path``: count layers built that can (or never can) route."""
+
+    def hook(original, layer, *args, **kwargs):
+        original(layer, *args, **kwargs)
+        cls = host()
+        why = layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
+        for s in slots:
+            (probe.not_routed if why else probe.constructed)[s + (f" ({why})" if why else "")] += 1
+
+    return hook
+
+
+class ModeGuard:
+    """Refuse kernels not declared safe for the engine's mode, at their first call.
+
+    SGLang publishes its server args in a scheduler only after plugins are loaded, so the
+    mode is read lazily (``modes() -> (compiled, cuda_graphs)``). As a backstop, a kernel
+    not declared cuda_graph_safe is refused whenever it is called during a graph capture.
+    """
+
+    def __init__(self, kernels: dict, modes: Callable[[], tuple[bool, bool]],
+                 capturing: Callable[[], bool] = lambda: False):
+        self.kernels, self.modes, self.capturing = kernels, modes, capturing
+        self.checked = False
+        self.graph_unsafe = {s for s, (_, k) in kernels.items() if not k.cuda_graph_safe}
+
+    def check(self, slot: str) -> None:
+        if not self.checked:
+            safety.check(self.kernels, *self.modes())
+            self.checked = True
+        if slot in self.graph_unsafe and not _compiling() and self.capturing():
+            plugin, _ = self.kernels[slot]
+            raise safety.UnsafeKernelError(f"{plugin}:{slot} is not declared cuda_graph_safe, and SGLang is "
+                                           "capturing a CUDA graph (run it in eager mode: --mode eager)")
+
+    def wrap(self, slot: str, op: Callable) -> Callable:
+        def guarded(*args):
+            self.check(slot)
+            return op(*args)
+
+        guarded.__qualname__ = f"guarded_{slot}"
+        return guarded
