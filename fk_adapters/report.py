@@ -47,6 +47,8 @@ def _perf_rows(row: dict) -> list[list[str]]:
 
 
 def render(results: dict) -> str:
+    if "runs" in results:
+        return render_side_by_side(results)
     rows = results["scenarios"]
     passed = sum(r["status"] == "PASSED" for r in rows)
     verdict = results.get("verdict", "?")
@@ -118,4 +120,29 @@ def render(results: dict) -> str:
                   "latency: <1 is faster.", "",
                   tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
                                                "ratio (total)", "ratio (output tokens/s)"], tablefmt="github")]
+    return "\n".join(lines) + "\n"
+
+
+def _engine_cell(row: dict | None) -> list[str]:
+    if row is None:
+        return ["-", "-", "-"]
+    tf = row.get("correctness", {}).get("teacher_forced", {})
+    thr = row.get("perf", {}).get("throughput", {})
+    ratio = _ratio(next(iter(thr.values()))["tokens_per_s"]) if thr else "-"
+    return [row["status"], _f(tf.get("max_abs")), ratio]
+
+
+def render_side_by_side(combined: dict) -> str:
+    """One candidate on several engines: a summary table, then each engine's own report."""
+    runs = combined["runs"]
+    names = [f"{r['engine']} {r['engine_version']}" for r in runs]
+    by_engine = [{row["scenario"]: row for row in r["scenarios"]} for r in runs]
+    scenario_names = list(dict.fromkeys(s for r in runs for s in (row["scenario"] for row in r["scenarios"])))
+    headers = ["scenario"] + [f"{n}: {h}" for n in names for h in ("status", "max abs Δlogprob", "throughput ratio")]
+    table = [[s] + [c for rows in by_engine for c in _engine_cell(rows.get(s))] for s in scenario_names]
+    lines = [f"# fk run: {combined['candidate']} on {' and '.join(names)}", "",
+             f"**{combined['verdict']}**: " + "; ".join(f"{r['engine']} {r['verdict']}" for r in runs), "",
+             tabulate(table, headers=headers, tablefmt="github")]
+    for r in runs:
+        lines += ["", "---", ""] + ["#" + ln if ln.startswith("#") else ln for ln in render(r).splitlines()]
     return "\n".join(lines) + "\n"

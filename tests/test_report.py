@@ -36,3 +36,16 @@ def test_fk_report_command(tmp_path, capsys):
     path.write_text(json.dumps(results("INCORRECT", "FAIL")))
     assert main(["report", str(path), "-o", str(tmp_path / "r.md")]) == 0
     assert "**FAIL**" in (tmp_path / "r.md").read_text()
+
+
+def test_side_by_side_report_for_two_engines(tmp_path):
+    a, b = results(), results("INCORRECT", "FAIL")
+    b["engine"], b["engine_version"] = "sglang", "0.5.15"
+    combined = {"engines": ["vllm", "sglang"], "candidate": "p", "verdict": "FAIL", "runs": [a, b]}
+    md = render(combined)
+    assert md.startswith("# fk run: p on vllm 0.32.0 and sglang 0.5.15")
+    assert "vllm 0.32.0: status" in md and "sglang 0.5.15: status" in md
+    assert "| x          | PASSED" in md and "INCORRECT" in md and md.count("## fk run:") == 2
+    path = tmp_path / "combined.json"
+    path.write_text(json.dumps(combined))
+    assert main(["report", str(path)]) == 0

@@ -1,6 +1,7 @@
 """``fk run``: a scenario suite on an engine, baseline vs. candidate, to results JSON + markdown."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -13,7 +14,8 @@ from fk_adapters.runner.ab import RunConfig, run_suite
 
 def add_parser(sub):
     p = sub.add_parser("run", help="run scenarios baseline vs. candidate and report the diff")
-    p.add_argument("--engine", default="vllm", help="engine (%(default)s)")
+    p.add_argument("--engine", action="append",
+                   help="engine (default vllm); repeat for several: one report puts them side by side")
     p.add_argument("--plugins", help="candidate plugins, comma separated (default: $FK_PLUGINS)")
     p.add_argument("--aa", action="store_true", help="A/A: the candidate is a second baseline (noise floor)")
     p.add_argument("--suite", help="a built-in suite (e.g. tiny)")
@@ -81,7 +83,7 @@ def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> No
 def run(args) -> int:
     from fk_adapters.cli.main import UsageError
 
-    spec = engines.get(args.engine)
+    specs = [engines.get(e) for e in dict.fromkeys(args.engine or ["vllm"])]
     if args.aa and args.plugins:
         raise UsageError("--aa runs baseline against baseline: give no --plugins")
     plugins = [] if args.aa else (parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env() or [])
@@ -95,22 +97,41 @@ def run(args) -> int:
     for sc in chosen:
         sc.dtype = args.dtype or sc.dtype
     device = _device(args.device)
-    if device not in spec.devices:
-        raise UsageError(f"engine {spec.name} does not run on {device} here")
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
-    _refuse_before_start(plugins, spec, device, mode)
-    version = engines.check_installed(spec)
-    cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=mode,
-                    out_dir=args.out, timeout_s=args.timeout, strict=args.strict, allow_unexercised=args.allow_unexercised,
-                    aa=args.aa, quick=args.quick, profile=device == "cuda" if args.profile is None else args.profile,
-                    multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
-                    baseline_from=args.baseline_from,
-                    command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {version} on {device} ({cfg.mode}), "
-          f"{len(chosen)} scenario(s) -> {args.out}", flush=True)
-    results = run_suite(cfg, chosen, version, echo=lambda m: print(f"  {m}", flush=True))
-    md_path = os.path.join(args.out, "report.md")
+    versions = {}
+    for spec in specs:  # every engine is checked before any starts
+        if device not in spec.devices:
+            raise UsageError(f"engine {spec.name} does not run on {device} here")
+        _refuse_before_start(plugins, spec, device, mode)
+        versions[spec.name] = engines.check_installed(spec)
+    multi = len(specs) > 1
+    all_results = []
+    for spec in specs:
+        out = os.path.join(args.out, spec.name) if multi else args.out
+        base_from = os.path.join(args.baseline_from, spec.name) if multi and args.baseline_from else args.baseline_from
+        cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=mode, out_dir=out, timeout_s=args.timeout,
+                        strict=args.strict, allow_unexercised=args.allow_unexercised, aa=args.aa, quick=args.quick,
+                        profile=device == "cuda" if args.profile is None else args.profile,
+                        multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
+                        baseline_from=base_from, command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+        print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({cfg.mode}), "
+              f"{len(chosen)} scenario(s) -> {out}", flush=True)
+        results = run_suite(cfg, chosen, versions[spec.name], echo=lambda m: print(f"  {m}", flush=True))
+        _write_report(out, results)
+        all_results.append(results)
+    if multi:
+        combined = {"engines": [r["engine"] for r in all_results], "candidate": all_results[0]["candidate"],
+                    "verdict": "PASS" if all(r["verdict"] == "PASS" for r in all_results) else "FAIL",
+                    "runs": all_results}
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(combined, f, indent=1, default=str)
+        _write_report(args.out, combined)
+        all_results = [combined]
+    return 0 if all(r["verdict"] == "PASS" for r in all_results) else 1
+
+
+def _write_report(out: str, results: dict) -> None:
+    md_path = os.path.join(out, "report.md")
     with open(md_path, "w") as f:
         f.write(render(results))
-    print(f"{results['verdict']}: results {os.path.join(args.out, 'results.json')}, report {md_path}")
-    return 0 if results["verdict"] == "PASS" else 1
+    print(f"{results['verdict']}: results {os.path.join(out, 'results.json')}, report {md_path}")

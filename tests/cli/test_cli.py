@@ -42,6 +42,8 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["report", str(tmp_path / "missing.json")], "no such file"),
         (["report", str(not_results)], "not an fk results file"),
         (["doctor", "--engine", "trt"], "unknown engine"),
+        (["run", "--engine", "vllm", "--engine", "sglang", "--plugins", "passthrough", "--suite", "tiny",
+          "--device", "cpu"], "engine sglang does not run on cpu"),
     ]
     for argv, message in cases:
         capsys.readouterr()
