@@ -11,6 +11,7 @@ import re
 from fk_adapters import probe
 
 _registered: dict[str, object] = {}
+_libraries: list = []  # a torch Library deregisters its ops when collected: keep them alive
 _DTYPE_NAMES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 
 
@@ -50,5 +51,5 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
     torch.library.register_fake(qualname, fake, lib=lib)
     op = getattr(getattr(torch.ops, namespace(plugin)), slot.name)
     _registered[qualname] = op
-    _registered[qualname + "#lib"] = lib  # a Library deregisters its ops when collected
+    _libraries.append(lib)
     return op
