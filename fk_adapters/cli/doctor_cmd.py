@@ -20,7 +20,7 @@ def run(args) -> int:
     code = ("import json; from fk_adapters.doctor import doctor, DoctorError\n"
             f"try: print(json.dumps(doctor({spec.module!r})))\n"
             "except DoctorError as e: print(json.dumps({'error': str(e)}))")
-    p = subprocess.run([spec.python, "-c", code], capture_output=True, text=True)
+    p = subprocess.run([spec.python, "-c", code], capture_output=True, text=True, env=spec.process_env())
     if p.returncode != 0:
         last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
         raise engines.EngineError(f"could not run the check in {spec.python}: {last}")

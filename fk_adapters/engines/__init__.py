@@ -29,9 +29,21 @@ class EngineSpec:
     def python(self) -> str:
         return os.environ.get(f"FK_{self.name.upper()}_PYTHON", sys.executable)
 
+    @property
+    def pythonpath(self) -> str:
+        """``FK_<ENGINE>_PYTHONPATH``: where this engine's packages live when engines with clashing
+        dependencies share one machine (empty: the inherited PYTHONPATH)."""
+        return os.environ.get(f"FK_{self.name.upper()}_PYTHONPATH", "")
+
+    def process_env(self) -> dict:
+        """Environment of any process that imports this engine."""
+        return dict(os.environ, PYTHONPATH=self.pythonpath) if self.pythonpath else dict(os.environ)
+
     def env(self, device: str, cache_dir: str = "") -> dict:
         """Environment for one run; ``cache_dir`` keeps compile caches apart per variant."""
         env = dict(self.env_cpu if device == "cpu" else self.env_cuda)
+        if self.pythonpath:
+            env["PYTHONPATH"] = self.pythonpath
         if cache_dir and self.cache_var:
             env[self.cache_var] = cache_dir
         return env
@@ -63,7 +75,7 @@ def check_installed(spec: EngineSpec) -> str:
     import subprocess
 
     probe = f"import importlib.metadata as m, {spec.module} as e; print(getattr(e, '__version__', '?'))"
-    p = subprocess.run([spec.python, "-c", probe], capture_output=True, text=True)
+    p = subprocess.run([spec.python, "-c", probe], capture_output=True, text=True, env=spec.process_env())
     if p.returncode != 0:
         raise EngineError(f"engine {spec.name!r} is not installed for {spec.python} "
                           f"(import {spec.module} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else '?'})")
