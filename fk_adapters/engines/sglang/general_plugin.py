@@ -32,27 +32,21 @@ def register() -> None:
     if _loaded_in == os.getpid():
         return
     _loaded_in = os.getpid()
-    from fk_adapters import probe
-    from fk_adapters.plugins import allowlist_from_env, load_plugins, select_kernels, strict_from_env
+    from fk_adapters.engines.loading import load_and_install
 
-    detail: dict = {"device": "cuda"}  # SGLang's hooked path is forward_cuda: no CPU path
-    try:
-        plugins = load_plugins(allowlist_from_env(), strict=strict_from_env(), engine=ENGINE, device="cuda")
-        chosen, notes = select_kernels(plugins, ENGINE, "cuda")
-        detail["plugins"] = [p.describe() for p in plugins]
-        detail["notes"] = notes
-        from fk_adapters.engines.sglang.install import install
+    # SGLang's hooked path is forward_cuda: there is no CPU path
+    detail = load_and_install(ENGINE, "cuda", _install, {})
+    log.info("fk-adapters: hooked %s", {s: v["plugin"] for s, v in detail["installed"].items()})
 
-        detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": paths}
-                               for (s, (p, k)), paths in zip(chosen.items(), install(chosen).values())}
-        _add_rpc_methods()
-        _dump_at_exit()
-        log.info("fk-adapters: hooked %s", {s: v["plugin"] for s, v in detail["installed"].items()})
-    except Exception as exc:
-        detail["error"] = f"{type(exc).__name__}: {exc}"
-        probe.record_load(ENGINE, detail)
-        raise  # SGLang logs plugin failures and goes on: the load record carries the error
-    probe.record_load(ENGINE, detail)
+
+def _install(chosen: dict) -> dict:
+    """Hooks, then the probe's RPC methods and exit dump; a failure in any is in the load record."""
+    from fk_adapters.engines.sglang.install import install
+
+    entered = install(chosen)
+    _add_rpc_methods()
+    _dump_at_exit()
+    return entered
 
 
 def write_snapshot(path: str, **extra) -> None:

@@ -9,14 +9,10 @@ import pkgutil
 
 from fk_adapters import ops
 from fk_adapters.engines.sglang import targets
+from fk_adapters.engines.loading import kernel_callable
 from fk_adapters.engines.sglang.natives import NATIVES
 from fk_adapters.kernel import Kernel
 from fk_adapters.tasks import SLOTS
-
-
-def kernel_callable(kernel: Kernel):
-    """The plain callable for a kernel: its fn, or its factory applied to SGLang's own kernel."""
-    return kernel.fn if kernel.fn is not None else kernel.factory(NATIVES[kernel.slot])
 
 
 def engine_modes() -> tuple[bool, bool]:
@@ -65,7 +61,7 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     except ImportError:
         pass
     guard = targets.ModeGuard(chosen, engine_modes, _capturing)
-    wrapped = {slot: guard.wrap(slot, ops.wrap(plugin, SLOTS[slot], kernel_callable(k), k.dtypes))
+    wrapped = {slot: guard.wrap(slot, ops.wrap(plugin, SLOTS[slot], kernel_callable(k, NATIVES), k.dtypes))
                for slot, (plugin, k) in chosen.items()}
     entered: dict[str, list[str]] = {s: [] for s in chosen}
     for t in targets.TARGETS:

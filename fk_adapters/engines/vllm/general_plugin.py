@@ -17,34 +17,17 @@ def register() -> None:
     global _loaded_in
     if not os.environ.get("FK_PLUGINS", "").strip():
         return
-    from fk_adapters import probe
-
     if _loaded_in is not None:
         if _loaded_in != os.getpid():
             _record_inherited()
         return
     _loaded_in = os.getpid()
     os.register_at_fork(after_in_child=_record_inherited)  # vLLM does not re-run plugins in forked processes
-    from fk_adapters.plugins import allowlist_from_env, load_plugins, select_kernels, strict_from_env
+    from fk_adapters.engines.loading import load_and_install
+    from fk_adapters.engines.vllm.install import install
 
-    device = _device()
-    detail = _detail
-    detail["device"] = device
-    try:
-        plugins = load_plugins(allowlist_from_env(), strict=strict_from_env(), engine="vllm", device=device)
-        chosen, notes = select_kernels(plugins, "vllm", device)
-        detail["plugins"] = [p.describe() for p in plugins]
-        detail["notes"] = notes
-        from fk_adapters.engines.vllm.install import install
-
-        detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": cls}
-                               for (s, (p, k)), cls in zip(chosen.items(), install(chosen).values())}
-        log.info("fk-adapters: installed %s", {s: v["plugin"] for s, v in detail["installed"].items()})
-    except Exception as exc:
-        detail["error"] = f"{type(exc).__name__}: {exc}"
-        probe.record_load("vllm", detail)
-        raise  # a selected plugin that cannot be installed must not look like a stock run
-    probe.record_load("vllm", detail)
+    load_and_install("vllm", _device(), install, _detail)
+    log.info("fk-adapters: installed %s", {s: v["plugin"] for s, v in _detail["installed"].items()})
 
 
 def _record_inherited() -> None:

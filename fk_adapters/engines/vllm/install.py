@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fk_adapters import ops, safety
 from fk_adapters.engines.vllm import layers
+from fk_adapters.engines.loading import kernel_callable
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
 from fk_adapters.tasks import SLOTS
@@ -46,11 +47,6 @@ def _guarded(cls, kernels):
     return cls
 
 
-def kernel_callable(kernel: Kernel):
-    """The plain callable for a kernel: its fn, or its factory applied to vLLM's own kernel."""
-    return kernel.fn if kernel.fn is not None else kernel.factory(NATIVES[kernel.slot])
-
-
 def engine_modes() -> tuple[bool, bool]:
     """(compiled, cuda_graphs) of the vLLM config being built (valid while a model is constructed)."""
     from vllm.config import get_cached_compilation_config
@@ -70,7 +66,7 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     """
     from vllm.model_executor.custom_op import CustomOp, op_registry_oot
 
-    wrapped = {slot: ops.wrap(plugin, SLOTS[slot], kernel_callable(k), k.dtypes)
+    wrapped = {slot: ops.wrap(plugin, SLOTS[slot], kernel_callable(k, NATIVES), k.dtypes)
                for slot, (plugin, k) in chosen.items()}
     entered: dict[str, list[str]] = {s: [] for s in chosen}
     for classes, slots, build in _targets():
