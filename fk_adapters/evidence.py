@@ -2,9 +2,10 @@
 
 Per slot: 'exercised' (proof found), 'not exercised' (the model built a layer for the
 slot but no proof the kernel ran: a failure unless allowed), or 'n/a' (the model has no
-layer for this slot). Proof is the call count in eager mode; under compile and CUDA
-graphs it is the plugin's kernel names seen by the profiler, or, for a kernel that
-declares no names, its op traced into the compiled graph and executed at capture.
+layer for this slot). Proof is the call count in eager mode; under CUDA graphs it is
+the plugin's kernel names seen by the profiler or, for a kernel that declares no names,
+the calls made while graphs were captured (``graphs``: the engine runs the hooked Python
+at capture) or its op traced into the compiled graph and executed (``compiled``: torch.compile).
 """
 from __future__ import annotations
 
@@ -34,8 +35,25 @@ def kernel_meta(loads: list[dict]) -> dict[tuple[str, str], dict]:
     return {(p["name"], k["slot"]): k for rec in loads for p in rec.get("plugins", []) for k in p.get("kernels", [])}
 
 
+MODES = ("eager", "graphs", "compiled")
+
+
+def plugin_code(loads: list[dict]) -> dict[str, dict]:
+    """{plugin: {dist, version, source_sha256}} as every loading process saw it ("mixed" if they differ)."""
+    out: dict[str, dict] = {}
+    for rec in loads:
+        for p in rec.get("plugins", []):
+            seen = {k: p.get(k, "") for k in ("dist", "version", "source_sha256")}
+            prev = out.setdefault(p["name"], seen)
+            if prev != seen:
+                prev["source_sha256"] = "mixed"
+    return out
+
+
 def judge(result: dict, loads: list[dict], mode: str) -> dict:
-    """Evidence per installed slot for one candidate run."""
+    """Evidence per installed slot for one candidate run; ``mode`` is one of MODES."""
+    if mode not in MODES:
+        raise ValueError(f"unknown evidence mode {mode!r}")
     probes, profile = result.get("probe", []), result.get("profile")
     meta = kernel_meta(loads)
     slots = {}
@@ -55,6 +73,10 @@ def judge(result: dict, loads: list[dict], mode: str) -> dict:
             ok = ev["profiler_hits"] > 0
             ev["status"] = "exercised" if ok else "not exercised"
             ev["proof"] = f"{ev['profiler_hits']} launches of {'/'.join(names)} in a profiled step"
+        elif mode == "graphs":
+            ok = ev["calls"] > 0
+            ev["status"] = "exercised" if ok else "not exercised"
+            ev["proof"] = f"{ev['calls']} calls in the worker(s) (CUDA-graph capture and eager steps)"
         else:
             ok = ev["traced"] > 0 and ev["calls"] > 0
             ev["status"] = "exercised" if ok else "not exercised"

@@ -36,10 +36,12 @@ class LoadedPlugin:
     kernels: list[Kernel] = field(default_factory=list)
     info: dict = field(default_factory=dict)
     error: str = ""
+    source_sha256: str = ""  # of the plugin package's source files: the same code wherever it is installed
 
     def describe(self) -> dict:
         return {"name": self.name, "dist": self.dist, "version": self.version, "target": self.target,
-                "info": self.info, "error": self.error, "kernels": [k.describe() for k in self.kernels]}
+                "source_sha256": self.source_sha256, "info": self.info, "error": self.error,
+                "kernels": [k.describe() for k in self.kernels]}
 
 
 def parse_allowlist(text: str | None) -> list[str] | None:
@@ -68,6 +70,24 @@ def _known_slots():
     return SLOTS
 
 
+def source_digest(module: str) -> str:
+    """sha256 over the relative paths and bytes of the .py files of ``module``'s top-level package."""
+    import hashlib
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.find_spec(module.split(".")[0])
+    if spec is None or not spec.origin:
+        return ""
+    origin = pathlib.Path(spec.origin)
+    root = origin.parent if spec.submodule_search_locations else origin
+    files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root.parent).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _record(ep: metadata.EntryPoint) -> LoadedPlugin:
     dist = ep.dist
     return LoadedPlugin(name=ep.name, dist=dist.metadata["Name"] if dist else "", version=dist.version if dist else "",
@@ -79,6 +99,7 @@ def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin
     pm = pluggy.PluginManager(hookspec.PROJECT)
     pm.add_hookspecs(hookspec)
     obj = ep.load()
+    plugin.source_sha256 = source_digest(ep.module)
     pm.register(obj, name=ep.name)
     pm.check_pending()
     for answer in pm.hook.fk_plugin_info():

@@ -41,6 +41,10 @@ def process_role() -> str:
         title = setproctitle.getproctitle()
     except ImportError:
         title = ""
+    if "multiprocessing" in title:  # a spawned child not yet named by its engine (SGLang's scheduler)
+        import multiprocessing
+
+        return f"{multiprocessing.current_process().name} (multiprocessing child of {os.getppid()})"
     return title or " ".join(sys.argv[:2])
 
 

@@ -1,6 +1,8 @@
 """Render a results JSON (from ``fk run``) as a markdown report fit for a pull request."""
 from __future__ import annotations
 
+import json
+
 from tabulate import tabulate
 
 
@@ -55,11 +57,15 @@ def render(results: dict) -> str:
     lines = [f"# fk run: {results['candidate']} on {results['engine']} {results['engine_version']}", "",
              f"**{verdict}**: {passed}/{len(rows)} scenarios passed"
              + (f"; {'; '.join(results['problems'])}" if results.get("problems") else ""), "",
-             f"- device: {results['device']}, mode: {results['mode']}, fk {results['fk_version']}, "
+             f"- device: {results['device']}, mode: {results.get('mode_detail') or results['mode']}, "
+             f"fk {results['fk_version']}, "
              f"created {results['created']}{', quick' if results.get('quick') else ''}",
              f"- baseline: stock {results['engine']} (no fk plugin)"
              + (f", runs reused from `{results['baseline_from']}`" if results.get("baseline_from") else "")
              + f"; candidate: {results['candidate']}"]
+    runtimes = {json.dumps(r["candidate"]["runtime"], sort_keys=True) for r in rows if r["candidate"].get("runtime")}
+    if runtimes:
+        lines.append(f"- engine runtime (candidate, as the engine resolved it): {'; '.join(sorted(runtimes))}")
     if results.get("command"):
         lines.append(f"- command: `{results['command']}`")
     lines += ["", "## Scenarios", ""]
@@ -123,13 +129,33 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _exercised(row: dict) -> str:
+    slots = row.get("evidence", {}).get("slots", {})
+    if not slots:
+        return "-"
+    n = sum(e["status"] == "exercised" for e in slots.values())
+    na = sum(e["status"] == "n/a" for e in slots.values())
+    return f"{n}/{len(slots) - na}" + (f" (+{na} n/a)" if na else "")
+
+
 def _engine_cell(row: dict | None) -> list[str]:
     if row is None:
-        return ["-", "-", "-"]
+        return ["-"] * len(ENGINE_COLUMNS)
     tf = row.get("correctness", {}).get("teacher_forced", {})
     thr = row.get("perf", {}).get("throughput", {})
     ratio = _ratio(next(iter(thr.values()))["tokens_per_s"]) if thr else "-"
-    return [row["status"], _f(tf.get("max_abs")), ratio]
+    return [row["status"], _exercised(row), _f(tf.get("max_abs")), ratio]
+
+
+ENGINE_COLUMNS = ("status", "slots exercised", "max abs Δlogprob", "throughput ratio")
+
+
+def _plugin_code(results: dict) -> dict:
+    out: dict = {}
+    for row in results["scenarios"]:
+        for name, c in row.get("plugin_code", {}).items():
+            out.setdefault(name, c)
+    return out
 
 
 def render_side_by_side(combined: dict) -> str:
@@ -138,11 +164,20 @@ def render_side_by_side(combined: dict) -> str:
     names = [f"{r['engine']} {r['engine_version']}" for r in runs]
     by_engine = [{row["scenario"]: row for row in r["scenarios"]} for r in runs]
     scenario_names = list(dict.fromkeys(s for r in runs for s in (row["scenario"] for row in r["scenarios"])))
-    headers = ["scenario"] + [f"{n}: {h}" for n in names for h in ("status", "max abs Δlogprob", "throughput ratio")]
+    headers = ["scenario"] + [f"{n}: {h}" for n in names for h in ENGINE_COLUMNS]
     table = [[s] + [c for rows in by_engine for c in _engine_cell(rows.get(s))] for s in scenario_names]
     lines = [f"# fk run: {combined['candidate']} on {' and '.join(names)}", "",
              f"**{combined['verdict']}**: " + "; ".join(f"{r['engine']} {r['verdict']}" for r in runs), "",
              tabulate(table, headers=headers, tablefmt="github")]
+    lines += ["", "Plugin code loaded by each engine (sha256 of the plugin package's sources):", ""]
+    code = [[r["engine"], name, f"{c['dist']} {c['version']}", c["source_sha256"][:16] or "?"]
+            for r in runs for name, c in _plugin_code(r).items()]
+    lines.append(tabulate(code, headers=["engine", "plugin", "distribution", "source sha256"], tablefmt="github")
+                 if code else "No plugin was loaded.")
+    for name in sorted({row[1] for row in code}):
+        digests = {row[3] for row in code if row[1] == name}
+        same = len(digests) == 1 and "?" not in digests and "mixed" not in digests
+        lines += ["", f"{name}: " + ("the same code in every engine" if same else "**NOT the same code in every engine**")]
     for r in runs:
         lines += ["", "---", ""] + ["#" + ln if ln.startswith("#") else ln for ln in render(r).splitlines()]
     return "\n".join(lines) + "\n"

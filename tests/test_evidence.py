@@ -59,3 +59,19 @@ def test_verdict_order_load_then_install_then_correctness_then_exercise():
     stray = {"evidence": evidence.judge(_result({"p:rms_norm": 1}, pid=99), [LOAD], "eager"), "correctness": ok,
              "failures": []}
     assert _verdict(stray, [LOAD], True)[0] == "LOAD_ERROR"
+
+
+def test_graphs_mode_counts_capture_calls_unless_names_are_declared():
+    """SGLang's graphs run the hooked Python at capture: calls prove a nameless kernel ran; names need the profiler."""
+    ev = evidence.judge(_result({"p:rms_norm": 7, "p:silu_and_mul": 3}, profile=[{"kernels": {}}]), [LOAD], "graphs")
+    assert ev["slots"]["silu_and_mul"]["status"] == "exercised"
+    assert ev["slots"]["rms_norm"]["status"] == "not exercised"  # declared names, none in the profile
+    ev = evidence.judge(_result({}, profile=[{"kernels": {}}]), [LOAD], "graphs")
+    assert ev["slots"]["silu_and_mul"]["status"] == "not exercised"
+
+
+def test_unknown_evidence_mode_is_an_error():
+    import pytest
+
+    with pytest.raises(ValueError, match="evidence mode"):
+        evidence.judge(_result({}), [LOAD], "fast")

@@ -109,3 +109,22 @@ def test_select_first_plugin_wins_and_filters_engine_and_device(make_plugin):
     assert any("shadowed by second" in n for n in notes) and any("not for engine vllm" in n for n in notes)
     chosen, _ = select_kernels(load_plugins(["good"]), "vllm", "cuda")
     assert chosen["rms_norm"][0] == "good"
+
+
+def test_source_digest_is_of_the_code_not_the_install_location(tmp_path, monkeypatch):
+    import importlib
+
+    from fk_adapters.plugins import source_digest
+
+    for site in ("a", "b"):
+        pkg = tmp_path / site / "fkdigest_pkg"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "a"))
+    importlib.invalidate_caches()
+    first = source_digest("fkdigest_pkg.plugin")
+    monkeypatch.syspath_prepend(str(tmp_path / "b"))
+    importlib.invalidate_caches()
+    assert source_digest("fkdigest_pkg") == first and len(first) == 64
+    (tmp_path / "b" / "fkdigest_pkg" / "__init__.py").write_text("X = 2\n")
+    assert source_digest("fkdigest_pkg") != first

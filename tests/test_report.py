@@ -49,3 +49,14 @@ def test_side_by_side_report_for_two_engines(tmp_path):
     path = tmp_path / "combined.json"
     path.write_text(json.dumps(combined))
     assert main(["report", str(path)]) == 0
+
+
+def test_side_by_side_says_whether_each_engine_ran_the_same_plugin_code():
+    a, b = results(), results()
+    b["engine"], b["engine_version"] = "sglang", "0.5.15"
+    for r, digest in ((a, "ab" * 32), (b, "ab" * 32)):
+        r["scenarios"][0]["plugin_code"] = {"p": {"dist": "fk-p", "version": "1.0", "source_sha256": digest}}
+    combined = {"engines": ["vllm", "sglang"], "candidate": "p", "verdict": "PASS", "runs": [a, b]}
+    assert "p: the same code in every engine" in render(combined)
+    b["scenarios"][0]["plugin_code"]["p"]["source_sha256"] = "cd" * 32
+    assert "p: **NOT the same code in every engine**" in render(combined)

@@ -36,7 +36,10 @@ def add_parser(sub):
                    help="run the engine core in the driver process (faster start on CPU)")
     p.add_argument("--strict", action="store_true", help="a plugin that fails to load fails the run")
     p.add_argument("--allow-unexercised", action="store_true",
-                   help="do not fail when a selected slot's kernel never ran (still reported)")
+                   help="do not fail when the model has layers for a selected slot but its kernel never ran "
+                        "(still reported)")
+    p.add_argument("--allow-uncovered", action="store_true",
+                   help="do not fail when no scenario's model has a layer for a selected slot (still reported)")
     return p
 
 
@@ -74,8 +77,7 @@ def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> No
     if not chosen:
         raise UsageError(f"the selected plugins offer no kernel for {engine} on {device}"
                          + (f" ({'; '.join(notes)})" if notes else ""))
-    compiled = mode == "compiled"
-    why = safety.refusals(chosen, compiled, compiled and device == "cuda")
+    why = safety.refusals(chosen, *spec.modes(mode, device))
     if why:
         raise UsageError("; ".join(why) + " (use --mode eager)")
 
@@ -110,11 +112,12 @@ def run(args) -> int:
         out = os.path.join(args.out, spec.name) if multi else args.out
         base_from = os.path.join(args.baseline_from, spec.name) if multi and args.baseline_from else args.baseline_from
         cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=mode, out_dir=out, timeout_s=args.timeout,
-                        strict=args.strict, allow_unexercised=args.allow_unexercised, aa=args.aa, quick=args.quick,
+                        strict=args.strict, allow_unexercised=args.allow_unexercised,
+                        allow_uncovered=args.allow_uncovered, aa=args.aa, quick=args.quick,
                         profile=device == "cuda" if args.profile is None else args.profile,
                         multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                         baseline_from=base_from, command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-        print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({cfg.mode}), "
+        print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({spec.describe_mode(mode, device)}), "
               f"{len(chosen)} scenario(s) -> {out}", flush=True)
         results = run_suite(cfg, chosen, versions[spec.name], echo=lambda m: print(f"  {m}", flush=True))
         _write_report(out, results)

@@ -24,6 +24,20 @@ class EngineSpec:
     env_cpu: dict = field(default_factory=dict)
     env_cuda: dict = field(default_factory=dict)
     cache_var: str = ""
+    # What fk's "compiled" mode means in this engine on CUDA: (torch.compile traces the ops, CUDA graphs)
+    compiled_cuda: tuple[bool, bool] = (True, True)
+    compiled_label: str = "torch.compile + CUDA graphs"
+
+    def modes(self, mode: str, device: str) -> tuple[bool, bool]:
+        """(ops traced by torch.compile, CUDA graphs captured) for an fk mode on a device."""
+        if mode != "compiled":
+            return False, False
+        return self.compiled_cuda if device == "cuda" else (self.compiled_cuda[0], False)
+
+    def describe_mode(self, mode: str, device: str) -> str:
+        if mode != "compiled":
+            return "eager (no torch.compile, no CUDA graphs)"
+        return self.compiled_label if device == "cuda" else "torch.compile"
 
     @property
     def python(self) -> str:
@@ -59,8 +73,12 @@ ENGINES = {
     ),
     # CUDA only (no CPU path). Only our entry point among SGLang's general plugins, in both runs of a pair.
     # SGLANG_CACHE_DIR holds its torch.compile (piecewise) cache and autotune results.
+    # fk's "compiled" is SGLang's default: CUDA graphs (decode full, prefill breakable), no torch.compile
+    # (--enable-torch-compile would move ops to forward_native, away from the hooks).
     "sglang": EngineSpec(name="sglang", module="sglang", driver="fk_adapters.engines.sglang.driver",
-                         devices=("cuda",), env_cuda={"SGLANG_PLUGINS": "fk_adapters"}, cache_var="SGLANG_CACHE_DIR"),
+                         devices=("cuda",), env_cuda={"SGLANG_PLUGINS": "fk_adapters"}, cache_var="SGLANG_CACHE_DIR",
+                         compiled_cuda=(False, True),
+                         compiled_label="CUDA graphs (SGLang default: decode full, prefill breakable), no torch.compile"),
 }
 
 

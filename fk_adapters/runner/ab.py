@@ -27,7 +27,8 @@ class RunConfig:
     out_dir: str
     timeout_s: float = 900.0
     strict: bool = False
-    allow_unexercised: bool = False
+    allow_unexercised: bool = False  # slots whose layers were built but whose kernel never ran
+    allow_uncovered: bool = False  # slots no scenario's model has a layer for
     aa: bool = False
     quick: bool = False
     profile: bool = False
@@ -81,7 +82,8 @@ def reuse_baseline(prev_out: str, scenario: str, job: dict) -> dict:
 
 
 def _summary(res: dict) -> dict:
-    keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from")
+    keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
+            "runtime")
     out = {k: res[k] for k in keep if k in res}
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
@@ -124,10 +126,16 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if cfg.aa:
         row["status"] = PASSED if not row["failures"] else INCORRECT
         return row
-    row["evidence"] = evidence.judge(cand, cand["loads"], cfg.mode)
+    row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg))
+    row["plugin_code"] = evidence.plugin_code(cand["loads"])
     row["status"], more = _verdict(row, cand["loads"], cfg.allow_unexercised)
     row["failures"] += more
     return row
+
+
+def evidence_mode(cfg: RunConfig) -> str:
+    traced, graphs = cfg.engine.modes(cfg.mode, cfg.device)
+    return "compiled" if traced else "graphs" if graphs else "eager"
 
 
 def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str, list[str]]:
@@ -167,6 +175,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     results = {"fk_version": __version__, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
                "device": cfg.device, "host": platform.node(), "python": sys.version.split()[0], "mode": cfg.mode,
+               "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
                "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
                "quick": cfg.quick, "baseline_from": cfg.baseline_from, "thresholds": metrics.THRESHOLDS, "scenarios": []}
     path = os.path.join(cfg.out_dir, "results.json")
@@ -185,9 +194,14 @@ def finish(results: dict, cfg: RunConfig) -> None:
     rows = results["scenarios"]
     cov = coverage(rows)
     results["coverage"] = cov
-    never = [s for s, c in cov.items() if not c["exercised_in"]]
+    never = sorted(s for s, c in cov.items() if not c["exercised_in"])
+    uncovered = [s for s in never if not cov[s]["not_exercised_in"]]  # no scenario's model has a layer for it
+    unexercised = [s for s in never if s not in uncovered]
     problems = [f"{r['scenario']}: {r['status']}" for r in rows if r["status"] != PASSED]
-    if never and not cfg.allow_unexercised and not cfg.aa:
-        problems.append(f"slots never exercised in this suite: {', '.join(sorted(never))}")
+    if unexercised and not cfg.allow_unexercised and not cfg.aa:
+        problems.append(f"slots never exercised in this suite: {', '.join(unexercised)}")
+    if uncovered and not cfg.allow_uncovered and not cfg.aa:
+        problems.append(f"slots no scenario of this suite has a layer for: {', '.join(uncovered)} "
+                        "(add a scenario that uses them, or --allow-uncovered)")
     results["verdict"] = "PASS" if not problems else "FAIL"
     results["problems"] = problems

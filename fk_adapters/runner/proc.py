@@ -20,7 +20,7 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
         os.remove(result_path)
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", FK_RUN_DIR=run_dir, **env)
     t0 = time.perf_counter()
-    with open(log_path, "w") as log:
+    with open(log_path, "w", buffering=1) as log:  # line-buffered: the log can be followed live
         proc = subprocess.Popen([python, "-m", driver, job_path, result_path], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=full_env, text=True, start_new_session=True,
                                 cwd=run_dir)  # never import fk_adapters from a source tree in the cwd

@@ -19,3 +19,12 @@ def test_per_engine_python_path_and_cache(monkeypatch):
     assert env["PYTHONPATH"] == "/tmp/fk-site/sglang" and env[spec.cache_var] == "/c"
     assert spec.process_env()["PYTHONPATH"] == "/tmp/fk-site/sglang"
     assert engines.get("vllm").env("cpu")["TRITON_INTERPRET"] == "1"
+
+
+def test_what_compiled_mode_means_per_engine():
+    vllm, sglang = engines.get("vllm"), engines.get("sglang")
+    assert vllm.modes("compiled", "cuda") == (True, True) and vllm.modes("compiled", "cpu") == (True, False)
+    assert sglang.modes("compiled", "cuda") == (False, True)  # CUDA graphs, no torch.compile
+    assert vllm.modes("eager", "cuda") == sglang.modes("eager", "cuda") == (False, False)
+    assert "no torch.compile" in sglang.describe_mode("compiled", "cuda")
+    assert vllm.describe_mode("eager", "cpu").startswith("eager")

@@ -109,6 +109,15 @@ def kernel_counts(trace_dir: str) -> list[dict]:
     return out
 
 
+def runtime(sa) -> dict:
+    """How this engine runs the model, from its resolved server args."""
+    cfg = getattr(sa, "cuda_graph_config", None)
+    graphs = ({"decode": cfg.decode.backend, "prefill": cfg.prefill.backend} if cfg is not None
+              else {"disabled": bool(getattr(sa, "disable_cuda_graph", False))})
+    return {"cuda_graphs": graphs, "torch_compile": bool(getattr(sa, "enable_torch_compile", False)),
+            "attention_backend": getattr(sa, "attention_backend", None)}
+
+
 def run(job: dict) -> dict:
     import sglang as sgl
     import torch
@@ -124,6 +133,7 @@ def run(job: dict) -> dict:
     engine = sgl.Engine(**kw)
     try:
         res["startup_s"] = time.perf_counter() - t0
+        res["runtime"] = runtime(engine.server_args)
         _body(engine, job, res, run_dir, probe_dir)
     finally:
         engine.shutdown()

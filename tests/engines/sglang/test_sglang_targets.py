@@ -395,3 +395,11 @@ def test_register_hooks_through_sglang_registry(make_plugin, monkeypatch, tmp_pa
     Scheduler().fk_probe_dump(str(tmp_path / "probe"), tag="t")
     (snap,) = driver.read_probes(str(tmp_path / "probe"), "t")
     assert "calls" in snap and "not_routed" in snap
+
+
+def test_driver_reports_the_runtime_it_resolved():
+    phase = types.SimpleNamespace
+    sa = types.SimpleNamespace(cuda_graph_config=phase(decode=phase(backend="full"), prefill=phase(backend="breakable")),
+                               enable_torch_compile=False, attention_backend="fa3")
+    assert driver.runtime(sa) == {"cuda_graphs": {"decode": "full", "prefill": "breakable"}, "torch_compile": False,
+                                  "attention_backend": "fa3"}

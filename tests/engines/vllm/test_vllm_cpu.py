@@ -59,7 +59,7 @@ def test_passthrough_loads_in_every_engine_process(tmp_path):
     assert ev["workers"] and all(w["plugins_loaded"] for w in ev["workers"])
     for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"):
         assert ev["slots"][slot]["calls"] > 0 and ev["slots"][slot]["status"] == "exercised"
-    assert res["problems"] == ["slots never exercised in this suite: gelu_and_mul"]
+    assert len(res["problems"]) == 1 and "no scenario of this suite has a layer for: gelu_and_mul" in res["problems"][0]
 
 
 def test_triton_plugin_agrees_on_the_tiny_suite(tmp_path):

@@ -1,0 +1,51 @@
+#!/bin/bash
+# GPU evidence for one engine's adapter. Run on the lent GPU machine from the repository root,
+# after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
+#   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
+#   ENGINE: vllm | sglang
+#   STEP: setup tests smoke triton passthrough aa wrong both pack
+# Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
+# `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
+# into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT.
+set -u
+ENGINE=$1; shift
+export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
+export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+ROOT=/tmp/fk-work; WORK=$ROOT/$ENGINE; MODELS=/tmp/fk-models
+mkdir -p "$WORK"
+FK="python3 -m fk_adapters.cli.main"
+RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 600"
+SC=llama31-8b-4l
+
+REPO=$(pwd)
+for step in "$@"; do
+  cd "$WORK" || exit 1
+  echo "=== $ENGINE $step $(date -u +%H:%M:%S)"
+  case $step in
+    setup)
+      (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \
+        --target "/tmp/fk-site/$ENGINE" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong 2>&1 \
+        | grep -v -i warning)
+      nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+      $FK doctor --engine "$ENGINE" | tee "$WORK/doctor.txt"
+      $FK plugins ;;
+    tests)
+      cd /tmp && python3 -m pytest "$REPO/tests" -m gpu -q -p no:cacheprovider 2>&1 | tee "$WORK/pytest-gpu.txt" | tail -5 ;;
+    smoke)
+      $RUN --plugins triton --scenario tiny-llama --dtype bfloat16 --quick --out "$WORK/smoke" --allow-uncovered ;;
+    triton)
+      $RUN --plugins triton --scenario $SC --out "$WORK/triton" --allow-uncovered ;;
+    passthrough|wrong)  # against the baseline runs of the triton step (same job), to save GPU time
+      $RUN --plugins "$step" --scenario $SC --out "$WORK/$step" --allow-uncovered --baseline-from "$WORK/triton" ;;
+    aa)
+      $RUN --aa --scenario $SC --out "$WORK/aa" --baseline-from "$WORK/triton" ;;
+    both)  # one plugin, both engines, one side-by-side report
+      $FK run --engine vllm --engine sglang --plugins triton --scenario $SC --model-cache $MODELS --timeout 600 \
+        --allow-uncovered --out "$ROOT/both" ;;
+    pack)
+      cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
+        && mv evidence.tmp.tgz evidence.tgz && ls -la evidence.tgz ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+  echo "=== $ENGINE $step done $(date -u +%H:%M:%S) rc=$?"
+done

@@ -1,0 +1,37 @@
+"""Suite-level verdicts of the A/B runner, without an engine."""
+from fk_adapters import engines
+from fk_adapters.runner.ab import RunConfig, evidence_mode, finish
+
+
+def _row(status, **slots):
+    return {"scenario": f"s{len(slots)}{status}", "status": status, "failures": [],
+            "evidence": {"slots": {s: {"plugin": "p", "status": st} for s, st in slots.items()}}}
+
+
+def _cfg(**kw):
+    args = dict(engine=engines.get("vllm"), plugins=["p"], device="cuda", mode="compiled", out_dir="/x")
+    return RunConfig(**{**args, **kw})
+
+
+def test_slot_with_no_layer_anywhere_fails_the_suite_unless_allowed_as_uncovered():
+    rows = [_row("PASSED", rms_norm="exercised", gelu_and_mul="n/a")]
+    res = {"scenarios": rows}
+    finish(res, _cfg())
+    assert res["verdict"] == "FAIL" and "no scenario of this suite has a layer for: gelu_and_mul" in res["problems"][0]
+    finish(res, _cfg(allow_unexercised=True))  # not the same permission
+    assert res["verdict"] == "FAIL"
+    finish(res, _cfg(allow_uncovered=True))
+    assert res["verdict"] == "PASS"
+
+
+def test_slot_with_layers_that_never_ran_needs_allow_unexercised():
+    rows = [_row("NOT_EXERCISED", rms_norm="exercised", silu_and_mul="not exercised")]
+    res = {"scenarios": rows}
+    finish(res, _cfg(allow_uncovered=True))
+    assert res["verdict"] == "FAIL" and any("never exercised in this suite: silu_and_mul" in p for p in res["problems"])
+
+
+def test_evidence_mode_follows_the_engine():
+    assert evidence_mode(_cfg()) == "compiled"
+    assert evidence_mode(_cfg(engine=engines.get("sglang"))) == "graphs"
+    assert evidence_mode(_cfg(mode="eager")) == "eager"
