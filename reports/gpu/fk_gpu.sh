@@ -6,7 +6,8 @@
 #   STEP: setup tests smoke triton passthrough aa wrong both pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
-# into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT.
+# into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
+# reuse the baseline runs of $BASE (default: the triton step's; BASE=/tmp/fk-work/both/ENGINE after `both`).
 set -u
 ENGINE=$1; shift
 export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
@@ -16,6 +17,7 @@ mkdir -p "$WORK"
 FK="python3 -m fk_adapters.cli.main"
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 600"
 SC=llama31-8b-4l
+BASE=${BASE:-$WORK/triton}
 
 REPO=$(pwd)
 for step in "$@"; do
@@ -35,10 +37,10 @@ for step in "$@"; do
       $RUN --plugins triton --scenario tiny-llama --dtype bfloat16 --quick --out "$WORK/smoke" --allow-uncovered ;;
     triton)
       $RUN --plugins triton --scenario $SC --out "$WORK/triton" --allow-uncovered ;;
-    passthrough|wrong)  # against the baseline runs of the triton step (same job), to save GPU time
-      $RUN --plugins "$step" --scenario $SC --out "$WORK/$step" --allow-uncovered --baseline-from "$WORK/triton" ;;
+    passthrough|wrong)  # against the same baseline runs (same job), to save GPU time
+      $RUN --plugins "$step" --scenario $SC --out "$WORK/$step" --allow-uncovered --baseline-from "$BASE" ;;
     aa)
-      $RUN --aa --scenario $SC --out "$WORK/aa" --baseline-from "$WORK/triton" ;;
+      $RUN --aa --scenario $SC --out "$WORK/aa" --baseline-from "$BASE" ;;
     both)  # one plugin, both engines, one side-by-side report
       $FK run --engine vllm --engine sglang --plugins triton --scenario $SC --model-cache $MODELS --timeout 600 \
         --allow-uncovered --out "$ROOT/both" ;;
