@@ -80,3 +80,35 @@ def test_fk_plugins_shows_broken_plugins_and_strict_fails(make_plugin, capsys):
     assert "failed to load" in capsys.readouterr().err
     assert main(["plugins", "--plugins", "good", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["kernels"][0]["slot"] == "rms_norm"
+
+
+def test_graph_safety_is_judged_per_engine(make_plugin, capsys, python_without_engines, monkeypatch):
+    """SGLang captures graphs but does not compile: a graph-unsafe kernel is refused before start, a
+    compile-unsafe but graph-safe one is not (it gets as far as the engine check); vLLM compiles: refused."""
+    make_plugin("graphunsafe", """
+        from fk_adapters import Kernel, hookimpl
+
+        @hookimpl
+        def fk_kernels(engine, device):
+            return [Kernel(slot="silu_and_mul", fn=lambda x: x, devices=("cuda",), compile_safe=True)]
+    """)
+    make_plugin("compileunsafe", """
+        from fk_adapters import Kernel, hookimpl
+
+        @hookimpl
+        def fk_kernels(engine, device):
+            return [Kernel(slot="silu_and_mul", fn=lambda x: x, devices=("cuda",), cuda_graph_safe=True)]
+    """)
+    monkeypatch.setenv("FK_SGLANG_PYTHON", python_without_engines)
+    run = ["run", "--scenario", "tiny-llama", "--device", "cuda", "--plugins"]
+    for argv, message in (
+            (run + ["graphunsafe", "--engine", "sglang"], "graphunsafe:silu_and_mul is not declared cuda_graph_safe"),
+            (run + ["compileunsafe", "--engine", "sglang"], "engine 'sglang' is not installed"),
+            (run + ["compileunsafe", "--engine", "vllm"], "compileunsafe:silu_and_mul is not declared compile_safe")):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err, (argv, err)
+        assert ("(use --mode eager)" in err) == ("not declared" in message), (argv, err)
+    assert main(run + ["graphunsafe", "--engine", "sglang", "--mode", "eager"]) == 2  # allowed; then: no SGLang
+    assert "is not installed" in capsys.readouterr().err
