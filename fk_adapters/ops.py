@@ -3,6 +3,7 @@
 The op's body is the only place a kernel call is counted: it runs on every eager call,
 and only at capture time under CUDA graphs (where the profiler is the evidence). Its
 fake implementation gives torch.compile the result's shape without running the kernel.
+In capture mode (``FK_CAPTURE=1`` when the op is wrapped) it also counts each call's signature.
 """
 from __future__ import annotations
 
@@ -32,9 +33,12 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
         return _registered[qualname]
     key = op_key(plugin, slot.name)
     allowed = set(dtypes)
+    record = _recorder(slot.name) if probe.capturing() else None
 
     def body(*args):
         probe.hit(key)
+        if record:
+            record(args)
         dtype = _DTYPE_NAMES.get(str(args[slot.dtype_arg].dtype), str(args[slot.dtype_arg].dtype))
         if dtype not in allowed:
             raise TypeError(f"fk kernel {key} does not support {dtype} (declared: {sorted(allowed)})")
@@ -53,3 +57,13 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
     _registered[qualname] = op
     _libraries.append(lib)
     return op
+
+
+def _recorder(slot_name: str):
+    """Counts each call's signature into ``probe.signatures[slot_name]``."""
+    from fk_adapters.check import signature
+
+    def record(args) -> None:
+        probe.signatures[slot_name][signature.key(signature.describe(args))] += 1
+
+    return record

@@ -3,7 +3,8 @@
 Counters live in the engine process that runs the model; the engine adapters expose
 ``snapshot()`` to the driver (for vLLM through a worker extension). ``record_load``
 writes one JSON file per process into ``$FK_RUN_DIR/loads`` so the runner can see every
-process the plugins were loaded into.
+process the plugins were loaded into. In capture mode (``FK_CAPTURE=1``, see ``fk capture``)
+``signatures`` also counts every distinct call signature per slot.
 """
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ import json
 import os
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 
 ENV_RUN_DIR = "FK_RUN_DIR"
+ENV_CAPTURE = "FK_CAPTURE"
 
 calls: Counter = Counter()
 constructed: Counter = Counter()
 not_routed: Counter = Counter()
 traced: Counter = Counter()
+signatures: defaultdict[str, Counter] = defaultdict(Counter)  # {slot: {signature key: calls}}, capture mode only
+
+
+def capturing() -> bool:
+    return os.environ.get(ENV_CAPTURE, "").strip() == "1"
 
 
 def hit(key: str) -> None:
@@ -27,11 +34,13 @@ def hit(key: str) -> None:
 
 def reset_calls() -> None:
     calls.clear()
+    signatures.clear()
 
 
 def snapshot() -> dict:
     return {"pid": os.getpid(), "calls": dict(calls), "constructed": dict(constructed),
-            "not_routed": dict(not_routed), "traced": dict(traced)}
+            "not_routed": dict(not_routed), "traced": dict(traced),
+            "signatures": {slot: dict(c) for slot, c in signatures.items()}}
 
 
 def process_role() -> str:

@@ -49,6 +49,10 @@ def _perf_rows(row: dict) -> list[list[str]]:
 
 
 def render(results: dict) -> str:
+    if results.get("kind") == "check":
+        from fk_adapters.check.report import render_check
+
+        return render_check(results)
     if "runs" in results:
         return render_side_by_side(results)
     rows = results["scenarios"]

@@ -81,3 +81,9 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str) -> str:
     with open(stamp, "w") as f:
         json.dump({"key": key, "seed": seed, "dtype": dtype}, f)
     return key
+
+
+def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:
+    """A scenario's seeded checkpoint under ``cache_root``: (its absolute directory, its digest)."""
+    model_dir = os.path.abspath(os.path.join(cache_root, f"{sc.name}-{sc.dtype}"))
+    return model_dir, write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fk_adapters.tasks.slot import Slot
+from fk_adapters.tasks.slot import Slot, nbytes, acc
 
 ACT_CASES = ({"tokens": 1, "d": 128}, {"tokens": 9, "d": 352}, {"tokens": 33, "d": 2048})
 GELU_CASES = tuple(dict(c, approximate=a) for c in ACT_CASES for a in ("none", "tanh"))
@@ -13,7 +13,7 @@ GELU_CASES = tuple(dict(c, approximate=a) for c in ACT_CASES for a in ("none", "
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """out = silu(x[..., :d]) * x[..., d:], d = x.shape[-1] // 2 (float32 math)."""
     d = x.shape[-1] // 2
-    xf = x.float()
+    xf = acc(x)
     return (F.silu(xf[..., :d]) * xf[..., d:]).to(x.dtype)
 
 
@@ -22,7 +22,7 @@ def gelu_and_mul(x: torch.Tensor, approximate: str) -> torch.Tensor:
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', not {approximate!r}")
     d = x.shape[-1] // 2
-    xf = x.float()
+    xf = acc(x)
     return (F.gelu(xf[..., :d], approximate=approximate) * xf[..., d:]).to(x.dtype)
 
 
@@ -41,6 +41,7 @@ SILU_AND_MUL = Slot(
     reference=silu_and_mul,
     make_inputs=_act_inputs,
     cases=ACT_CASES,
+    traffic=lambda x: nbytes(x) * 3 // 2,
     entries={
         "vllm": ("CustomOp 'SiluAndMul' (vllm.model_executor.layers.activation)",),
         "sglang": ("SiluAndMul.forward_cuda (sglang.srt.layers.activation)",),
@@ -56,6 +57,7 @@ GELU_AND_MUL = Slot(
     reference=gelu_and_mul,
     make_inputs=_act_inputs,
     cases=GELU_CASES,
+    traffic=lambda x, approximate: nbytes(x) * 3 // 2,
     entries={
         "vllm": ("CustomOp 'GeluAndMul' (vllm.model_executor.layers.activation), approximate 'none' or 'tanh'",),
         "sglang": ("GeluAndMul.forward_cuda (sglang.srt.layers.activation)",),

@@ -3,21 +3,21 @@ from __future__ import annotations
 
 import torch
 
-from fk_adapters.tasks.slot import Slot
+from fk_adapters.tasks.slot import Slot, nbytes as _nbytes, acc
 
 NORM_CASES = ({"tokens": 1, "hidden": 128}, {"tokens": 7, "hidden": 256}, {"tokens": 33, "hidden": 4096})
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """out = x / sqrt(mean(x^2, -1) + eps) * weight, computed in float32, cast back to x.dtype."""
-    xf = x.float()
+    """out = x / sqrt(mean(x^2, -1) + eps) * weight, computed in float32 (float64 for float64 inputs), cast back to x.dtype."""
+    xf = acc(x)
     y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
     return (y.to(x.dtype) * weight).to(x.dtype)
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     """In place: residual <- x + residual; x <- rms_norm(residual) * weight."""
-    s = x.float() + residual.float()
+    s = acc(x) + acc(residual)
     residual.copy_(s.to(residual.dtype))
     x.copy_(rms_norm(residual, weight, eps))
 
@@ -41,6 +41,7 @@ RMS_NORM = Slot(
     reference=rms_norm,
     make_inputs=lambda case, dtype, device, gen: _norm_inputs(case, dtype, device, gen, False),
     cases=NORM_CASES,
+    traffic=lambda x, weight, eps: 2 * _nbytes(x) + _nbytes(weight),
     entries={
         "vllm": ("CustomOp 'RMSNorm' (vllm.model_executor.layers.layernorm), forward(x) without residual",),
         "sglang": ("RMSNorm.forward_cuda (sglang.srt.layers.layernorm), residual is None",),
@@ -56,6 +57,7 @@ FUSED_ADD_RMS_NORM = Slot(
     make_inputs=lambda case, dtype, device, gen: _norm_inputs(case, dtype, device, gen, True),
     cases=NORM_CASES,
     mutates=("x", "residual"),
+    traffic=lambda x, residual, weight, eps: 2 * _nbytes(x) + 2 * _nbytes(residual) + _nbytes(weight),
     entries={
         "vllm": ("CustomOp 'RMSNorm' (vllm.model_executor.layers.layernorm), forward(x, residual)",),
         "sglang": ("RMSNorm.forward_cuda (sglang.srt.layers.layernorm), residual given",),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from fk_adapters.tasks.slot import Slot
+from fk_adapters.tasks.slot import Slot, nbytes, acc
 
 ROPE_CASES = tuple(
     dict(c, is_neox=neox)
@@ -35,13 +35,13 @@ def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Te
     pairs channel i with i + rotary_dim/2; gptj style pairs 2i with 2i+1. Math in float32.
     """
     rot = cos_sin_cache.shape[-1]
-    cos, sin = cos_sin_cache.index_select(0, positions.flatten().long()).float().chunk(2, dim=-1)
+    cos, sin = acc(cos_sin_cache.index_select(0, positions.flatten().long())).chunk(2, dim=-1)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     for t in (query, key):
         if t is None:
             continue
         heads = t.view(t.shape[0], -1, head_size)
-        heads[..., :rot] = _rotate(heads[..., :rot].float(), cos, sin, is_neox).to(t.dtype)
+        heads[..., :rot] = _rotate(acc(heads[..., :rot]), cos, sin, is_neox).to(t.dtype)
 
 
 def _rope_inputs(case, dtype, device, gen):
@@ -56,6 +56,13 @@ def _rope_inputs(case, dtype, device, gen):
     return (positions, q, k, d, cache, case["is_neox"])
 
 
+def _rope_traffic(positions, query, key, head_size, cos_sin_cache, is_neox) -> int:
+    """The rotated part of query and key read and written, positions and one cache row per token read."""
+    part = cos_sin_cache.shape[-1] / head_size
+    rotated = int(2 * part * (nbytes(query) + nbytes(key)))
+    return rotated + nbytes(positions) + positions.numel() * cos_sin_cache.shape[-1] * cos_sin_cache.element_size()
+
+
 ROTARY_EMBEDDING = Slot(
     name="rotary_embedding",
     summary="rotary position embedding (neox and gptj styles, partial rotary), in place",
@@ -65,6 +72,7 @@ ROTARY_EMBEDDING = Slot(
             "bool is_neox) -> ()"),
     reference=rotary_embedding,
     make_inputs=_rope_inputs,
+    traffic=_rope_traffic,
     cases=ROPE_CASES,
     mutates=("query", "key"),
     dtype_arg=1,

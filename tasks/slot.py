@@ -14,7 +14,7 @@ class Slot:
     ``mutates`` names the arguments it writes in place (empty: it returns a new tensor).
     ``schema`` is the same interface as a torch operator schema (how the adapters register
     a kernel as an opaque torch custom op) and ``fake`` computes a result's shape only.
-    ``reference`` is the plain-PyTorch semantics; ``make_inputs(case, dtype, device, gen)``
+    ``reference`` is the plain-PyTorch semantics; ``traffic`` the least memory traffic of one call; ``make_inputs(case, dtype, device, gen)``
     builds the positional arguments for one case of ``cases``. ``entries`` says, per
     engine, where the slot enters it.
     """
@@ -30,6 +30,7 @@ class Slot:
     mutates: tuple[str, ...] = ()
     dtype_arg: int = 0
     entries: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    traffic: Callable | None = None  # traffic(*args) -> bytes a kernel must read plus write, at least
 
     @property
     def in_place(self) -> bool:
@@ -54,3 +55,16 @@ class Slot:
     def mutated_positions(self) -> tuple[int, ...]:
         params = self.param_names()
         return tuple(params.index(m) for m in self.mutates)
+
+
+def nbytes(t) -> int:
+    """Bytes of a tensor's elements (0 for None)."""
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+def acc(t):
+    """``t`` in the references' accumulation precision: float32, or float64 when it already is."""
+    import torch
+
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+

@@ -6,9 +6,9 @@ import json
 import sys
 
 from fk_adapters import __version__
-from fk_adapters.cli import doctor_cmd, plugins_cmd, report_cmd, run_cmd, slots_cmd
+from fk_adapters.cli import capture_cmd, check_cmd, doctor_cmd, plugins_cmd, report_cmd, run_cmd, slots_cmd
 
-COMMANDS = (plugins_cmd, slots_cmd, run_cmd, report_cmd, doctor_cmd)
+COMMANDS = (plugins_cmd, slots_cmd, run_cmd, capture_cmd, check_cmd, report_cmd, doctor_cmd)
 
 
 class UsageError(Exception):
@@ -51,5 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m: run the imported module, whose UsageError the subcommands raise
+    from fk_adapters.cli import main as cli
+
+    sys.exit(cli.main())

@@ -18,7 +18,8 @@ def load_results(path: str) -> dict:
 
     with open(path) as f:
         data = json.load(f)
-    if not isinstance(data, dict) or not ("runs" in data or ("scenarios" in data and "engine" in data)):
+    if not isinstance(data, dict) or not ("runs" in data or ("scenarios" in data and "engine" in data)
+                                          or data.get("kind") == "check"):
         raise UsageError(f"{path} is not an fk results file (no 'engine'/'scenarios')")
     return data
 

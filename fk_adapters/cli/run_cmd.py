@@ -6,7 +6,8 @@ import os
 import shlex
 import sys
 
-from fk_adapters import engines, scenarios
+from fk_adapters import engines
+from fk_adapters.cli import common
 from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist
 from fk_adapters.report import render
 from fk_adapters.runner.ab import RunConfig, run_suite
@@ -18,14 +19,9 @@ def add_parser(sub):
                    help="engine (default vllm); repeat for several: one report puts them side by side")
     p.add_argument("--plugins", help="candidate plugins, comma separated (default: $FK_PLUGINS)")
     p.add_argument("--aa", action="store_true", help="A/A: the candidate is a second baseline (noise floor)")
-    p.add_argument("--suite", help="a built-in suite (e.g. tiny)")
-    p.add_argument("--scenario", action="append", default=[], help="a scenario name or .toml path (repeatable)")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="override every scenario's dtype")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    common.add_scenario_args(p)
     p.add_argument("--mode", choices=("eager", "compiled"), help="default: eager on cpu, compiled on cuda")
     p.add_argument("--out", default="reports/latest", help="directory for results.json, report.md, logs/ (%(default)s)")
-    p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "fk-adapters", "models"),
-                   help="where seeded checkpoints are written and reused (%(default)s)")
     p.add_argument("--baseline-from", default="", metavar="DIR",
                    help="reuse the baseline runs of an earlier fk run's --out DIR (same scenarios and job)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
@@ -47,17 +43,6 @@ def argparse_bool():
     import argparse
 
     return argparse.BooleanOptionalAction
-
-
-def _device(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        return "cpu"
 
 
 def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> None:
@@ -92,18 +77,12 @@ def run(args) -> int:
     if not args.aa and not plugins:
         raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
     load_plugins(plugins, strict=True)  # unknown or broken plugins stop here, before any engine starts
-    if not args.suite and not args.scenario:
-        raise UsageError("give --suite NAME or --scenario NAME_OR_PATH")
-    chosen = scenarios.load_suite(args.suite) if args.suite else []
-    chosen += [scenarios.load(s) for s in args.scenario]
-    for sc in chosen:
-        sc.dtype = args.dtype or sc.dtype
-    device = _device(args.device)
+    chosen = common.chosen_scenarios(args)
+    device = common.device(args.device)
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     versions = {}
     for spec in specs:  # every engine is checked before any starts
-        if device not in spec.devices:
-            raise UsageError(f"engine {spec.name} does not run on {device} here")
+        common.check_device(spec, device)
         _refuse_before_start(plugins, spec, device, mode)
         versions[spec.name] = engines.check_installed(spec)
     multi = len(specs) > 1

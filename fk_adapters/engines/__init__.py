@@ -27,6 +27,8 @@ class EngineSpec:
     # What fk's "compiled" mode means in this engine on CUDA: (torch.compile traces the ops, CUDA graphs)
     compiled_cuda: tuple[bool, bool] = (True, True)
     compiled_label: str = "torch.compile + CUDA graphs"
+    natives: str = ""  # module with NATIVES: the engine's own kernel per slot, in the slot interface
+    natives_setup: str = ""  # module to import first, so the engine's kernels are registered
 
     def modes(self, mode: str, device: str) -> tuple[bool, bool]:
         """(ops traced by torch.compile, CUDA graphs captured) for an fk mode on a device."""
@@ -70,6 +72,7 @@ ENGINES = {
         env_cpu={"VLLM_CPU_KVCACHE_SPACE": "1", "TRITON_INTERPRET": "1"},
         # A compiled graph cached by one variant must never be replayed by another.
         cache_var="VLLM_CACHE_ROOT",
+        natives="fk_adapters.engines.vllm.natives", natives_setup="vllm._custom_ops",
     ),
     # CUDA only (no CPU path). Only our entry point among SGLang's general plugins, in both runs of a pair.
     # SGLANG_CACHE_DIR holds its torch.compile (piecewise) cache and autotune results.
@@ -77,7 +80,8 @@ ENGINES = {
     # (--enable-torch-compile would move ops to forward_native, away from the hooks).
     "sglang": EngineSpec(name="sglang", module="sglang", driver="fk_adapters.engines.sglang.driver",
                          devices=("cuda",), env_cuda={"SGLANG_PLUGINS": "fk_adapters"}, cache_var="SGLANG_CACHE_DIR",
-                         compiled_cuda=(False, True),
+                         compiled_cuda=(False, True), natives="fk_adapters.engines.sglang.natives",
+                         natives_setup="sgl_kernel",
                          compiled_label="CUDA graphs (SGLang default: decode full, prefill breakable), no torch.compile"),
 }
 

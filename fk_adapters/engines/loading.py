@@ -1,14 +1,43 @@
 """What every engine's entry point does once per process: load the selected plugins, install
-their kernels, and record the outcome (also on failure) for the runner."""
+their kernels, and record the outcome (also on failure) for the runner.
+
+In capture mode (``FK_CAPTURE=1``, ``fk capture``) no plugin is loaded: the built-in recorder
+routes every slot the engine hosts to the engine's own kernel, and the ops count the calls.
+"""
 from __future__ import annotations
 
 from fk_adapters import probe
-from fk_adapters.kernel import Kernel
+from fk_adapters.kernel import DEVICES, DTYPES, ENGINES, Kernel
+
+CAPTURE_PLUGIN = "fk-capture"
 
 
 def kernel_callable(kernel: Kernel, natives: dict):
     """The plain callable for a kernel: its fn, or its factory applied to the engine's own kernel."""
     return kernel.fn if kernel.fn is not None else kernel.factory(natives[kernel.slot])
+
+
+def capture_slots(engine: str) -> list[str]:
+    """The catalog slots that enter ``engine``."""
+    from fk_adapters.tasks import SLOTS
+
+    return [name for name, slot in SLOTS.items() if engine in slot.entries]
+
+
+def _native(native):
+    return native
+
+
+def capture_plugin(engine: str):
+    """The recorder, as a loaded plugin: the engine's own kernel in every slot it hosts."""
+    from fk_adapters import __version__
+    from fk_adapters.plugins import LoadedPlugin
+
+    kernels = [Kernel(slot=s, factory=_native, name=f"engine:{s}", engines=ENGINES, dtypes=DTYPES, devices=DEVICES,
+                      cuda_graph_safe=True, compile_safe=True) for s in capture_slots(engine)]
+    return LoadedPlugin(name=CAPTURE_PLUGIN, dist="fk-adapters", version=__version__,
+                        target=f"{__name__}:capture_plugin", kernels=kernels,
+                        info={"backend": "engine's own kernels, call signatures recorded"})
 
 
 def load_and_install(engine: str, device: str, install, detail: dict) -> dict:
@@ -22,7 +51,11 @@ def load_and_install(engine: str, device: str, install, detail: dict) -> dict:
 
     detail["device"] = device
     try:
-        plugins = load_plugins(allowlist_from_env(), strict=strict_from_env(), engine=engine, device=device)
+        if probe.capturing():
+            detail["capture"] = True
+            plugins = [capture_plugin(engine)]
+        else:
+            plugins = load_plugins(allowlist_from_env(), strict=strict_from_env(), engine=engine, device=device)
         chosen, notes = select_kernels(plugins, engine, device)
         detail["plugins"] = [p.describe() for p in plugins]
         detail["notes"] = notes

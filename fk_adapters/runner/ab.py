@@ -12,7 +12,7 @@ from fk_adapters import __version__, evidence, metrics, probe
 from fk_adapters.engines import EngineSpec
 from fk_adapters.runner.proc import run_job
 from fk_adapters.scenarios import Scenario, build_job
-from fk_adapters.weights import write_checkpoint
+from fk_adapters.weights import scenario_checkpoint
 
 PASSED, INCORRECT, NOT_EXERCISED, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT = (
     "PASSED", "INCORRECT", "NOT_EXERCISED", "LOAD_ERROR", "RUNTIME_ERROR", "TIMEOUT")
@@ -91,9 +91,8 @@ def _summary(res: dict) -> dict:
 
 
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
-    model_dir = os.path.abspath(os.path.join(_cache_root(cfg), f"{sc.name}-{sc.dtype}"))
     echo(f"{sc.name}: writing seeded weights")
-    weights_key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
+    model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg))
     job = build_job(sc, model_dir, cfg.mode, cfg.quick)
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}

@@ -44,6 +44,14 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["doctor", "--engine", "trt"], "unknown engine"),
         (["run", "--engine", "vllm", "--engine", "sglang", "--plugins", "passthrough", "--suite", "tiny",
           "--device", "cpu"], "engine sglang does not run on cpu"),
+        (["capture", "--scenario", "tiny-llama"], "give --engine (vllm or sglang)"),
+        (["capture", "--engine", "trt", "--scenario", "tiny-llama"], "unknown engine"),
+        (["capture", "--engine", "vllm", "--scenario", "no_such_scenario"], "unknown scenario"),
+        (["capture", "--engine", "vllm", "--suite", "no_such_suite"], "unknown suite"),
+        (["capture", "--engine", "vllm", "--scenario", str(bad_scenario)], "malformed scenario file"),
+        (["capture", "--engine", "vllm"], "give --suite"),
+        (["capture", "--engine", "sglang", "--scenario", "tiny-llama", "--device", "cpu"],
+         "engine sglang does not run on cpu"),
     ]
     for argv, message in cases:
         capsys.readouterr()
@@ -58,6 +66,33 @@ def test_missing_engine_package_is_one_clear_line(python_without_engines, tmp_pa
     assert p.returncode == 2 and "not installed" in p.stderr and "Traceback" not in p.stderr
     p = fk("doctor", env=env, cwd=tmp_path)
     assert p.returncode == 2 and "Traceback" not in p.stderr
+    p = fk("capture", "--engine", "vllm", "--scenario", "tiny-llama", "--device", "cpu", env=env, cwd=tmp_path)
+    assert p.returncode == 2 and "not installed" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_usage_errors_under_python_m_are_one_line(tmp_path):
+    """`python -m fk_adapters.cli.main` raises the same UsageError class that main() catches."""
+    p = fk("capture", "--engine", "vllm", cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.strip() == "fk capture: error: give --suite NAME or --scenario NAME_OR_PATH"
+
+
+def test_failed_capture_exits_1_and_the_next_scenario_still_runs(monkeypatch, capsys):
+    from fk_adapters import engines
+    from fk_adapters.capture import CaptureError
+    from fk_adapters.cli import capture_cmd
+
+    def fake_capture(cfg, sc, echo):
+        if sc.name == "tiny-llama":
+            raise CaptureError("tiny-llama: the vllm run ended crashed: boom (log: /x/engine.log)")
+        return f"/x/{sc.name}/vllm.json", {"total_calls": {"rms_norm": 3}, "slots": {"rms_norm": [{}]}}
+
+    monkeypatch.setattr(engines, "check_installed", lambda spec: "0.0")
+    monkeypatch.setattr(capture_cmd, "capture", fake_capture)
+    assert main(["capture", "--engine", "vllm", "--scenario", "tiny-llama", "--scenario", "tiny-gemma",
+                 "--device", "cpu"]) == 1
+    out, err = capsys.readouterr()
+    assert err.strip() == "fk capture: error: tiny-llama: the vllm run ended crashed: boom (log: /x/engine.log)"
+    assert "tiny-gemma: 3 calls in 1 slot(s), 1 signature(s) -> /x/tiny-gemma/vllm.json" in out
 
 
 def test_listing_commands(capsys):

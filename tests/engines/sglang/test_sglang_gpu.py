@@ -61,3 +61,20 @@ def test_triton_plugin_runs_under_sglang_graphs(tmp_path):
     for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"):
         assert slots[slot]["status"] == "exercised" and slots[slot]["profiler_hits"] > 0, (slot, slots[slot])
     assert res["verdict"] == "PASS"
+
+
+def test_capture_records_sglang_call_signatures(tmp_path):
+    """fk capture in SGLang (graphs off): the signatures its hooked forward_cuda calls carry, per slot."""
+    out = tmp_path / "workloads"
+    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "capture", "--engine", "sglang", "--scenario", "tiny-llama",
+           "--dtype", "bfloat16", "--quick", "--out", str(out), "--model-cache", str(tmp_path / "models"),
+           "--timeout", "600"]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=900)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    wl = json.loads((out / "tiny-llama" / "sglang.json").read_text())
+    assert (wl["engine"], wl["device"], wl["mode"], wl["dtype"]) == ("sglang", "cuda", "eager", "bfloat16")
+    for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"):
+        assert wl["total_calls"][slot] > 0 and wl["slots"][slot], (slot, wl["total_calls"])
+    for r in wl["slots"]["rms_norm"]:
+        assert r["args"][0]["shape"][-1] == 256 and r["args"][0]["dtype"] == "bfloat16"
+    assert {r["args"][5]["value"] for r in wl["slots"]["rotary_embedding"]} == {True}  # is_neox

@@ -125,3 +125,34 @@ def test_crash_or_hang_becomes_a_failed_result_and_the_suite_goes_on(tmp_path, m
         assert "kernel exploded" in by["tiny-llama"]["candidate"]["error"]
         assert "kernel exploded" in by["tiny-llama"]["candidate"]["log_tail"]
     assert by["tiny-gemma"]["status"] == "PASSED"  # the next scenario still ran (Gemma has no SiluAndMul)
+
+
+def fk_capture(tmp_path, *args):
+    out = tmp_path / "workloads"
+    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "capture", "--out", str(out), "--model-cache",
+           str(tmp_path / "models"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=1200), out
+
+
+def test_capture_records_every_call_signature(tmp_path):
+    p, out = fk_capture(tmp_path, "--engine", "vllm", "--scenario", "tiny-llama", "--quick")
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    wl = json.loads((out / "tiny-llama" / "vllm.json").read_text())
+    assert (wl["scenario"], wl["engine"], wl["device"], wl["mode"], wl["dtype"]) == (
+        "tiny-llama", "vllm", "cpu", "eager", "float32")
+    for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"):
+        rows = wl["slots"][slot]
+        assert rows and all(r["calls"] > 0 for r in rows) and wl["total_calls"][slot] == sum(r["calls"] for r in rows)
+        assert [r["calls"] for r in rows] == sorted((r["calls"] for r in rows), reverse=True)
+    assert "gelu_and_mul" not in wl["slots"] and wl["total_calls"]["gelu_and_mul"] == 0  # Llama has no GeluAndMul
+    for r in wl["slots"]["rms_norm"]:
+        x, weight, eps = r["args"]
+        assert x["shape"][-1] == 256 and weight["shape"] == [256] and eps == {"value": 1e-5}
+    for r in wl["slots"]["fused_add_rms_norm"]:
+        assert r["args"][0]["shape"] == r["args"][1]["shape"] and r["args"][0]["shape"][-1] == 256
+    rope = wl["slots"]["rotary_embedding"]
+    assert {r["args"][5]["value"] for r in rope} == {True}  # is_neox: Llama is neox style
+    assert {r["args"][3]["value"] for r in rope} == {32}  # head_size
+    prefill = 4 * 24  # the correctness prompts, batched in one step
+    assert any(r["args"][0]["shape"] == [prefill, 256] for r in wl["slots"]["rms_norm"])
+    assert "tiny-llama: " in p.stdout and "-> " + str(out / "tiny-llama" / "vllm.json") in p.stdout

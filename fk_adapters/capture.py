@@ -1,0 +1,130 @@
+"""``fk capture``: the slot calls an engine makes serving a scenario, as a workload file.
+
+One engine run in capture mode (``FK_CAPTURE=1``): the built-in recorder puts the engine's own
+kernel in every slot it hosts (outputs stay stock) and counts every distinct call signature
+(``fk_adapters.check.signature``). Always eager: under CUDA graphs or torch.compile the op
+body runs only at capture or trace time, so the counts would be wrong.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from fk_adapters import __version__, probe
+from fk_adapters.engines import EngineSpec
+from fk_adapters.engines.loading import CAPTURE_PLUGIN, capture_slots
+from fk_adapters.runner.proc import run_job
+from fk_adapters.scenarios import Scenario, build_job
+from fk_adapters.weights import scenario_checkpoint
+
+MODEL_FIELDS = ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size")
+MODE_NOTE = ("captured eager (no CUDA graphs, no torch.compile): every call ran the recorder, and batch sizes "
+             "are the exact eager ones, not padded to CUDA graph sizes")
+COUNTS_NOTE = ("calls: while serving the scenario's prompts (correctness and performance workloads); "
+               "startup_calls: while the engine started (its profiling and warm-up runs); "
+               "summed over the engine's worker processes")
+
+
+class CaptureError(RuntimeError):
+    """The engine run failed, or it recorded no slot call."""
+
+
+@dataclass
+class CaptureConfig:
+    engine: EngineSpec
+    device: str
+    out_dir: str
+    model_cache: str = ""
+    timeout_s: float = 1200.0
+    quick: bool = False
+    command: str = ""
+
+
+def capture_job(sc: Scenario, model_dir: str, quick: bool) -> dict:
+    """The scenario's job in eager mode; performance workloads once, without warm-up (only shapes count)."""
+    job = build_job(sc, model_dir, "eager", quick)
+    if "perf" in job:
+        job["perf"].update(repeats=1, warmup=0)
+    return job
+
+
+def capture_env(cfg: CaptureConfig, sc: Scenario, cache_root: str) -> dict:
+    env = cfg.engine.env(cfg.device, os.path.join(cache_root, f"{cfg.engine.name}-cache", "capture"))
+    env.update(sc.engine_env)
+    env.update({probe.ENV_CAPTURE: "1", "FK_PLUGINS": CAPTURE_PLUGIN, "FK_STRICT": "1"})
+    return env
+
+
+def merge(snapshots: list[dict] | None) -> dict[str, Counter]:
+    """{slot: Counter of signature keys} summed over per-process probe snapshots."""
+    out: dict[str, Counter] = defaultdict(Counter)
+    for snap in snapshots or []:
+        for slot, counts in snap.get("signatures", {}).items():
+            out[slot].update(counts)
+    return out
+
+
+def slot_entries(final: Counter, at_start: Counter) -> list[dict]:
+    """One entry per signature, most called first; ``startup_calls`` only where the engine start made some."""
+    rows = []
+    for key, total in final.items():
+        row = {"args": json.loads(key), "calls": total - at_start.get(key, 0)}
+        if at_start.get(key):
+            row["startup_calls"] = at_start[key]
+        rows.append((key, row))
+    rows.sort(key=lambda kr: (-kr[1]["calls"], -kr[1].get("startup_calls", 0), kr[0]))
+    return [row for _, row in rows]
+
+
+def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
+    """The workload file's content from a capture run's result."""
+    final, at_start = merge(res.get("probe")), merge(res.get("probe_after_start"))
+    hooked = capture_slots(cfg.engine.name)
+    slots = {s: slot_entries(final[s], at_start.get(s, Counter())) for s in hooked if final.get(s)}
+    not_routed = Counter()
+    for snap in res.get("probe") or []:
+        not_routed.update(snap.get("not_routed", {}))
+    out = {"scenario": sc.name, "engine": cfg.engine.name, "engine_version": res.get("engine_version", "?"),
+           "device": cfg.device, "dtype": sc.dtype, "mode": "eager", "mode_note": MODE_NOTE,
+           "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": cfg.command,
+           "fk_version": __version__, "quick": cfg.quick, "weights": weights,
+           "model": {k: sc.model[k] for k in MODEL_FIELDS if k in sc.model}, "workers": len(res.get("probe") or [])}
+    if res.get("runtime"):  # how the engine says it ran (SGLang): graphs off
+        out["runtime"] = res["runtime"]
+    if not_routed:  # calls (SGLang) or layers (vLLM) left on the engine's stock path: not in this file
+        out["not_routed"] = dict(not_routed)
+    out["counts_note"] = COUNTS_NOTE
+    out["total_calls"] = {s: sum(e["calls"] for e in slots.get(s, [])) for s in hooked}  # 0: hooked, never called
+    out["slots"] = slots
+    return out
+
+
+def capture(cfg: CaptureConfig, sc: Scenario, echo=print) -> tuple[str, dict]:
+    """Run the scenario in the engine in capture mode; write and return (path, workload)."""
+    cache_root = cfg.model_cache or os.path.join(cfg.out_dir, "models")
+    echo(f"{sc.name}: writing seeded weights")
+    model_dir, weights = scenario_checkpoint(sc, cache_root)
+    name = cfg.engine.name
+    run_dir = os.path.join(cfg.out_dir, sc.name, f"{name}-run")
+    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick), run_dir,
+                  capture_env(cfg, sc, cache_root), cfg.timeout_s, echo=lambda m: echo(f"{sc.name} [{name}] {m}"))
+    echo(f"{sc.name} [{name}] {res['status']} in {res['wall_s']:.0f} s")
+    if res["status"] != "ok":
+        raise CaptureError(f"{sc.name}: the {name} run ended {res['status']}: {res.get('error', '?')} "
+                           f"(log: {res['log']})")
+    loads = probe.read_loads(run_dir)
+    errors = [r["error"] for r in loads if r.get("error")]
+    if errors:
+        raise CaptureError(f"{sc.name}: the recorder could not be installed in {name}: {errors[0]} (log: {res['log']})")
+    wl = workload(res, sc, cfg, weights)
+    if not any(wl["total_calls"].values()):
+        raise CaptureError(f"{sc.name}: no slot call was recorded in {name} "
+                           f"({len(loads)} process(es) installed the recorder; log: {res['log']})")
+    path = os.path.join(cfg.out_dir, sc.name, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(wl, f, indent=1)
+    return path, wl

@@ -1,0 +1,1 @@
+"""``fk check``: plugin kernels against each engine's own kernel, op by op, on captured shapes."""

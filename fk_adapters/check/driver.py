@@ -1,0 +1,164 @@
+"""Check one plugin kernel against the engine's own kernel for one slot, in this process.
+
+    python -m fk_adapters.check.driver JOB.json RESULT.json
+
+The runner starts one such process per (plugin, slot) with a time limit. Everything the timing
+relies on is saved before the plugin is imported; the engine's kernels come from the engine's
+natives module (``EngineSpec.natives``).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+
+from fk_adapters.check import guards, signature, timing
+from fk_adapters.engines.driver_common import main, phase
+
+
+def _clone(args: tuple) -> tuple:
+    return tuple(a.clone() if hasattr(a, "clone") else a for a in args)
+
+
+def _exact_inputs(args: tuple) -> tuple:
+    return tuple(a.double() if hasattr(a, "is_floating_point") and a.is_floating_point() else
+                 (a.clone() if hasattr(a, "clone") else a) for a in args)
+
+
+def _results(slot, ret, args: tuple) -> tuple:
+    if not slot.in_place:
+        return (ret,)
+    return tuple(args[i] for i in slot.mutated_positions() if args[i] is not None)
+
+
+def _poison_pool(like: tuple, device: str) -> None:
+    """Leave NaN in the allocator's free blocks of the result's size: an unwritten result shows it."""
+    import torch
+
+    if device != "cuda":
+        return
+    blocks = [torch.full_like(t, float("nan")) for t in like for _ in range(4) if t.is_floating_point()]
+    del blocks
+
+
+def correctness_round(slot, sig, cand, eng, device: str, seed: int, prev=None) -> tuple[list[str], dict, tuple]:
+    """One round on fresh inputs: (problems, stats, (result, exact)) of the candidate."""
+    import torch
+
+    args = signature.make_inputs(slot, sig, device, torch.Generator().manual_seed(seed))
+    dtype = guards.dtype_name(args[slot.dtype_arg])
+    exact = slot.run_reference(_exact_inputs(args))
+    eng_args = _clone(args)
+    engine_out = _results(slot, eng(*eng_args), eng_args)
+    before, mine = _clone(args), _clone(args)
+    _poison_pool(engine_out, device)
+    threads = guards.live_threads()
+    ret = cand(*mine)
+    problems = guards.new_threads(threads)
+    if slot.in_place and ret is not None:
+        problems.append(f"{slot.name} works in place and must return None, returned {type(ret).__name__}")
+    if not slot.in_place:
+        problems += guards.plain_tensor(ret, engine_out[0])
+        if not problems:
+            problems += guards.aliases(ret, mine)
+    if problems:
+        return problems, {}, (None, exact)
+    got = _results(slot, ret, mine)
+    problems += guards.unchanged(before, mine, set(slot.mutated_positions()))
+    stats: dict = {}
+    for g, e, x in zip(got, engine_out, exact):
+        p, st = guards.compare(g, e, x, dtype)
+        problems += p
+        for k, v in st.items():
+            stats[k] = v if stats.get(k) is None or (v is not None and v > stats[k]) else stats[k]
+    if prev is not None:
+        problems += guards.cached(prev[0], got, prev[1], exact)
+    return problems, stats, (tuple(g.clone() for g in got), exact)
+
+
+def check_signature(slot, sig: list, cand, eng, device: str, clock: timing.Clock, cfg: dict, seed: int,
+                    integrity: guards.TimingIntegrity | None = None) -> dict:
+    """Correctness rounds, interleaved timing, escape check, a last round after the timing, and
+    whether any timing function was replaced meanwhile."""
+    row = _check_signature(slot, sig, cand, eng, device, clock, cfg, seed)
+    if integrity is not None:
+        row["problems"] += integrity.changed()
+    return row
+
+
+def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed) -> dict:
+    import torch
+
+    row: dict = {"args": sig, "problems": [], "flags": []}
+    prev = None
+    for r in range(cfg.get("rounds", 3)):
+        problems, stats, prev = correctness_round(slot, sig, cand, eng, device, seed + r, prev)
+        row["problems"] += problems
+        row.update(stats)
+        if problems:
+            return row
+    sets0 = signature.make_inputs(slot, sig, device, torch.Generator().manual_seed(seed + 100))
+    traffic = slot.traffic(*sets0) if slot.traffic else 0
+    n = timing.buffer_sets(sum(a.numel() * a.element_size() for a in sets0 if hasattr(a, "numel")), clock.flush_bytes)
+    sets = [sets0] + [signature.make_inputs(slot, sig, device, torch.Generator().manual_seed(seed + 101 + k))
+                      for k in range(n - 1)]
+    times = timing.bench_pair(clock, {"candidate": cand, "engine": eng}, sets, cfg.get("warmup", 10),
+                              cfg.get("repeats", 50))
+    row["candidate"], row["engine"] = timing.summary(times["candidate"]), timing.summary(times["engine"])
+    row["buffer_sets"] = n
+    row["wall_over_span"] = {"candidate": clock.wall_over_span(cand, sets), "engine": clock.wall_over_span(eng, sets)}
+    row["problems"] += guards.escaped(row["wall_over_span"]["candidate"], row["wall_over_span"]["engine"])
+    problems, _, _ = correctness_round(slot, sig, cand, eng, device, seed + 999)
+    row["problems"] += [f"after timing: {p}" for p in problems]
+    c, e = row["candidate"]["median_s"], row["engine"]["median_s"]
+    row["speedup"] = e / c if c > 0 else math.inf
+    row["traffic_bytes"] = traffic
+    row["candidate_Bps"], row["engine_Bps"] = traffic / c if c > 0 else math.inf, traffic / e if e > 0 else 0.0
+    return row
+
+
+def _load(job: dict):
+    """(candidate, engine kernel) callables for the job's slot."""
+    from fk_adapters.engines import get
+    from fk_adapters.engines.loading import kernel_callable
+    from fk_adapters.plugins import load_plugins, select_kernels
+
+    spec = get(job["engine"])
+    if spec.natives_setup:
+        importlib.import_module(spec.natives_setup)
+    natives = importlib.import_module(spec.natives).NATIVES
+    plugins = load_plugins([job["plugin"]], strict=True, engine=spec.name, device=job["device"])
+    chosen, notes = select_kernels(plugins, spec.name, job["device"])
+    if job["slot"] not in chosen:
+        raise LookupError(f"plugin {job['plugin']} offers no {job['slot']} kernel for {spec.name} on {job['device']}"
+                          + (f" ({'; '.join(notes)})" if notes else ""))
+    return kernel_callable(chosen[job["slot"]][1], natives), natives[job["slot"]]
+
+
+def run(job: dict) -> dict:
+    from fk_adapters.tasks import SLOTS
+
+    integrity = guards.TimingIntegrity()  # before the plugin is imported
+    clock = timing.Clock(job["device"], integrity.saved)
+    slot = SLOTS[job["slot"]]
+    cand, eng = _load(job)
+    res = {"status": "ok", "engine": job["engine"], "plugin": job["plugin"], "slot": job["slot"],
+           "device": job["device"], "shapes": []}
+    if job["device"] == "cuda":
+        import torch
+
+        res["device_name"] = torch.cuda.get_device_name()
+    phase("measuring the copy ceiling")
+    res["copy_ceiling_Bps"] = timing.copy_ceiling(clock)
+    for i, w in enumerate(job["signatures"]):
+        phase(f"{job['slot']}: shape {i + 1}/{len(job['signatures'])}")
+        signature.validate(slot, w["args"])
+        row = check_signature(slot, w["args"], cand, eng, job["device"], clock, job.get("config", {}),
+                              seed=1000 * i, integrity=integrity)
+        row["calls"] = w.get("calls", 1)
+        res["shapes"].append(row)
+    return res
+
+
+if __name__ == "__main__":
+    sys.exit(main(run))

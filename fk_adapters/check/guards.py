@@ -1,0 +1,138 @@
+"""Checks that a kernel's result is real, complete, fresh and honestly timed.
+
+Each function returns a list of problems (empty: passed). Pure torch, device-agnostic: the
+same logic runs on CPU in the tests and on the GPU in ``fk check``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+# (atol, rtol) against the engine's own kernel, per dtype (FastKernels' kernel-level values).
+TOLERANCES = {"float32": (1e-5, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2), "float64": (1e-10, 1e-8)}
+
+
+def dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def plain_tensor(out, like) -> list[str]:
+    """``out`` must be a materialised tensor shaped like ``like`` (the engine's result)."""
+    import torch
+
+    if type(out) is not torch.Tensor:
+        return [f"returned {type(out).__module__}.{type(out).__name__}, not a plain torch.Tensor"]
+    problems = []
+    if out.device != like.device or out.is_meta:
+        problems.append(f"on device {out.device}, expected {like.device}")
+    if out.shape != like.shape or out.dtype != like.dtype:
+        problems.append(f"shape/dtype {tuple(out.shape)} {out.dtype}, expected {tuple(like.shape)} {like.dtype}")
+    if any(st == 0 and n > 1 for st, n in zip(out.stride(), out.shape)):
+        problems.append("a broadcast view (zero stride): not a materialised result")
+    if out.numel() and (out.untyped_storage().nbytes() == 0 or out.data_ptr() == 0):
+        problems.append("no storage behind the result")
+    return problems
+
+
+def aliases(out, inputs) -> list[str]:
+    """A new result must not share memory with an input."""
+    import torch
+
+    ptr = out.untyped_storage().data_ptr()
+    hits = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr]
+    return [f"result shares memory with argument #{i}" for i in hits]
+
+
+def compare(got, engine, exact, dtype: str) -> tuple[list[str], dict]:
+    """``got`` against the engine's result, with the float64 reference ``exact`` as arbiter.
+
+    An element passes within (atol, rtol) of the engine's value, or when it is at least as
+    close to the float64 reference as the engine's value is. NaN/Inf and an all-zero result
+    against a non-zero reference fail outright.
+    """
+    import torch
+
+    atol, rtol = TOLERANCES[dtype]
+    g, e, x = got.double(), engine.double(), exact.double()
+    stats = {"max_abs_vs_engine": None, "max_abs_vs_exact": None, "engine_max_abs_vs_exact": None, "bad": 0}
+    if not torch.isfinite(g).all():
+        return [f"NaN/Inf in {int((~torch.isfinite(g)).sum())} elements (incl. any left unwritten)"], stats
+    if g.numel() and not g.any() and x.any():
+        return ["all-zero result against a non-zero reference"], stats
+    d_eng, d_x, e_x = (g - e).abs(), (g - x).abs(), (e - x).abs()
+    bad = ~((d_eng <= atol + rtol * e.abs()) | (d_x <= e_x))
+    stats.update(max_abs_vs_engine=float(d_eng.max()) if g.numel() else 0.0,
+                 max_abs_vs_exact=float(d_x.max()) if g.numel() else 0.0,
+                 engine_max_abs_vs_exact=float(e_x.max()) if g.numel() else 0.0, bad=int(bad.sum()))
+    if stats["bad"]:
+        return [f"{stats['bad']}/{g.numel()} elements outside (atol {atol:g}, rtol {rtol:g}) of the engine's "
+                f"result and farther from the float64 reference than it (max |Δ| {stats['max_abs_vs_engine']:.3g})"], stats
+    return [], stats
+
+
+def unchanged(before: tuple, after: tuple, writable: set[int]) -> list[str]:
+    """Arguments the slot does not write must hold what they held before the call (NaN-aware)."""
+    import torch
+
+    out = []
+    for i, (b, a) in enumerate(zip(before, after)):
+        if i in writable or not isinstance(b, torch.Tensor):
+            continue
+        if not torch.equal(b.isnan(), a.isnan()) or not torch.equal(b.nan_to_num(), a.nan_to_num()):
+            out.append(f"argument #{i} was modified (the slot does not write it)")
+    return out
+
+
+def cached(prev: tuple | None, now: tuple, prev_exact: tuple | None, now_exact: tuple) -> list[str]:
+    """The same result for new inputs that have a different answer: an output cached across calls."""
+    import torch
+
+    if prev is None:
+        return []
+    same = all(torch.equal(p, n) for p, n in zip(prev, now))
+    differs = any(not torch.allclose(p, n) for p, n in zip(prev_exact, now_exact))
+    return ["returned the previous call's result for new inputs (cached output)"] if same and differs else []
+
+
+class TimingIntegrity:
+    """Identity of every function the timing relies on, taken before any plugin is imported."""
+
+    def __init__(self):
+        import torch
+
+        self.watch = {"time.perf_counter": (time, "perf_counter"), "time.perf_counter_ns": (time, "perf_counter_ns"),
+                      "torch.cuda.synchronize": (torch.cuda, "synchronize"),
+                      "torch.cuda.Event": (torch.cuda, "Event"),
+                      "torch.cuda.Event.record": (torch.cuda.Event, "record"),
+                      "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
+                      "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
+                      "torch.Tensor.zero_": (torch.Tensor, "zero_")}
+        try:
+            import triton.testing
+
+            self.watch["triton.testing.do_bench"] = (triton.testing, "do_bench")
+        except ImportError:
+            pass
+        self.saved = {name: getattr(obj, attr) for name, (obj, attr) in self.watch.items()}
+
+    def changed(self) -> list[str]:
+        return [f"{name} was replaced" for name, (obj, attr) in self.watch.items()
+                if getattr(obj, attr) is not self.saved[name]]
+
+
+def live_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.is_alive()}
+
+
+def new_threads(before: set[int]) -> list[str]:
+    extra = [t.name for t in threading.enumerate() if t.is_alive() and t.ident not in before]
+    return [f"left thread(s) running after the call: {', '.join(extra)}"] if extra else []
+
+
+def escaped(cand_ratio: float, engine_ratio: float, limit: float = 1.5) -> list[str]:
+    """Work that finished outside the timed stream: the candidate's wall time (everything
+    synchronised) over its event-timed span, against the engine kernel's same ratio."""
+    if cand_ratio > limit * max(engine_ratio, 1.0):
+        return [f"wall time with every stream synchronised is {cand_ratio:.1f}x the timed span "
+                f"(engine kernel: {engine_ratio:.1f}x): work escapes the timed stream"]
+    return []

@@ -1,0 +1,83 @@
+"""Markdown for ``fk check`` results: per slot, then per shape."""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from fk_adapters.check.guards import TOLERANCES
+
+
+def _us(s: dict | None) -> str:
+    if not s or not s.get("n"):
+        return "-"
+    return f"{s['median_s'] * 1e6:.2f} ±{50 * s['rel_iqr']:.0f}%"
+
+
+def _gbs(x) -> str:
+    return "-" if x is None else f"{x / 1e9:.3g}"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def shape_label(args: list) -> str:
+    """The tensors' shapes and dtype, and the non-tensor flags, of one signature."""
+    parts, dtype = [], ""
+    for a in args:
+        if a is None:
+            parts.append("None")
+        elif "shape" in a:
+            parts.append("x".join(map(str, a["shape"])) or "scalar")
+            dtype = dtype or (a["dtype"] if a["dtype"].startswith(("float", "bfloat")) else "")
+        elif not isinstance(a["value"], float):
+            parts.append(str(a["value"]))
+    return f"{', '.join(parts)} {dtype}".strip()
+
+
+def render_check(results: dict) -> str:
+    slots = results["slots"]
+    lines = [f"# fk check: plugin kernels vs. {results['engine']} {results.get('engine_version', '')} kernels",
+             "", f"**{results['verdict']}**" + (f": {'; '.join(results['problems'])}" if results.get("problems") else ""),
+             "", f"- device: {results['device']}, fk {results['fk_version']}, created {results['created']}",
+             f"- workloads: {', '.join(results.get('workloads', [])) or '-'}"]
+    if results.get("command"):
+        lines.append(f"- command: `{results['command']}`")
+    cfg = results.get("config", {})
+    lines += [f"- per shape: {cfg.get('rounds', 3)} correctness rounds on fresh inputs, {cfg.get('warmup', 10)} warm-up "
+              f"+ {cfg.get('repeats', 50)} timed calls per kernel, interleaved, L2 flushed before each (CUDA), "
+              "inputs rotated over buffers larger than twice the L2; a last correctness round after the timing",
+              "- tolerances against the engine's kernel (atol, rtol): "
+              + ", ".join(f"{d} {a:g}/{r:g}" for d, (a, r) in TOLERANCES.items() if d != "float64")
+              + "; an element outside them still passes if it is as close to the float64 reference as the engine's",
+              "", "## Per slot", ""]
+    table = [[s["workload"], s["plugin"], s["slot"], s["status"], len(s.get("shapes", [])), s.get("calls", "-"),
+              "-" if s.get("geomean_speedup") is None else f"{s['geomean_speedup']:.3f}",
+              _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)] for s in slots]
+    lines.append(tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes", "calls",
+                                          "speedup (call-weighted geomean)", "copy ceiling GB/s", "flagged"],
+                          tablefmt="github"))
+    rows, problems, flagged = [], [], []
+    for s in slots:
+        for r in s.get("shapes", []):
+            label = shape_label(r["args"])
+            rows.append([s["plugin"], s["slot"], label, r["calls"], _us(r.get("candidate")), _us(r.get("engine")),
+                         "-" if r.get("speedup") is None else f"{r['speedup']:.3f}",
+                         _gbs(r.get("candidate_Bps")), _pct(r.get("candidate_frac_ceiling")),
+                         _gbs(r.get("engine_Bps")), _pct(r.get("engine_frac_ceiling")),
+                         "FAIL" if r["problems"] else ("review" if r.get("flags") else "ok")])
+            problems += [f"- {s['plugin']}:{s['slot']} [{label}]: {p}" for p in r["problems"]]
+            flagged += [f"- {s['plugin']}:{s['slot']} [{label}]: {f}" for f in r.get("flags", [])]
+        if s["status"] in ("RUNTIME_ERROR", "TIMEOUT"):
+            problems.append(f"- {s['plugin']}:{s['slot']}: {s['status']}: {s.get('error')} (log: {s.get('log')})")
+    if rows:
+        lines += ["", "## Per shape", "",
+                  "Times: median per call ± half the interquartile range. Bandwidth: the slot's least memory traffic "
+                  "per call over the median time, and its fraction of the copy ceiling measured in the same run.", "",
+                  tabulate(rows, headers=["plugin", "slot", "shape", "calls", "candidate µs", "engine µs", "speedup",
+                                          "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "result"],
+                           tablefmt="github")]
+    if problems:
+        lines += ["", "## Problems", ""] + problems
+    if flagged:
+        lines += ["", "## Flagged for review", ""] + flagged
+    return "\n".join(lines) + "\n"

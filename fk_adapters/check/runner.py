@@ -1,0 +1,99 @@
+"""Run ``fk check``: one process per (workload, plugin, slot), then per-slot summaries."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import platform
+
+from fk_adapters import __version__
+from fk_adapters.runner.proc import run_job
+
+DRIVER = "fk_adapters.check.driver"
+FLAG_SPEEDUP = 2.0  # above this, a speedup over the engine's own kernel is flagged for review
+CEILING_SLACK = 1.05
+
+
+def weighted_geomean(pairs: list[tuple[float, int]]) -> float | None:
+    """exp(sum(w log x) / sum(w)) over (x, w) with x > 0."""
+    pairs = [(x, w) for x, w in pairs if x and x > 0 and math.isfinite(x) and w > 0]
+    if not pairs:
+        return None
+    return math.exp(sum(w * math.log(x) for x, w in pairs) / sum(w for _, w in pairs))
+
+
+def flags(row: dict, ceiling: float, flag_speedup: float) -> list[str]:
+    out = []
+    if row.get("speedup", 0) > flag_speedup:
+        out.append(f"speedup {row['speedup']:.2f}x over the engine's kernel: review before trusting it")
+    if ceiling and row.get("candidate_Bps", 0) > CEILING_SLACK * ceiling:
+        out.append(f"{row['candidate_Bps'] / ceiling:.2f}x the measured copy ceiling: impossible, the timing is wrong")
+    return out
+
+
+def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
+    """Status, flags and the call-weighted geomean speedup of one slot's driver result."""
+    if res.get("status") != "ok":
+        return {"status": "TIMEOUT" if res.get("status") == "timeout" else "RUNTIME_ERROR",
+                "error": res.get("error", res.get("status")), "log": res.get("log"), "shapes": []}
+    ceiling = res.get("copy_ceiling_Bps", 0.0)
+    for row in res["shapes"]:
+        row["flags"] = flags(row, ceiling, flag_speedup)
+        if ceiling and row.get("candidate_Bps") is not None:
+            row["candidate_frac_ceiling"] = row["candidate_Bps"] / ceiling
+            row["engine_frac_ceiling"] = row["engine_Bps"] / ceiling
+    bad = [r for r in res["shapes"] if r["problems"]]
+    return {"status": "INCORRECT" if bad else "PASSED", "shapes": res["shapes"], "copy_ceiling_Bps": ceiling,
+            "device_name": res.get("device_name"), "log": res.get("log"),
+            "calls": sum(r["calls"] for r in res["shapes"]),
+            "geomean_speedup": None if bad else weighted_geomean([(r.get("speedup"), r["calls"]) for r in res["shapes"]]),
+            "flagged": sum(bool(r["flags"]) for r in res["shapes"])}
+
+
+def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], device: str, out_dir: str,
+              config: dict, timeout_s: float, max_shapes: int = 0, command: str = "", engine_version: str = "",
+              echo=print) -> dict:
+    """``plugin_slots``: {plugin: [slots it offers for this engine and device]}."""
+    os.makedirs(out_dir, exist_ok=True)
+    results = {"kind": "check", "fk_version": __version__, "engine": spec.name, "engine_version": engine_version,
+               "device": device, "host": platform.node(), "command": command, "config": config,
+               "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+               "workloads": [w.get("path", "") for w in workloads], "slots": []}
+    path = os.path.join(out_dir, "results.json")
+    for wl in workloads:
+        for plugin, offered in plugin_slots.items():
+            for slot, sigs in wl["slots"].items():
+                entry = {"workload": wl.get("scenario", "?"), "plugin": plugin, "slot": slot}
+                if slot not in offered:
+                    results["slots"].append({**entry, "status": "NOT_OFFERED", "shapes": []})
+                    continue
+                chosen = sorted(sigs, key=lambda s: -s.get("calls", 1))[: max_shapes or None]
+                job = {"engine": spec.name, "plugin": plugin, "slot": slot, "device": device, "signatures": chosen,
+                       "config": config}
+                echo(f"{entry['workload']} {plugin}:{slot}: {len(chosen)} of {len(sigs)} shapes")
+                run_dir = os.path.join(out_dir, "logs", entry["workload"], plugin, slot)
+                res = run_job(spec.python, DRIVER, job, run_dir, spec.env(device), timeout_s,
+                              echo=lambda m: echo(f"  {m}"))
+                entry.update(summarise(res, config.get("flag_speedup", FLAG_SPEEDUP)))
+                entry["shapes_skipped"] = len(sigs) - len(chosen)
+                results["slots"].append(entry)
+                echo(f"{entry['workload']} {plugin}:{slot}: {entry['status']}"
+                     + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else ""))
+                finish(results)
+                with open(path, "w") as f:
+                    json.dump(results, f, indent=1, default=str)
+    finish(results)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    return results
+
+
+def finish(results: dict) -> None:
+    bad = [f"{s['plugin']}:{s['slot']} ({s['workload']}): {s['status']}" for s in results["slots"]
+           if s["status"] not in ("PASSED", "NOT_OFFERED")]
+    checked = [s for s in results["slots"] if s["status"] != "NOT_OFFERED"]
+    if not checked:
+        bad.append("no slot of the workloads has a kernel in the selected plugins")
+    results["problems"] = bad
+    results["verdict"] = "FAIL" if bad else "PASS"

@@ -1,0 +1,94 @@
+"""A slot call's signature (what a workload file stores) and fresh inputs built from one.
+
+A signature lists the slot's arguments in interface order: a tensor as
+``{"shape", "dtype", "stride"}``, ``None`` as null, anything else as ``{"value": v}``.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32")
+
+
+def describe(args) -> list:
+    """The signature of one call's positional arguments."""
+    import torch
+
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append({"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""), "stride": list(a.stride())})
+        elif a is None:
+            out.append(None)
+        else:
+            out.append({"value": a})
+    return out
+
+
+def key(sig: list) -> str:
+    return json.dumps(sig, sort_keys=True)
+
+
+def validate(slot, sig: list) -> None:
+    """ValueError unless ``sig`` fits ``slot``'s interface."""
+    names = slot.param_names()
+    if len(sig) != len(names):
+        raise ValueError(f"{slot.name}: signature has {len(sig)} arguments, the slot {len(names)}")
+    for name, a in zip(names, sig):
+        if isinstance(a, dict) and "shape" in a:
+            if a.get("dtype") not in _DTYPES or len(a.get("stride", [])) != len(a["shape"]):
+                raise ValueError(f"{slot.name}.{name}: bad tensor description {a}")
+
+
+def _storage_size(shape, stride) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(shape, stride))
+
+
+def _values(name: str, shape, dtype, gen, sig_by_name):
+    """Random contents for one argument: never zeros, in the range the slot expects."""
+    import torch
+
+    n = math.prod(shape)
+    if name == "positions":
+        rows = sig_by_name["cos_sin_cache"]["shape"][0]
+        return torch.randint(0, rows, tuple(shape), generator=gen, dtype=torch.int64).to(dtype)
+    if name == "cos_sin_cache":
+        rows, width = shape
+        ang = torch.rand((rows, width // 2), generator=gen, dtype=torch.float64) * 2 * math.pi
+        return torch.cat([ang.cos(), ang.sin()], dim=-1).to(dtype)
+    if name == "weight":
+        return (1.0 + 0.2 * torch.randn(tuple(shape), generator=gen, dtype=torch.float64)).to(dtype)
+    x = torch.randn(n, generator=gen, dtype=torch.float64)
+    x = torch.where(x.abs() < 1e-3, torch.full_like(x, 1e-3), x)  # never zeros
+    return x.reshape(tuple(shape)).to(dtype)
+
+
+def make_inputs(slot, sig: list, device: str, gen, poison: bool = True) -> tuple:
+    """Fresh random arguments with the signature's shapes, dtypes and strides.
+
+    A strided tensor is a view into a larger buffer whose gaps hold NaN (``poison``), so a
+    kernel that reads outside the view shows it.
+    """
+    import torch
+
+    names = slot.param_names()
+    by_name = dict(zip(names, sig))
+    out = []
+    for name, a in zip(names, sig):
+        if a is None:
+            out.append(None)
+        elif "shape" not in a:
+            out.append(a["value"])
+        else:
+            dtype = getattr(torch, a["dtype"])
+            vals = _values(name, a["shape"], dtype, gen, by_name)
+            storage = torch.empty(_storage_size(a["shape"], a["stride"]), dtype=dtype, device=device)
+            if poison and dtype.is_floating_point:
+                storage.fill_(float("nan"))
+            t = storage.as_strided(a["shape"], a["stride"])
+            t.copy_(vals.to(device))
+            out.append(t)
+    return tuple(out)

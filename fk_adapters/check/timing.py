@@ -1,0 +1,110 @@
+"""Kernel timing for ``fk check``: interleaved, cache-cold, on rotating input buffers.
+
+On CUDA every call is timed with device events on the current stream, after the L2 cache is
+flushed (a buffer twice its size is overwritten); on CPU with ``perf_counter`` (not a
+performance claim). The clock functions are the ones saved before any plugin was imported.
+"""
+from __future__ import annotations
+
+import statistics
+
+
+class Clock:
+    def __init__(self, device: str, saved: dict):
+        import torch
+
+        self.device, self.saved = device, saved
+        self.flush_buf = None
+        if device == "cuda":
+            l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size or (50 << 20)
+            self.flush_buf = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
+        self.flush_bytes = 0 if self.flush_buf is None else self.flush_buf.numel()
+
+    def flush(self) -> None:
+        if self.flush_buf is not None:
+            self.saved["torch.Tensor.zero_"](self.flush_buf)
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            self.saved["torch.cuda.synchronize"]()
+
+    def time_calls(self, calls) -> list[float]:
+        """Seconds of each ``fn(*args)`` in ``calls``, each after an L2 flush."""
+        if self.device != "cuda":
+            now, out = self.saved["time.perf_counter"], []
+            for fn, args in calls:
+                t0 = now()
+                fn(*args)
+                out.append(now() - t0)
+            return out
+        event = self.saved["torch.cuda.Event"]
+        marks = []
+        for fn, args in calls:
+            self.flush()
+            start, end = event(enable_timing=True), event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            marks.append((start, end))
+        self.sync()
+        return [s.elapsed_time(e) / 1e3 for s, e in marks]
+
+    def wall_over_span(self, fn, sets, k: int = 20) -> float:
+        """Wall time of ``k`` calls with every stream synchronised, over their event-timed span."""
+        if self.device != "cuda":
+            return 1.0
+        now, event = self.saved["time.perf_counter"], self.saved["torch.cuda.Event"]
+        self.sync()
+        start, end = event(enable_timing=True), event(enable_timing=True)
+        t0 = now()
+        start.record()
+        for j in range(k):
+            fn(*sets[j % len(sets)])
+        end.record()
+        self.sync()
+        wall = now() - t0
+        return wall / max(start.elapsed_time(end) / 1e3, 1e-9)
+
+
+def bench_pair(clock: Clock, fns: dict, sets: list[tuple], warmup: int, repeats: int) -> dict[str, list[float]]:
+    """Interleave the candidates call by call (order alternating), each on the next input buffer."""
+    names = list(fns)
+    for w in range(warmup):
+        for name in names:
+            fns[name](*sets[w % len(sets)])
+    clock.sync()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(repeats):
+        order = names if i % 2 == 0 else names[::-1]
+        got = clock.time_calls([(fns[n], sets[i % len(sets)]) for n in order])
+        for n, t in zip(order, got):
+            times[n].append(t)
+    return times
+
+
+def buffer_sets(total_bytes: int, flush_bytes: int, lo: int = 2, hi: int = 16) -> int:
+    """How many input sets to rotate through so they do not all fit in the cache together."""
+    if total_bytes <= 0:
+        return lo
+    return max(lo, min(hi, -(-2 * max(flush_bytes, 1) // total_bytes)))
+
+
+def summary(times: list[float]) -> dict:
+    """Median and interquartile spread (relative to the median) of per-call seconds."""
+    if not times:
+        return {"n": 0}
+    med = statistics.median(times)
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [med, med, med]
+    return {"n": len(times), "median_s": med, "q1_s": q[0], "q3_s": q[2],
+            "rel_iqr": (q[2] - q[0]) / med if med else 0.0}
+
+
+def copy_ceiling(clock: Clock, repeats: int = 10) -> float:
+    """Measured device copy bandwidth, bytes read + written per second (median)."""
+    import torch
+
+    n = (512 << 20) if clock.device == "cuda" else (64 << 20)
+    src = torch.ones(n, dtype=torch.int8, device=clock.device)
+    dst = torch.empty_like(src)
+    times = clock.time_calls([(dst.copy_, (src,))] * repeats)
+    return 2 * n / statistics.median(times)

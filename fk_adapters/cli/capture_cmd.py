@@ -1,0 +1,49 @@
+"""``fk capture``: every distinct slot call an engine makes serving scenarios, to workload files."""
+from __future__ import annotations
+
+import shlex
+import sys
+
+from fk_adapters import engines
+from fk_adapters.capture import CaptureConfig, CaptureError, capture
+from fk_adapters.cli import common
+
+
+def add_parser(sub):
+    p = sub.add_parser("capture", help="record the slot call signatures an engine makes serving scenarios")
+    p.add_argument("--engine", help="the engine to capture from: vllm or sglang")
+    common.add_scenario_args(p)
+    p.add_argument("--out", default="workloads", help="workload files go to OUT/<scenario>/<engine>.json (%(default)s)")
+    p.add_argument("--timeout", type=float, default=1200.0, help="seconds for each engine run before it is killed")
+    p.add_argument("--quick", action="store_true", help="fewer throughput requests, for iteration")
+    return p
+
+
+def run(args) -> int:
+    from fk_adapters.cli.main import UsageError
+
+    if not args.engine:
+        raise UsageError(f"give --engine ({' or '.join(engines.ENGINES)})")
+    spec = engines.get(args.engine)
+    chosen = common.chosen_scenarios(args)
+    device = common.device(args.device)
+    common.check_device(spec, device)
+    version = engines.check_installed(spec)
+    cfg = CaptureConfig(engine=spec, device=device, out_dir=args.out, model_cache=args.model_cache,
+                        timeout_s=args.timeout, quick=args.quick,
+                        command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    print(f"fk capture: stock {spec.name} {version} on {device}, {spec.describe_mode('eager', device)}, "
+          f"{len(chosen)} scenario(s) -> {args.out}", flush=True)
+    failed = 0
+    for i, sc in enumerate(chosen, 1):
+        print(f"  [{i}/{len(chosen)}] {sc.name}", flush=True)
+        try:
+            path, wl = capture(cfg, sc, echo=lambda m: print(f"  {m}", flush=True))
+        except CaptureError as exc:
+            print(f"fk capture: error: {exc}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        calls = wl["total_calls"]
+        print(f"  [{i}/{len(chosen)}] {sc.name}: {sum(calls.values())} calls in {sum(1 for n in calls.values() if n)} "
+              f"slot(s), {sum(len(v) for v in wl['slots'].values())} signature(s) -> {path}", flush=True)
+    return 1 if failed else 0

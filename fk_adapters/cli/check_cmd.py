@@ -1,0 +1,92 @@
+"""``fk check``: each plugin kernel against the engine's own kernel, on captured shapes."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+
+from fk_adapters import engines
+
+
+def add_parser(sub):
+    p = sub.add_parser("check", help="op-level correctness and timing of plugin kernels vs. the engine's kernels")
+    p.add_argument("--engine", default="vllm", help="whose kernels to compare against (%(default)s)")
+    p.add_argument("--plugins", required=True, help="plugins to check, comma separated")
+    p.add_argument("--workload", action="append", default=[], metavar="JSON",
+                   help="a workload file written by fk capture (repeatable)")
+    p.add_argument("--scenario", action="append", default=[],
+                   help="use <workloads-dir>/<scenario>/<engine>.json (repeatable)")
+    p.add_argument("--workloads-dir", default="workloads", help="where fk capture wrote its files (%(default)s)")
+    p.add_argument("--slots", help="only these slots, comma separated")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--rounds", type=int, default=3, help="correctness rounds on fresh inputs per shape (%(default)s)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls per kernel and shape (%(default)s)")
+    p.add_argument("--repeats", type=int, default=50, help="timed calls per kernel and shape (%(default)s)")
+    p.add_argument("--max-shapes", type=int, default=0, help="per slot, only the N most called shapes (0: all)")
+    p.add_argument("--flag-speedup", type=float, default=2.0, help="flag speedups above this for review (%(default)s)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per (plugin, slot) process (%(default)s)")
+    p.add_argument("--out", default="reports/check-latest", help="directory for results.json and report.md")
+    return p
+
+
+def load_workload(path: str) -> dict:
+    from fk_adapters.check.signature import validate
+    from fk_adapters.cli.main import UsageError
+    from fk_adapters.tasks import SLOTS
+
+    try:
+        with open(path) as f:
+            wl = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"cannot read workload {path}: {exc}") from None
+    if not isinstance(wl, dict) or not isinstance(wl.get("slots"), dict):
+        raise UsageError(f"{path} is not a workload file (no 'slots'; write one with fk capture)")
+    for slot, sigs in wl["slots"].items():
+        if slot not in SLOTS:
+            raise UsageError(f"{path}: unknown slot {slot!r}")
+        for s in sigs:
+            try:
+                validate(SLOTS[slot], s["args"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UsageError(f"{path}: bad signature for {slot}: {exc}") from None
+    wl["path"] = path
+    return wl
+
+
+def run(args) -> int:
+    from fk_adapters.check.report import render_check
+    from fk_adapters.check.runner import run_check
+    from fk_adapters.cli.main import UsageError
+    from fk_adapters.cli import common
+    from fk_adapters.plugins import load_plugins, parse_allowlist, select_kernels
+
+    spec = engines.get(args.engine)
+    device = common.device(args.device)
+    common.check_device(spec, device)
+    paths = list(args.workload) + [os.path.join(args.workloads_dir, s, f"{spec.name}.json") for s in args.scenario]
+    if not paths:
+        raise UsageError("give --workload FILE or --scenario NAME (write workloads with fk capture)")
+    workloads = [load_workload(p) for p in paths]
+    if args.slots:
+        keep = set(parse_allowlist(args.slots))
+        for wl in workloads:
+            wl["slots"] = {s: v for s, v in wl["slots"].items() if s in keep}
+    plugins = parse_allowlist(args.plugins) or []
+    plugin_slots = {}
+    for name in plugins:
+        loaded = load_plugins([name], strict=True, engine=spec.name, device=device)
+        chosen, _ = select_kernels(loaded, spec.name, device)
+        plugin_slots[name] = sorted(chosen)
+    version = engines.check_installed(spec)
+    config = {"rounds": args.rounds, "warmup": args.warmup, "repeats": args.repeats, "flag_speedup": args.flag_speedup}
+    print(f"fk check: {', '.join(plugins)} vs. {spec.name} {version} kernels on {device}, "
+          f"{len(workloads)} workload(s) -> {args.out}", flush=True)
+    results = run_check(spec, plugin_slots, workloads, device, args.out, config, args.timeout, args.max_shapes,
+                        command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]), engine_version=version,
+                        echo=lambda m: print(f"  {m}", flush=True))
+    md = os.path.join(args.out, "report.md")
+    with open(md, "w") as f:
+        f.write(render_check(results))
+    print(f"{results['verdict']}: results {os.path.join(args.out, 'results.json')}, report {md}")
+    return 0 if results["verdict"] == "PASS" else 1

@@ -1,0 +1,46 @@
+"""What several subcommands share: scenario selection, the device, the engine's checks."""
+from __future__ import annotations
+
+import os
+
+from fk_adapters import scenarios
+
+
+def add_scenario_args(p) -> None:
+    p.add_argument("--suite", help="a built-in suite (e.g. tiny)")
+    p.add_argument("--scenario", action="append", default=[], help="a scenario name or .toml path (repeatable)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="override every scenario's dtype")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "fk-adapters", "models"),
+                   help="where seeded checkpoints are written and reused (%(default)s)")
+
+
+def chosen_scenarios(args) -> list[scenarios.Scenario]:
+    """The scenarios of --suite and --scenario, with --dtype applied."""
+    from fk_adapters.cli.main import UsageError
+
+    if not args.suite and not args.scenario:
+        raise UsageError("give --suite NAME or --scenario NAME_OR_PATH")
+    chosen = scenarios.load_suite(args.suite) if args.suite else []
+    chosen += [scenarios.load(s) for s in args.scenario]
+    for sc in chosen:
+        sc.dtype = args.dtype or sc.dtype
+    return chosen
+
+
+def device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def check_device(spec, device: str) -> None:
+    from fk_adapters.cli.main import UsageError
+
+    if device not in spec.devices:
+        raise UsageError(f"engine {spec.name} does not run on {device} here")

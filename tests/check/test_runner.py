@@ -1,0 +1,107 @@
+"""fk check's summaries and CLI without an engine; the whole command on CPU vLLM (marked engine)."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import importlib.util
+
+import pytest
+import torch
+
+from fk_adapters.check import runner
+from fk_adapters.check.report import render_check, shape_label
+from fk_adapters.check.signature import describe
+from fk_adapters.cli.main import main
+from fk_adapters.tasks import SLOTS
+
+
+def test_call_weighted_geomean():
+    assert runner.weighted_geomean([(2.0, 1), (0.5, 1)]) == pytest.approx(1.0)
+    assert runner.weighted_geomean([(2.0, 3), (1.0, 1)]) == pytest.approx(2 ** 0.75)
+    assert runner.weighted_geomean([(None, 1), (0.0, 2)]) is None
+
+
+def _shape(speedup, bps, problems=()):
+    return {"args": [{"shape": [4, 8], "dtype": "bfloat16", "stride": [8, 1]}, {"value": 1e-6}], "calls": 2,
+            "problems": list(problems), "speedup": speedup, "candidate_Bps": bps, "engine_Bps": bps / speedup,
+            "candidate": {"n": 3, "median_s": 1e-6, "rel_iqr": 0.1}, "engine": {"n": 3, "median_s": 1e-6, "rel_iqr": 0.1}}
+
+
+def test_big_speedups_and_impossible_bandwidth_are_flagged_not_celebrated():
+    res = {"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [_shape(1.1, 5e11), _shape(3.0, 5e11), _shape(1.2, 2e12)]}
+    s = runner.summarise(res)
+    assert s["status"] == "PASSED" and s["flagged"] == 2
+    assert "review" in s["shapes"][1]["flags"][0] and "impossible" in s["shapes"][2]["flags"][0]
+    md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
+                       "verdict": "PASS", "slots": [{"workload": "w", "plugin": "p", "slot": "rms_norm", **s}]})
+    assert "## Flagged for review" in md and "| review" in md
+
+
+def test_a_wrong_shape_fails_the_slot_and_has_no_speedup():
+    s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [_shape(1.0, 1e11, ["NaN/Inf in 3"])]})
+    assert s["status"] == "INCORRECT" and s["geomean_speedup"] is None
+    assert runner.summarise({"status": "timeout", "error": "x"})["status"] == "TIMEOUT"
+
+
+def test_shape_label():
+    assert shape_label([{"shape": [7, 256], "dtype": "float32", "stride": [256, 1]}, None, {"value": True}]) == \
+        "7x256, None, True float32"
+
+
+def _workload(tmp_path, slots=("rms_norm",), dtype=torch.float32):
+    wl = {"scenario": "synthetic", "engine": "vllm", "slots": {}}
+    for name in slots:
+        s = SLOTS[name]
+        wl["slots"][name] = [{"args": describe(s.make_inputs(s.cases[i], dtype, "cpu", torch.Generator().manual_seed(0))),
+                              "calls": 2 - i} for i in range(2)]
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(wl))
+    return str(path)
+
+
+def test_bad_workloads_are_one_clear_line(tmp_path, capsys):
+    good = _workload(tmp_path)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"slots": {"no_such_slot": []}}')
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"slots": {"rms_norm": [{"args": [1, 2]}]}}')
+    for argv, message in ((["check", "--plugins", "passthrough"], "give --workload"),
+                          (["check", "--plugins", "passthrough", "--workload", str(tmp_path / "none.json")], "cannot read"),
+                          (["check", "--plugins", "passthrough", "--workload", str(bad)], "unknown slot"),
+                          (["check", "--plugins", "passthrough", "--workload", str(broken)], "bad signature"),
+                          (["check", "--plugins", "nope", "--workload", good, "--device", "cpu"], "nope"),
+                          (["check", "--engine", "sglang", "--plugins", "passthrough", "--workload", good,
+                            "--device", "cpu"], "does not run on cpu")):
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
+    """Against vLLM's own CPU kernels (torch.ops._C): passthrough is the engine kernel itself; wrong is caught."""
+    wl = _workload(tmp_path, slots=tuple(SLOTS))
+
+    def check(out, *args):
+        p = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--device", "cpu",
+                            "--workload", wl, "--rounds", "2", "--warmup", "2", "--repeats", "30", "--out", out, *args],
+                           capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=900)
+        return p, json.loads((tmp_path / out / "results.json").read_text())
+
+    p, res = check("pt", "--plugins", "passthrough")
+    assert p.returncode == 0 and res["verdict"] == "PASS", p.stdout[-3000:]
+    assert {s["slot"] for s in res["slots"]} == set(SLOTS)
+    for s in res["slots"]:
+        assert s["status"] == "PASSED" and all(not r["problems"] for r in s["shapes"])
+        assert s["geomean_speedup"] is not None and math.isfinite(s["geomean_speedup"])
+    p, res = check("wrong", "--plugins", "wrong")
+    assert p.returncode == 1 and res["verdict"] == "FAIL"
+    (row,) = [s for s in res["slots"] if s["status"] != "NOT_OFFERED"]
+    assert row["slot"] == "rms_norm" and row["status"] == "INCORRECT"
+    p, res = check("triton", "--plugins", "triton", "--slots", "rms_norm,silu_and_mul", "--max-shapes", "1",
+                   "--repeats", "3")
+    assert res["verdict"] == "PASS", p.stdout[-3000:]

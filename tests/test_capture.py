@@ -1,0 +1,164 @@
+"""fk capture without an engine: the recorder in the op body, capture mode in the loader, the workload file."""
+import json
+import os
+
+import pytest
+import torch
+
+from fk_adapters import capture, engines, ops, probe, scenarios
+from fk_adapters.check import signature
+from fk_adapters.engines.loading import CAPTURE_PLUGIN, kernel_callable, load_and_install
+from fk_adapters.tasks import SLOTS
+
+
+def _key(*args):
+    return signature.key(signature.describe(args))
+
+
+def test_recorder_counts_each_distinct_signature(monkeypatch):
+    monkeypatch.setenv(probe.ENV_CAPTURE, "1")
+    slot = SLOTS["rms_norm"]
+    op = ops.wrap("capture_test_a", slot, slot.reference, ("float32",))
+    probe.reset_calls()
+    w = torch.ones(16)
+    a, b = torch.randn(3, 16), torch.randn(5, 16)
+    strided = torch.randn(3, 32)[:, :16]  # same shape as a, other stride: another signature
+    for x in (a, a, b, strided):
+        op(x, w, 1e-6)
+    got = probe.snapshot()["signatures"]["rms_norm"]
+    assert got == {_key(a, w, 1e-6): 2, _key(b, w, 1e-6): 1, _key(strided, w, 1e-6): 1}
+    assert json.loads(_key(strided, w, 1e-6))[0] == {"shape": [3, 16], "dtype": "float32", "stride": [32, 1]}
+    probe.reset_calls()
+    assert probe.snapshot()["signatures"] == {}
+    op(a, w, 1e-6)  # still recording after a reset
+    assert probe.snapshot()["signatures"] == {"rms_norm": {_key(a, w, 1e-6): 1}}
+
+
+def test_recorder_keeps_the_flags_and_is_off_without_the_env(monkeypatch):
+    rope = SLOTS["rotary_embedding"]
+    monkeypatch.delenv(probe.ENV_CAPTURE, raising=False)
+    plain = ops.wrap("capture_test_b", rope, rope.reference, ("float32",))
+    monkeypatch.setenv(probe.ENV_CAPTURE, "1")
+    recorded = ops.wrap("capture_test_c", rope, rope.reference, ("float32",))
+    probe.reset_calls()
+    gen = torch.Generator().manual_seed(0)
+    cases = [next(c for c in rope.cases if c["is_neox"] is flag) for flag in (True, False)]
+    neox, gptj = (rope.make_inputs(c, torch.float32, "cpu", gen) for c in cases)
+    plain(*neox)  # wrapped before capture was on: counted, not recorded
+    assert probe.calls[ops.op_key("capture_test_b", "rotary_embedding")] == 1 and not probe.signatures
+    recorded(*neox)
+    recorded(*gptj)
+    sigs = [json.loads(k) for k in probe.snapshot()["signatures"]["rotary_embedding"]]
+    assert sorted(s[5]["value"] for s in sigs) == [False, True]  # is_neox
+    assert sorted(s[3]["value"] for s in sigs) == sorted(c["head_size"] for c in cases)
+
+
+def test_capture_mode_installs_the_recorder_in_every_slot(monkeypatch, tmp_path):
+    monkeypatch.setenv(probe.ENV_CAPTURE, "1")
+    monkeypatch.setenv("FK_PLUGINS", "no_such_plugin")  # user plugins are not loaded in capture mode
+    monkeypatch.setenv(probe.ENV_RUN_DIR, str(tmp_path))
+    natives = {s: (lambda *a, s=s: s) for s in SLOTS}
+    seen = {}
+
+    def install(chosen):
+        seen.update(chosen)
+        return {s: [f"Fake{s}"] for s in chosen}
+
+    for engine, device in (("vllm", "cpu"), ("sglang", "cuda")):
+        seen.clear()
+        detail = load_and_install(engine, device, install, {})
+        assert set(seen) == set(SLOTS) and {p for p, _ in seen.values()} == {CAPTURE_PLUGIN}
+        for slot, (_, kernel) in seen.items():
+            assert kernel_callable(kernel, natives) is natives[slot]  # the engine's own kernel runs
+            assert kernel.cuda_graph_safe and kernel.compile_safe and set(kernel.dtypes) == {"float32", "float16",
+                                                                                             "bfloat16"}
+        assert detail["capture"] and detail["installed"]["rms_norm"]["entered"] == ["Fakerms_norm"]
+    recs = probe.read_loads(str(tmp_path))  # the load record evidence reads, one per engine here
+    assert sorted(r["engine"] for r in recs) == ["sglang", "vllm"]
+    assert all(r["plugins"][0]["name"] == CAPTURE_PLUGIN and set(r["installed"]) == set(SLOTS) for r in recs)
+
+
+def _sig(rows):
+    return signature.key([{"shape": [rows, 256], "dtype": "float32", "stride": [256, 1]}, {"value": 1e-5}])
+
+
+def _snap(pid, sigs, not_routed=None):
+    return {"pid": pid, "calls": {}, "signatures": sigs, "not_routed": not_routed or {}}
+
+
+def _cfg(tmp_path, engine="vllm"):
+    return capture.CaptureConfig(engine=engines.get(engine), device="cpu", out_dir=str(tmp_path / "wl"),
+                                 model_cache=str(tmp_path / "models"), command="fk capture ...")
+
+
+def test_workload_merges_workers_and_separates_engine_start(tmp_path):
+    sc = scenarios.load("tiny-llama")
+    res = {"status": "ok", "engine_version": "9.9",
+           "probe_after_start": [_snap(1, {"rms_norm": {_sig(8192): 1}})],
+           "probe": [_snap(1, {"rms_norm": {_sig(8192): 1, _sig(1): 10, _sig(4): 3}}, {"rms_norm (call: x)": 2}),
+                     _snap(2, {"rms_norm": {_sig(4): 9}, "silu_and_mul": {_sig(2): 5}}, {"rms_norm (call: x)": 1})]}
+    wl = capture.workload(res, sc, _cfg(tmp_path), "digest")
+    assert [(e["args"][0]["shape"][0], e["calls"], e.get("startup_calls")) for e in wl["slots"]["rms_norm"]] == [
+        (4, 12, None), (1, 10, None), (8192, 0, 1)]
+    assert wl["total_calls"] == {"rms_norm": 22, "fused_add_rms_norm": 0, "silu_and_mul": 5, "gelu_and_mul": 0,
+                                 "rotary_embedding": 0}
+    assert set(wl["slots"]) == {"rms_norm", "silu_and_mul"} and wl["workers"] == 2  # slots with calls
+    assert wl["not_routed"] == {"rms_norm (call: x)": 3}
+    assert (wl["scenario"], wl["engine"], wl["engine_version"], wl["mode"], wl["dtype"]) == (
+        "tiny-llama", "vllm", "9.9", "eager", "float32")
+    assert wl["model"]["hidden_size"] == 256 and "rope_scaling" not in wl["model"]
+
+
+@pytest.fixture
+def fake_engine(tmp_path, monkeypatch):
+    """capture.capture with the engine run replaced: ``runs`` collects (job, env), ``result`` is what it returns."""
+    state = {"runs": [], "result": {}}
+
+    def run_job(python, driver, job, run_dir, env, timeout_s, echo=None):
+        os.makedirs(run_dir, exist_ok=True)
+        state["runs"].append((job, env))
+        echo("starting engine")
+        return dict(state["result"], log=os.path.join(run_dir, "engine.log"), wall_s=1.0)
+
+    monkeypatch.setattr(capture, "run_job", run_job)
+    monkeypatch.setattr(capture, "scenario_checkpoint", lambda sc, root: (str(tmp_path / "m"), "digest"))
+    return state
+
+
+def test_capture_runs_eager_in_capture_mode_and_writes_the_file(tmp_path, fake_engine):
+    fake_engine["result"] = {"status": "ok", "engine_version": "9.9", "probe_after_start": [],
+                             "probe": [_snap(1, {"rms_norm": {_sig(3): 2}})]}
+    lines = []
+    path, wl = capture.capture(_cfg(tmp_path), scenarios.load("tiny-llama"), echo=lines.append)
+    assert path == str(tmp_path / "wl" / "tiny-llama" / "vllm.json")
+    with open(path) as f:
+        assert json.load(f) == wl
+    (job, env), = fake_engine["runs"]
+    assert job["mode"] == "eager" and job["perf"]["repeats"] == 1 and job["perf"]["warmup"] == 0
+    assert job["correctness"]["prompts"] and job["perf"]["throughput"]
+    assert env[probe.ENV_CAPTURE] == "1" and env["FK_PLUGINS"] == CAPTURE_PLUGIN
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the engine's own environment for the device
+    assert lines[0] == "tiny-llama: writing seeded weights" and "tiny-llama [vllm] starting engine" in lines
+
+
+@pytest.mark.parametrize("result, message", [
+    ({"status": "crashed", "error": "engine process exited with code 1 without a result"}, "ended crashed"),
+    ({"status": "timeout", "error": "engine run exceeded 5 s and was killed"}, "ended timeout"),
+    ({"status": "ok", "probe": [_snap(1, {})]}, "no slot call was recorded"),
+    ({"status": "ok"}, "no slot call was recorded"),
+])
+def test_failed_or_empty_capture_is_an_error_with_the_log(tmp_path, fake_engine, result, message):
+    fake_engine["result"] = result
+    with pytest.raises(capture.CaptureError, match=message) as err:
+        capture.capture(_cfg(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert str(tmp_path / "wl" / "tiny-llama" / "vllm-run" / "engine.log") in str(err.value)
+    assert not (tmp_path / "wl" / "tiny-llama" / "vllm.json").exists()
+
+
+def test_a_recorder_that_failed_to_install_is_an_error(tmp_path, fake_engine):
+    fake_engine["result"] = {"status": "ok", "probe": [_snap(1, {"rms_norm": {_sig(3): 2}})]}
+    loads = tmp_path / "wl" / "tiny-llama" / "vllm-run" / "loads"
+    loads.mkdir(parents=True)
+    (loads / "vllm-1.json").write_text(json.dumps({"pid": 1, "error": "RuntimeError: boom"}))
+    with pytest.raises(capture.CaptureError, match="could not be installed in vllm: RuntimeError: boom"):
+        capture.capture(_cfg(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
