@@ -59,7 +59,7 @@ def run(args) -> int:
     from fk_adapters.check.runner import run_check
     from fk_adapters.cli.main import UsageError
     from fk_adapters.cli import common
-    from fk_adapters.plugins import load_plugins, parse_allowlist, select_kernels
+    from fk_adapters.plugins import parse_allowlist
 
     spec = engines.get(args.engine)
     device = common.device(args.device)
@@ -73,11 +73,7 @@ def run(args) -> int:
         for wl in workloads:
             wl["slots"] = {s: v for s, v in wl["slots"].items() if s in keep}
     plugins = parse_allowlist(args.plugins) or []
-    plugin_slots = {}
-    for name in plugins:
-        loaded = load_plugins([name], strict=True, engine=spec.name, device=device)
-        chosen, _ = select_kernels(loaded, spec.name, device)
-        plugin_slots[name] = sorted(chosen)
+    plugin_slots = {name: sorted(common.kernels_in_engine([name], spec, device)[0]) for name in plugins}
     version = engines.check_installed(spec)
     config = {"rounds": args.rounds, "warmup": args.warmup, "repeats": args.repeats, "flag_speedup": args.flag_speedup}
     print(f"fk check: {', '.join(plugins)} vs. {spec.name} {version} kernels on {device}, "

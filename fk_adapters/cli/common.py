@@ -44,3 +44,15 @@ def check_device(spec, device: str) -> None:
 
     if device not in spec.devices:
         raise UsageError(f"engine {spec.name} does not run on {device} here")
+
+
+def kernels_in_engine(plugins: list[str], spec, device: str) -> tuple[dict, list[str]]:
+    """select_kernels for ``plugins`` as the engine's processes will see them (its environment set)."""
+    from unittest import mock
+
+    from fk_adapters.plugins import load_plugins, select_kernels
+
+    with mock.patch.dict(os.environ, spec.env(device)):  # e.g. TRITON_INTERPRET on CPU
+        loaded = load_plugins(plugins, strict=True, engine=spec.name, device=device)
+    return select_kernels(loaded, spec.name, device)
+

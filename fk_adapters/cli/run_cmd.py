@@ -47,20 +47,14 @@ def argparse_bool():
 
 def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> None:
     """Same rules the engine adapters enforce, said before any engine starts."""
-    from unittest import mock
-
     from fk_adapters import safety
     from fk_adapters.cli.main import UsageError
-    from fk_adapters.plugins import select_kernels
 
     if not plugins:
         return
-    engine = spec.name
-    with mock.patch.dict(os.environ, spec.env(device)):  # plugins answer as they will inside the engine
-        loaded = load_plugins(plugins, strict=True, engine=engine, device=device)
-    chosen, notes = select_kernels(loaded, engine, device)
+    chosen, notes = common.kernels_in_engine(plugins, spec, device)
     if not chosen:
-        raise UsageError(f"the selected plugins offer no kernel for {engine} on {device}"
+        raise UsageError(f"the selected plugins offer no kernel for {spec.name} on {device}"
                          + (f" ({'; '.join(notes)})" if notes else ""))
     why = safety.refusals(chosen, *spec.modes(mode, device))
     if why:
