@@ -3,7 +3,7 @@
 # after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
 #   ENGINE: vllm | sglang
-#   STEP: setup tests smoke triton passthrough aa wrong both pack
+#   STEP: setup tests smoke triton passthrough aa wrong both capture check pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
@@ -44,6 +44,11 @@ for step in "$@"; do
     both)  # one plugin, both engines, one side-by-side report
       $FK run --engine vllm --engine sglang --plugins triton --scenario $SC --model-cache $MODELS --timeout 600 \
         --allow-uncovered --out "$ROOT/both" ;;
+    capture)  # the shapes this engine sends to each slot while serving the scenario (eager)
+      $FK capture --engine "$ENGINE" --scenario $SC --model-cache $MODELS --timeout 600 --out "$ROOT/workloads" ;;
+    check)  # each plugin kernel vs. this engine's own kernel on the captured shapes (most called first)
+      $FK check --engine "$ENGINE" --plugins triton,passthrough --workload "$ROOT/workloads/$SC/$ENGINE.json" \
+        --max-shapes ${MAX_SHAPES:-40} --timeout 600 --out "$WORK/check" ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
         && mv evidence.tmp.tgz evidence.tgz && ls -la evidence.tgz ;;

@@ -74,6 +74,14 @@ def test_fake_or_broadcast_result_is_caught():
     assert any("device meta" in p for p in problems), problems
 
 
+def test_tensor_subclass_result_is_caught():
+    class Lazy(torch.Tensor):
+        pass
+
+    problems = _round(SILU, lambda x: SILU.reference(x).as_subclass(Lazy))
+    assert problems and "not a plain torch.Tensor" in problems[0], problems
+
+
 def test_unwritten_poisoned_result_fails_as_nan():
     got = torch.full((4, 8), float("nan"))
     got[:2] = 1.0

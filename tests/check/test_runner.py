@@ -105,3 +105,34 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
     p, res = check("triton", "--plugins", "triton", "--slots", "rms_norm,silu_and_mul", "--max-shapes", "1",
                    "--repeats", "3")
     assert res["verdict"] == "PASS", p.stdout[-3000:]
+
+
+HANGS_ON_ONE_SLOT = """
+import time
+from fk_adapters import Kernel, hookimpl
+from fk_adapters.tasks import SLOTS
+
+def stuck(x):
+    time.sleep(3600)
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot="silu_and_mul", fn=stuck, devices=("cpu",)),
+            Kernel(slot="rms_norm", fn=SLOTS["rms_norm"].reference, devices=("cpu",))]
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_a_hanging_kernel_times_out_alone_and_the_other_slots_are_checked(tmp_path, make_plugin):
+    make_plugin("hangs", HANGS_ON_ONE_SLOT)
+    site = str(next(p for p in sys.path if p.endswith("site")))
+    wl = _workload(tmp_path, slots=("silu_and_mul", "rms_norm"))
+    p = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--device", "cpu",
+                        "--plugins", "hangs", "--workload", wl, "--rounds", "1", "--repeats", "3", "--warmup", "1",
+                        "--timeout", "30", "--out", "out"], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=site + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    by = {s["slot"]: s for s in res["slots"]}
+    assert p.returncode == 1 and by["silu_and_mul"]["status"] == "TIMEOUT", p.stdout[-2000:]
+    assert by["rms_norm"]["status"] == "PASSED"  # the reference itself, in its own process
