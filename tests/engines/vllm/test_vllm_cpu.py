@@ -153,6 +153,6 @@ def test_capture_records_every_call_signature(tmp_path):
     rope = wl["slots"]["rotary_embedding"]
     assert {r["args"][5]["value"] for r in rope} == {True}  # is_neox: Llama is neox style
     assert {r["args"][3]["value"] for r in rope} == {32}  # head_size
-    prefill = 4 * 24  # the correctness prompts, batched in one step
-    assert any(r["args"][0]["shape"] == [prefill, 256] for r in wl["slots"]["rms_norm"])
+    tokens = {r["args"][0]["shape"][0] for r in wl["slots"]["rms_norm"]}
+    assert 1 in tokens and max(tokens) >= 24  # decode steps and (possibly split) prefills, exact eager sizes
     assert "tiny-llama: " in p.stdout and "-> " + str(out / "tiny-llama" / "vllm.json") in p.stdout
