@@ -77,6 +77,7 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                               echo=lambda m: echo(f"  {m}"))
                 entry.update(summarise(res, config.get("flag_speedup", FLAG_SPEEDUP)))
                 entry["shapes_skipped"] = len(sigs) - len(chosen)
+                entry["calls_captured"] = sum(s.get("calls", 1) for s in sigs)
                 results["slots"].append(entry)
                 echo(f"{entry['workload']} {plugin}:{slot}: {entry['status']}"
                      + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else ""))

@@ -136,3 +136,11 @@ def test_a_hanging_kernel_times_out_alone_and_the_other_slots_are_checked(tmp_pa
     by = {s["slot"]: s for s in res["slots"]}
     assert p.returncode == 1 and by["silu_and_mul"]["status"] == "TIMEOUT", p.stdout[-2000:]
     assert by["rms_norm"]["status"] == "PASSED"  # the reference itself, in its own process
+
+
+def test_report_says_how_much_of_the_captured_calls_was_checked():
+    s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [_shape(1.0, 1e11)]})
+    s.update(workload="w", plugin="p", slot="rms_norm", shapes_skipped=3, calls_captured=8)
+    md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
+                       "verdict": "PASS", "slots": [s]})
+    assert "1/4 (25% of calls)" in md
