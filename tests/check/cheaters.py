@@ -43,8 +43,13 @@ def background_thread(x):
         time.sleep(0.05)
         out.copy_(reference_silu(x))
 
-    threading.Thread(target=fill, name="cheat-fill", daemon=True).start()
+    t = threading.Thread(target=fill, name="cheat-fill", daemon=True)
+    t.start()
+    THREADS.append(t)
     return out
+
+
+THREADS: list[threading.Thread] = []  # joined by the test, so none outlives it
 
 
 class PatchesTiming:

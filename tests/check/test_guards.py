@@ -55,7 +55,11 @@ def test_zero_output_is_caught():
 
 
 def test_work_left_on_another_thread_is_caught():
-    problems = _round(SILU, cheaters.background_thread)
+    try:
+        problems = _round(SILU, cheaters.background_thread)
+    finally:
+        for t in cheaters.THREADS:
+            t.join()
     assert any("left thread(s) running" in p and "cheat-fill" in p for p in problems), problems
 
 
