@@ -7,7 +7,7 @@ from fk_adapters.report import render
 
 
 def add_parser(sub):
-    p = sub.add_parser("report", help="render a results JSON (from fk run) as markdown")
+    p = sub.add_parser("report", help="render a results JSON (from fk run or fk check) as markdown")
     p.add_argument("results", help="results.json written by fk run")
     p.add_argument("-o", "--output", help="write the markdown here (default: print it)")
     return p
