@@ -61,6 +61,12 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "workloads": [w.get("path", "") for w in workloads], "slots": []}
     path = os.path.join(out_dir, "results.json")
+
+    def save() -> None:  # after every slot: an interrupted check keeps what finished
+        finish(results)
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+
     for wl in workloads:
         for plugin, offered in plugin_slots.items():
             for slot, sigs in wl["slots"].items():
@@ -81,12 +87,8 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                 results["slots"].append(entry)
                 echo(f"{entry['workload']} {plugin}:{slot}: {entry['status']}"
                      + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else ""))
-                finish(results)
-                with open(path, "w") as f:
-                    json.dump(results, f, indent=1, default=str)
-    finish(results)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1, default=str)
+                save()
+    save()
     return results
 
 

@@ -1,7 +1,6 @@
 """``fk capture``: every distinct slot call an engine makes serving scenarios, to workload files."""
 from __future__ import annotations
 
-import shlex
 import sys
 
 from fk_adapters import engines
@@ -31,7 +30,7 @@ def run(args) -> int:
     version = engines.check_installed(spec)
     cfg = CaptureConfig(engine=spec, device=device, out_dir=args.out, model_cache=args.model_cache,
                         timeout_s=args.timeout, quick=args.quick,
-                        command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+                        command=common.command_line())
     print(f"fk capture: stock {spec.name} {version} on {device}, {spec.describe_mode('eager', device)}, "
           f"{len(chosen)} scenario(s) -> {args.out}", flush=True)
     failed = 0

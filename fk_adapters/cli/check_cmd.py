@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import sys
 
 from fk_adapters import engines
 
@@ -55,7 +53,6 @@ def load_workload(path: str) -> dict:
 
 
 def run(args) -> int:
-    from fk_adapters.check.report import render_check
     from fk_adapters.check.runner import run_check
     from fk_adapters.cli.main import UsageError
     from fk_adapters.cli import common
@@ -79,10 +76,7 @@ def run(args) -> int:
     print(f"fk check: {', '.join(plugins)} vs. {spec.name} {version} kernels on {device}, "
           f"{len(workloads)} workload(s) -> {args.out}", flush=True)
     results = run_check(spec, plugin_slots, workloads, device, args.out, config, args.timeout, args.max_shapes,
-                        command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]), engine_version=version,
+                        command=common.command_line(), engine_version=version,
                         echo=lambda m: print(f"  {m}", flush=True))
-    md = os.path.join(args.out, "report.md")
-    with open(md, "w") as f:
-        f.write(render_check(results))
-    print(f"{results['verdict']}: results {os.path.join(args.out, 'results.json')}, report {md}")
+    common.write_report(args.out, results)
     return 0 if results["verdict"] == "PASS" else 1

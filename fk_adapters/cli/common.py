@@ -56,3 +56,21 @@ def kernels_in_engine(plugins: list[str], spec, device: str) -> tuple[dict, list
         loaded = load_plugins(plugins, strict=True, engine=spec.name, device=device)
     return select_kernels(loaded, spec.name, device)
 
+
+def command_line() -> str:
+    """This invocation as the user typed it, for reports."""
+    import shlex
+    import sys
+
+    return "fk " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def write_report(out: str, results: dict) -> None:
+    """report.md beside results.json (fk run or fk check results), and the verdict line."""
+    from fk_adapters.report import render
+
+    md_path = os.path.join(out, "report.md")
+    with open(md_path, "w") as f:
+        f.write(render(results))
+    print(f"{results['verdict']}: results {os.path.join(out, 'results.json')}, report {md_path}")
+

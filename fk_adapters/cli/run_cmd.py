@@ -3,13 +3,10 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import sys
 
 from fk_adapters import engines
 from fk_adapters.cli import common
 from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist
-from fk_adapters.report import render
 from fk_adapters.runner.ab import RunConfig, run_suite
 
 
@@ -89,11 +86,11 @@ def run(args) -> int:
                         allow_uncovered=args.allow_uncovered, aa=args.aa, quick=args.quick,
                         profile=device == "cuda" if args.profile is None else args.profile,
                         multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
-                        baseline_from=base_from, command="fk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+                        baseline_from=base_from, command=common.command_line())
         print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({spec.describe_mode(mode, device)}), "
               f"{len(chosen)} scenario(s) -> {out}", flush=True)
         results = run_suite(cfg, chosen, versions[spec.name], echo=lambda m: print(f"  {m}", flush=True))
-        _write_report(out, results)
+        common.write_report(out, results)
         all_results.append(results)
     if multi:
         combined = {"engines": [r["engine"] for r in all_results], "candidate": all_results[0]["candidate"],
@@ -101,13 +98,7 @@ def run(args) -> int:
                     "runs": all_results}
         with open(os.path.join(args.out, "results.json"), "w") as f:
             json.dump(combined, f, indent=1, default=str)
-        _write_report(args.out, combined)
+        common.write_report(args.out, combined)
         all_results = [combined]
     return 0 if all(r["verdict"] == "PASS" for r in all_results) else 1
 
-
-def _write_report(out: str, results: dict) -> None:
-    md_path = os.path.join(out, "report.md")
-    with open(md_path, "w") as f:
-        f.write(render(results))
-    print(f"{results['verdict']}: results {os.path.join(out, 'results.json')}, report {md_path}")
