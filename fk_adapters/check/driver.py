@@ -43,9 +43,7 @@ def _poison_pool(like: tuple, device: str) -> None:
 
 def correctness_round(slot, sig, cand, eng, device: str, seed: int, prev=None) -> tuple[list[str], dict, tuple]:
     """One round on fresh inputs: (problems, stats, (result, exact)) of the candidate."""
-    import torch
-
-    args = signature.make_inputs(slot, sig, device, torch.Generator().manual_seed(seed))
+    args = signature.make_inputs(slot, sig, device, seed)
     dtype = guards.dtype_name(args[slot.dtype_arg])
     exact = slot.run_reference(_exact_inputs(args))
     eng_args = _clone(args)
@@ -87,8 +85,6 @@ def check_signature(slot, sig: list, cand, eng, device: str, clock: timing.Clock
 
 
 def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed) -> dict:
-    import torch
-
     row: dict = {"args": sig, "problems": [], "flags": []}
     prev = None
     for r in range(cfg.get("rounds", 3)):
@@ -97,10 +93,10 @@ def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed) -> dict:
         row.update(stats)
         if problems:
             return row
-    sets0 = signature.make_inputs(slot, sig, device, torch.Generator().manual_seed(seed + 100))
+    sets0 = signature.make_inputs(slot, sig, device, seed + 100)
     traffic = slot.traffic(*sets0) if slot.traffic else 0
     n = timing.buffer_sets(sum(a.numel() * a.element_size() for a in sets0 if hasattr(a, "numel")), clock.flush_bytes)
-    sets = [sets0] + [signature.make_inputs(slot, sig, device, torch.Generator().manual_seed(seed + 101 + k))
+    sets = [sets0] + [signature.make_inputs(slot, sig, device, seed + 101 + k)
                       for k in range(n - 1)]
     times = timing.bench_pair(clock, {"candidate": cand, "engine": eng}, sets, cfg.get("warmup", 10),
                               cfg.get("repeats", 50))

@@ -47,27 +47,30 @@ def _storage_size(shape, stride) -> int:
     return 1 + sum((n - 1) * st for n, st in zip(shape, stride))
 
 
-def _values(name: str, shape, dtype, gen, sig_by_name):
-    """Random contents for one argument: never zeros, in the range the slot expects."""
+def _values(name: str, shape, dtype, gen, sig_by_name, device):
+    """Random contents for one argument, made on ``device``: never zeros, in the range the slot expects."""
     import torch
 
     n = math.prod(shape)
     if name == "positions":
         rows = sig_by_name["cos_sin_cache"]["shape"][0]
-        return torch.randint(0, rows, tuple(shape), generator=gen, dtype=torch.int64).to(dtype)
+        return torch.randint(0, rows, tuple(shape), generator=gen, dtype=torch.int64, device=device).to(dtype)
     if name == "cos_sin_cache":
         rows, width = shape
-        ang = torch.rand((rows, width // 2), generator=gen, dtype=torch.float64) * 2 * math.pi
+        ang = torch.rand((rows, width // 2), generator=gen, dtype=torch.float64, device=device) * 2 * math.pi
         return torch.cat([ang.cos(), ang.sin()], dim=-1).to(dtype)
     if name == "weight":
-        return (1.0 + 0.2 * torch.randn(tuple(shape), generator=gen, dtype=torch.float64)).to(dtype)
-    x = torch.randn(n, generator=gen, dtype=torch.float64)
+        return (1.0 + 0.2 * torch.randn(tuple(shape), generator=gen, dtype=torch.float64, device=device)).to(dtype)
+    x = torch.randn(n, generator=gen, dtype=torch.float64, device=device)
     x = torch.where(x.abs() < 1e-3, torch.full_like(x, 1e-3), x)  # never zeros
     return x.reshape(tuple(shape)).to(dtype)
 
 
-def make_inputs(slot, sig: list, device: str, gen, poison: bool = True) -> tuple:
+def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True) -> tuple:
     """Fresh random arguments with the signature's shapes, dtypes and strides.
+
+    The values are generated on ``device`` with a generator there seeded by ``seed``, so
+    they are deterministic per (device, seed) and large inputs cost no host work.
 
     A strided tensor is a view into a larger buffer whose gaps hold NaN (``poison``), so a
     kernel that reads outside the view shows it.
@@ -76,6 +79,7 @@ def make_inputs(slot, sig: list, device: str, gen, poison: bool = True) -> tuple
 
     names = slot.param_names()
     by_name = dict(zip(names, sig))
+    gen = torch.Generator(device=device).manual_seed(seed)
     out = []
     for name, a in zip(names, sig):
         if a is None:
@@ -84,11 +88,11 @@ def make_inputs(slot, sig: list, device: str, gen, poison: bool = True) -> tuple
             out.append(a["value"])
         else:
             dtype = getattr(torch, a["dtype"])
-            vals = _values(name, a["shape"], dtype, gen, by_name)
+            vals = _values(name, a["shape"], dtype, gen, by_name, device)
             storage = torch.empty(_storage_size(a["shape"], a["stride"]), dtype=dtype, device=device)
             if poison and dtype.is_floating_point:
                 storage.fill_(float("nan"))
             t = storage.as_strided(a["shape"], a["stride"])
-            t.copy_(vals.to(device))
+            t.copy_(vals)
             out.append(t)
     return tuple(out)
