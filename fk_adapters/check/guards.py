@@ -10,6 +10,10 @@ import time
 
 # (atol, rtol) against the engine's own kernel, per dtype (FastKernels' kernel-level values).
 TOLERANCES = {"float32": (1e-5, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2), "float64": (1e-10, 1e-8)}
+# Elements outside the tolerance that still pass: at most this share of the result, each within
+# OUTLIER_SPAN times the tolerance. Rounding differently (e.g. rounding a normalised value to
+# bf16 before the weight multiply, as HF does) leaves a few elements 2 ulps from the engine.
+OUTLIER_SHARE, OUTLIER_SPAN = 1e-4, 2.0
 
 
 def dtype_name(t) -> str:
@@ -46,9 +50,10 @@ def aliases(out, inputs) -> list[str]:
 def compare(got, engine, exact, dtype: str) -> tuple[list[str], dict]:
     """``got`` against the engine's result, with the float64 reference ``exact`` as arbiter.
 
-    An element passes within (atol, rtol) of the engine's value, or when it is at least as
-    close to the float64 reference as the engine's value is. NaN/Inf and an all-zero result
-    against a non-zero reference fail outright.
+    An element is within bounds when it is within (atol, rtol) of the engine's value or at
+    least as close to the float64 reference as the engine's value is. A few outliers pass
+    (``OUTLIER_SHARE`` of the elements, each within ``OUTLIER_SPAN`` times the tolerance);
+    NaN/Inf and an all-zero result against a non-zero reference fail outright.
     """
     import torch
 
@@ -60,14 +65,20 @@ def compare(got, engine, exact, dtype: str) -> tuple[list[str], dict]:
     if g.numel() and not g.any() and x.any():
         return ["all-zero result against a non-zero reference"], stats
     d_eng, d_x, e_x = (g - e).abs(), (g - x).abs(), (e - x).abs()
-    bad = ~((d_eng <= atol + rtol * e.abs()) | (d_x <= e_x))
-    stats.update(max_abs_vs_engine=float(d_eng.max()) if g.numel() else 0.0,
-                 max_abs_vs_exact=float(d_x.max()) if g.numel() else 0.0,
-                 engine_max_abs_vs_exact=float(e_x.max()) if g.numel() else 0.0, bad=int(bad.sum()))
-    if stats["bad"]:
-        return [f"{stats['bad']}/{g.numel()} elements outside (atol {atol:g}, rtol {rtol:g}) of the engine's "
-                f"result and farther from the float64 reference than it (max |Δ| {stats['max_abs_vs_engine']:.3g})"], stats
-    return [], stats
+    tol = atol + rtol * e.abs()
+    bad = ~((d_eng <= tol) | (d_x <= e_x))
+    n_bad, n = int(bad.sum()), g.numel()
+    stats.update(max_abs_vs_engine=float(d_eng.max()) if n else 0.0,
+                 max_abs_vs_exact=float(d_x.max()) if n else 0.0,
+                 engine_max_abs_vs_exact=float(e_x.max()) if n else 0.0, bad=n_bad, elements=n)
+    if not n_bad:
+        return [], stats
+    far = int((bad & (d_eng > OUTLIER_SPAN * tol)).sum())
+    if n_bad <= OUTLIER_SHARE * n and not far:
+        return [], stats
+    return [f"{n_bad}/{n} elements outside (atol {atol:g}, rtol {rtol:g}) of the engine's result and farther "
+            f"from the float64 reference than it, {far} of them beyond {OUTLIER_SPAN:g}x the tolerance "
+            f"(max |Δ| {stats['max_abs_vs_engine']:.3g}; up to {OUTLIER_SHARE:.2%} within {OUTLIER_SPAN:g}x pass)"], stats
 
 
 def unchanged(before: tuple, after: tuple, writable: set[int]) -> list[str]:

@@ -1,7 +1,7 @@
 """Kernel timing for ``fk check``: interleaved, cache-cold, on rotating input buffers.
 
-On CUDA every call is timed with device events on the current stream, after the L2 cache is
-flushed (a buffer twice its size is overwritten); on CPU with ``perf_counter`` (not a
+On CUDA every call is timed with device events on the current stream, from an idle device,
+after the L2 cache is flushed (a buffer twice its size is overwritten); on CPU with ``perf_counter`` (not a
 performance claim). The clock functions are the ones saved before any plugin was imported.
 """
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Clock:
         event = self.saved["torch.cuda.Event"]
         marks = []
         for fn, args in calls:
+            self.sync()  # nothing of the previous call (host or device) overlaps this one
             self.flush()
             start, end = event(enable_timing=True), event(enable_timing=True)
             start.record()

@@ -8,11 +8,12 @@
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
 # reuse the baseline runs of $BASE (default: the triton step's; BASE=/tmp/fk-work/both/ENGINE after `both`).
+# `check` reads the captures of $WORKLOADS/<scenario>/ENGINE.json (default: what `capture` wrote, /tmp/fk-work/workloads).
 set -u
 ENGINE=$1; shift
 export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
 export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
-ROOT=/tmp/fk-work; WORK=$ROOT/$ENGINE; MODELS=/tmp/fk-models
+ROOT=/tmp/fk-work; WORK=$ROOT/$ENGINE; MODELS=/tmp/fk-models; WORKLOADS=${WORKLOADS:-$ROOT/workloads}
 mkdir -p "$WORK"
 FK="python3 -m fk_adapters.cli.main"
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 600"
@@ -47,7 +48,7 @@ for step in "$@"; do
     capture)  # the shapes this engine sends to each slot while serving the scenario (eager)
       $FK capture --engine "$ENGINE" --scenario $SC --model-cache $MODELS --timeout 600 --out "$ROOT/workloads" ;;
     check)  # each plugin kernel vs. this engine's own kernel on the captured shapes (most called first)
-      $FK check --engine "$ENGINE" --plugins triton,passthrough --workload "$ROOT/workloads/$SC/$ENGINE.json" \
+      $FK check --engine "$ENGINE" --plugins triton,passthrough --workload "$WORKLOADS/$SC/$ENGINE.json" \
         --max-shapes ${MAX_SHAPES:-40} --timeout 600 --out "$WORK/check" ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \

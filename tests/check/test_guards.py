@@ -106,6 +106,21 @@ def test_float64_reference_arbitrates_when_the_engine_is_off():
     assert problems and "outside" in problems[0]
 
 
+def test_rare_outliers_within_twice_the_tolerance_pass_and_no_more():
+    exact = torch.full((100_000,), 1.5, dtype=torch.float64)
+    engine = exact.float()  # tolerance here: 1e-5 + 1e-3 * 1.5 = 1.51e-3
+    near = engine.clone()
+    near[::20_000] += 0.002  # 5 of 100k elements, 1.3x the tolerance
+    assert guards.compare(near, engine, exact, "float32")[0] == []
+    many = engine.clone()
+    many[::5_000] += 0.002  # 20 of 100k: more than 0.01%
+    assert "outside" in guards.compare(many, engine, exact, "float32")[0][0]
+    far = engine.clone()
+    far[0] += 0.01  # a single element, but 5x the tolerance
+    problems, stats = guards.compare(far, engine, exact, "float32")
+    assert problems and "1 of them beyond" in problems[0] and stats["bad"] == 1
+
+
 def test_escape_ratio_rule():
     assert guards.escaped(1.1, 1.05) == []
     assert guards.escaped(20.0, 1.1) and "escapes the timed stream" in guards.escaped(20.0, 1.1)[0]
