@@ -117,7 +117,7 @@ class TimingIntegrity:
                       "torch.cuda.Event.record": (torch.cuda.Event, "record"),
                       "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
                       "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
-                      "torch.Tensor.zero_": (torch.Tensor, "zero_")}
+                      "torch.Tensor.zero_": (torch.Tensor, "zero_"), "torch.cuda._sleep": (torch.cuda, "_sleep")}
         try:
             import triton.testing
 

@@ -6,10 +6,10 @@ from tabulate import tabulate
 from fk_adapters.check.guards import OUTLIER_SHARE, OUTLIER_SPAN, TOLERANCES
 
 
-def _us(s: dict | None) -> str:
+def _us(s: dict | None, spread: bool = True) -> str:
     if not s or not s.get("n"):
         return "-"
-    return f"{s['median_s'] * 1e6:.2f} ±{50 * s['rel_iqr']:.0f}%"
+    return f"{s['median_s'] * 1e6:.2f}" + (f" ±{50 * s['rel_iqr']:.0f}%" if spread else "")
 
 
 def _gbs(x) -> str:
@@ -78,7 +78,9 @@ def render_check(results: dict) -> str:
     for s in slots:
         for r in s.get("shapes", []):
             label = shape_label(r["args"])
+            host = r.get("host", {})
             rows.append([s["plugin"], s["slot"], label, r["calls"], _us(r.get("candidate")), _us(r.get("engine")),
+                         _us(host.get("candidate"), spread=False), _us(host.get("engine"), spread=False),
                          "-" if r.get("speedup") is None else f"{r['speedup']:.3f}",
                          _gbs(r.get("candidate_Bps")), _pct(r.get("candidate_frac_ceiling")),
                          _gbs(r.get("engine_Bps")), _pct(r.get("engine_frac_ceiling")),
@@ -89,9 +91,13 @@ def render_check(results: dict) -> str:
             problems.append(f"- {s['plugin']}:{s['slot']}: {s['status']}: {s.get('error')} (log: {s.get('log')})")
     if rows:
         lines += ["", "## Per shape", "",
-                  "Times: median per call ± half the interquartile range. Bandwidth: the slot's least memory traffic "
-                  "per call over the median time, and its fraction of the copy ceiling measured in the same run.", "",
-                  tabulate(rows, headers=["plugin", "slot", "shape", "calls", "candidate µs", "engine µs", "speedup",
+                  "Times: median per call ± half the interquartile range. On CUDA: device time (the host's launch "
+                  "work hidden behind a GPU spin, as under CUDA graphs), and apart from it the host time of each call "
+                  "(its launch cost in eager mode). Speedup: engine over candidate device time. Bandwidth: the slot's "
+                  "least memory traffic per call over the median time, and its fraction of the copy ceiling measured "
+                  "in the same run.", "",
+                  tabulate(rows, headers=["plugin", "slot", "shape", "calls", "candidate µs", "engine µs",
+                                          "cand. host µs", "engine host µs", "speedup",
                                           "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "result"],
                            tablefmt="github")]
     if problems:

@@ -39,7 +39,7 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
                 "error": res.get("error", res.get("status")), "log": res.get("log"), "shapes": []}
     ceiling = res.get("copy_ceiling_Bps", 0.0)
     for row in res["shapes"]:
-        row["flags"] = flags(row, ceiling, flag_speedup)
+        row["flags"] = row.get("flags", []) + flags(row, ceiling, flag_speedup)
         if ceiling and row.get("candidate_Bps") is not None:
             row["candidate_frac_ceiling"] = row["candidate_Bps"] / ceiling
             row["engine_frac_ceiling"] = row["engine_Bps"] / ceiling

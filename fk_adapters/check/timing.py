@@ -1,8 +1,11 @@
 """Kernel timing for ``fk check``: interleaved, cache-cold, on rotating input buffers.
 
 On CUDA every call is timed with device events on the current stream, from an idle device,
-after the L2 cache is flushed (a buffer twice its size is overwritten); on CPU with ``perf_counter`` (not a
-performance claim). The clock functions are the ones saved before any plugin was imported.
+after the L2 cache is flushed (a buffer twice its size is overwritten) and behind a short GPU
+spin that hides the host's launch work: the device time, what a call costs under CUDA graphs.
+The host time of each call (launch work, the cost in eager mode) is kept beside it. On CPU,
+``perf_counter`` (not a performance claim). The clock functions are the ones saved before any
+plugin was imported.
 """
 from __future__ import annotations
 
@@ -10,28 +13,36 @@ import statistics
 
 
 class Clock:
+    SPIN_CYCLES = 500_000  # about 0.25-0.35 ms of GPU clock: covers any launch not itself suspect
+
     def __init__(self, device: str, saved: dict):
         import torch
 
         self.device, self.saved = device, saved
-        self.flush_buf = None
+        self.flush_buf, self.spin_s = None, 0.0
         if device == "cuda":
             l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size or (50 << 20)
             self.flush_buf = torch.empty(2 * l2, dtype=torch.int8, device="cuda")
+            self.spin_s = min(self.time_calls([(self._spin, ())] * 5))
         self.flush_bytes = 0 if self.flush_buf is None else self.flush_buf.numel()
 
     def flush(self) -> None:
         if self.flush_buf is not None:
             self.saved["torch.Tensor.zero_"](self.flush_buf)
 
+    def _spin(self) -> None:
+        self.saved["torch.cuda._sleep"](self.SPIN_CYCLES)
+
     def sync(self) -> None:
         if self.device == "cuda":
             self.saved["torch.cuda.synchronize"]()
 
-    def time_calls(self, calls) -> list[float]:
-        """Seconds of each ``fn(*args)`` in ``calls``, each after an L2 flush."""
+    def time_calls(self, calls, host: list | None = None) -> list[float]:
+        """Seconds of each ``fn(*args)`` in ``calls``, each after an L2 flush; on CUDA the device
+        time, with the host seconds of each call appended to ``host`` if given."""
+        now = self.saved["time.perf_counter"]
         if self.device != "cuda":
-            now, out = self.saved["time.perf_counter"], []
+            out = []
             for fn, args in calls:
                 t0 = now()
                 fn(*args)
@@ -42,9 +53,14 @@ class Clock:
         for fn, args in calls:
             self.sync()  # nothing of the previous call (host or device) overlaps this one
             self.flush()
+            if self.spin_s:
+                self._spin()  # the device is busy while the host launches fn
             start, end = event(enable_timing=True), event(enable_timing=True)
             start.record()
+            t0 = now()
             fn(*args)
+            if host is not None:
+                host.append(now() - t0)
             end.record()
             marks.append((start, end))
         self.sync()
@@ -67,20 +83,26 @@ class Clock:
         return wall / max(start.elapsed_time(end) / 1e3, 1e-9)
 
 
-def bench_pair(clock: Clock, fns: dict, sets: list[tuple], warmup: int, repeats: int) -> dict[str, list[float]]:
-    """Interleave the candidates call by call (order alternating), each on the next input buffer."""
+def bench_pair(clock: Clock, fns: dict, sets: list[tuple], warmup: int, repeats: int) -> tuple[dict, dict]:
+    """Interleave the candidates call by call (order alternating), each on the next input buffer.
+
+    Returns (timed seconds, host seconds) per name; host seconds only on CUDA."""
     names = list(fns)
     for w in range(warmup):
         for name in names:
             fns[name](*sets[w % len(sets)])
     clock.sync()
     times: dict[str, list[float]] = {n: [] for n in names}
+    host: dict[str, list[float]] = {n: [] for n in names}
     for i in range(repeats):
         order = names if i % 2 == 0 else names[::-1]
-        got = clock.time_calls([(fns[n], sets[i % len(sets)]) for n in order])
+        spent: list[float] = []
+        got = clock.time_calls([(fns[n], sets[i % len(sets)]) for n in order], spent)
         for n, t in zip(order, got):
             times[n].append(t)
-    return times
+        for n, t in zip(order, spent):
+            host[n].append(t)
+    return times, host
 
 
 def buffer_sets(total_bytes: int, flush_bytes: int, lo: int = 2, hi: int = 16) -> int:

@@ -177,3 +177,4 @@ def test_on_gpu_honest_triton_kernel_passes_with_sane_timing():
     assert row["problems"] == [], row["problems"]
     assert row["buffer_sets"] >= 2 and 0 < row["candidate_Bps"] < 1.05 * ceiling
     assert row["wall_over_span"]["candidate"] < 1.5
+    assert clock.spin_s > 0 and row["host"]["candidate"]["n"] == 20  # device time behind a spin; host time apart
