@@ -43,6 +43,15 @@ def shape_label(args: list) -> str:
     return f"{', '.join(parts)} {dtype}".strip()
 
 
+def _slot_speedup(s: dict) -> str:
+    from fk_adapters.check.runner import slot_speedup_range
+
+    if s.get("geomean_speedup") is None:
+        return "-"
+    rng = s.get("geomean_speedup_range") or slot_speedup_range(s.get("shapes", []))
+    return f"{s['geomean_speedup']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
+
+
 def _result(row: dict) -> str:
     if row["problems"]:
         return "FAIL"
@@ -69,10 +78,10 @@ def render_check(results: dict) -> str:
               f"{OUTLIER_SPAN:g}x the tolerance (counted in the result column)",
               "", "## Per slot", ""]
     table = [[s["workload"], s["plugin"], s["slot"], s["status"], _covered(s),
-              "-" if s.get("geomean_speedup") is None else f"{s['geomean_speedup']:.3f}",
+              _slot_speedup(s),
               _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)] for s in slots]
     lines.append(tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
-                                          "speedup (call-weighted geomean)", "copy ceiling GB/s", "flagged"],
+                                          "speedup (call-weighted geomean) [spread]", "copy ceiling GB/s", "flagged"],
                           tablefmt="github"))
     rows, problems, flagged = [], [], []
     for s in slots:
@@ -93,7 +102,8 @@ def render_check(results: dict) -> str:
         lines += ["", "## Per shape", "",
                   "Times: median per call ± half the interquartile range. On CUDA: device time (the host's launch "
                   "work hidden behind a GPU spin, as under CUDA graphs), and apart from it the host time of each call "
-                  "(its launch cost in eager mode). Speedup: engine over candidate device time. Bandwidth: the slot's "
+                  "(its launch cost in eager mode). Speedup: engine over candidate device time; its spread per slot: the "
+                  "call-weighted geomeans of engine q1 / candidate q3 and engine q3 / candidate q1. Bandwidth: the slot's "
                   "least memory traffic per call over the median time, and its fraction of the copy ceiling measured "
                   "in the same run.", "",
                   tabulate(rows, headers=["plugin", "slot", "shape", "calls", "candidate µs", "engine µs",

@@ -23,6 +23,25 @@ def weighted_geomean(pairs: list[tuple[float, int]]) -> float | None:
     return math.exp(sum(w * math.log(x) for x, w in pairs) / sum(w for _, w in pairs))
 
 
+def speedup_range(row: dict) -> tuple[float, float] | None:
+    """The speedup's spread: engine over candidate time, each taken at the far ends of its
+    interquartile range (a 1.00x that is real lies inside it)."""
+    c, e = row.get("candidate") or {}, row.get("engine") or {}
+    if not c.get("n") or not e.get("n") or not c.get("q1_s", 0) > 0 or "q3_s" not in e:
+        return None
+    return e["q1_s"] / c["q3_s"], e["q3_s"] / c["q1_s"]
+
+
+def slot_speedup_range(shapes: list[dict]) -> tuple[float, float] | None:
+    """Call-weighted geomeans of the per-shape lower and upper speedup bounds."""
+    ranges = [(speedup_range(r), r["calls"]) for r in shapes]
+    if not ranges or any(r is None for r, _ in ranges):
+        return None
+    lo = weighted_geomean([(r[0], w) for r, w in ranges])
+    hi = weighted_geomean([(r[1], w) for r, w in ranges])
+    return None if lo is None or hi is None else (lo, hi)
+
+
 def flags(row: dict, ceiling: float, flag_speedup: float) -> list[str]:
     out = []
     if row.get("speedup", 0) > flag_speedup:
@@ -48,6 +67,7 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
             "device_name": res.get("device_name"), "log": res.get("log"),
             "calls": sum(r["calls"] for r in res["shapes"]),
             "geomean_speedup": None if bad else weighted_geomean([(r.get("speedup"), r["calls"]) for r in res["shapes"]]),
+            "geomean_speedup_range": None if bad else slot_speedup_range(res["shapes"]),
             "flagged": sum(bool(r["flags"]) for r in res["shapes"])}
 
 

@@ -144,3 +144,15 @@ def test_report_says_how_much_of_the_captured_calls_was_checked():
     md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
                        "verdict": "PASS", "slots": [s]})
     assert "1/4 (25% of calls)" in md
+
+
+def test_speedup_spread_brackets_the_median_and_is_call_weighted():
+    def row(c, e, calls):
+        summ = lambda m: {"n": 50, "median_s": m, "q1_s": 0.98 * m, "q3_s": 1.02 * m, "rel_iqr": 0.04}
+        return {"candidate": summ(c), "engine": summ(e), "calls": calls}
+
+    lo, hi = runner.speedup_range(row(1.0, 1.0, 1))
+    assert lo < 1.0 < hi and hi == pytest.approx(1.02 / 0.98)
+    lo, hi = runner.slot_speedup_range([row(1.0, 2.0, 3), row(1.0, 1.0, 1)])
+    assert lo < 2 ** 0.75 < hi  # around the call-weighted geomean
+    assert runner.speedup_range({"candidate": {"n": 0}, "engine": {}}) is None
