@@ -17,6 +17,9 @@ from fk_adapters.weights import FAMILIES
 
 REQUIRED_MODEL_KEYS = ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
                        "num_attention_heads", "vocab_size")
+HOSTS = ("vllm", "sglang", "transformers")
+ENGINE_HOSTS = ("vllm", "sglang")
+FAMILIES_OF_MODELS = ("llm", "embedding", "vision", "audio", "diffusion", "detection", "other")
 
 
 class ScenarioError(ValueError):
@@ -37,6 +40,22 @@ class Scenario:
     engine_env: dict = field(default_factory=dict)
     correctness: dict = field(default_factory=dict)
     perf: dict = field(default_factory=dict)
+    catalog: dict = field(default_factory=dict)  # the FastKernels entry (fk46-* scenarios)
+    inputs: dict = field(default_factory=dict)  # what one item is, for families without token workloads
+    extra: dict = field(default_factory=dict)  # any other table, e.g. [speculative]
+
+    @property
+    def hosts(self) -> list[str]:
+        """Where this scenario can be served: its catalog entry's hosts, else both engines."""
+        return list(self.catalog["hosts"]) if self.catalog else list(ENGINE_HOSTS)
+
+    @property
+    def family(self) -> str:
+        return self.catalog.get("family", "llm") if self.catalog else "llm"
+
+
+_KNOWN_KEYS = {"name", "description", "suites", "dtype", "seed", "device", "model", "engine", "engine_env",
+               "correctness", "perf", "catalog", "inputs"}
 
 
 def _builtin_dir():
@@ -49,14 +68,19 @@ def builtin_names() -> list[str]:
 
 def _check(sc: Scenario) -> None:
     where = f"scenario {sc.name!r} ({sc.path})"
+    if sc.catalog:
+        _check_catalog(sc, where)
+    if sc.dtype not in THRESHOLDS:
+        raise ScenarioError(f"{where}: dtype {sc.dtype!r} not one of {', '.join(THRESHOLDS)}")
+    if sc.catalog and not (set(sc.hosts) & set(ENGINE_HOSTS) and sc.family == "llm"):
+        return  # no token workloads: described here, run by another host or not at all
     missing = [k for k in REQUIRED_MODEL_KEYS if k not in sc.model]
     if missing:
         raise ScenarioError(f"{where}: [model] lacks {', '.join(missing)}")
-    arch = sc.model["architectures"][0] if sc.model["architectures"] else ""
-    if arch not in FAMILIES:
-        raise ScenarioError(f"{where}: architecture {arch!r} has no weight writer (known: {', '.join(FAMILIES)})")
-    if sc.dtype not in THRESHOLDS:
-        raise ScenarioError(f"{where}: dtype {sc.dtype!r} not one of {', '.join(THRESHOLDS)}")
+    if not sc.catalog:
+        arch = sc.model["architectures"][0] if sc.model["architectures"] else ""
+        if arch not in FAMILIES:
+            raise ScenarioError(f"{where}: architecture {arch!r} has no weight writer (known: {', '.join(FAMILIES)})")
     for key in ("requests", "prompt_len", "output_len", "teacher_len"):
         if not isinstance(sc.correctness.get(key), int) or sc.correctness[key] < 1:
             raise ScenarioError(f"{where}: [correctness] {key} must be a positive integer")
@@ -66,6 +90,35 @@ def _check(sc: Scenario) -> None:
             bad = [k for k in need if not isinstance(w.get(k), int) or w[k] < 1]
             if bad:
                 raise ScenarioError(f"{where}: [perf.{kind}.{wname}] needs positive integers {', '.join(bad)}")
+
+
+def _check_catalog(sc: Scenario, where: str) -> None:
+    c = sc.catalog
+    for key in ("number", "category", "architecture", "checkpoint", "hosts", "family", "layers"):
+        if key not in c:
+            raise ScenarioError(f"{where}: [catalog] lacks {key}")
+    if not isinstance(c["number"], int) or not 1 <= c["number"] <= 46:
+        raise ScenarioError(f"{where}: [catalog] number must be 1..46, not {c['number']!r}")
+    unknown = [h for h in c["hosts"] if h not in HOSTS]
+    if unknown:
+        raise ScenarioError(f"{where}: [catalog] hosts {unknown} not among {', '.join(HOSTS)}")
+    if not c["hosts"] and not c.get("not_hosted"):
+        raise ScenarioError(f"{where}: [catalog] hosts nothing, so not_hosted must say why")
+    if c["family"] not in FAMILIES_OF_MODELS:
+        raise ScenarioError(f"{where}: [catalog] family {c['family']!r} not one of {', '.join(FAMILIES_OF_MODELS)}")
+    layers = c["layers"]
+    if not (isinstance(layers, dict) and isinstance(layers.get("full"), int) and isinstance(layers.get("here"), int)
+            and 1 <= layers["here"] <= layers["full"]):
+        raise ScenarioError(f"{where}: [catalog] layers must be {{ full = N, here = n }} with 1 <= n <= N")
+
+
+def check_runnable(sc: Scenario, engine: str) -> None:
+    """ScenarioError unless ``engine`` can serve ``sc`` with fk's token workloads."""
+    if engine not in sc.hosts:
+        why = f": {sc.catalog['not_hosted']}" if sc.catalog.get("not_hosted") else ""
+        raise ScenarioError(f"scenario {sc.name!r} is not hosted by {engine} (hosts: {', '.join(sc.hosts) or 'none'}){why}")
+    if not sc.correctness:
+        raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads for {engine}")
 
 
 def load(name_or_path: str) -> Scenario:
@@ -89,7 +142,9 @@ def load(name_or_path: str) -> Scenario:
                       seed=data.get("seed", 0), description=data.get("description", ""),
                       suites=list(data.get("suites", [])), device=data.get("device", ""),
                       engine=dict(data.get("engine", {})), engine_env=dict(data.get("engine_env", {})),
-                      correctness=dict(data.get("correctness", {})), perf=dict(data.get("perf", {})))
+                      correctness=dict(data.get("correctness", {})), perf=dict(data.get("perf", {})),
+                      catalog=dict(data.get("catalog", {})), inputs=dict(data.get("inputs", {})),
+                      extra={k: v for k, v in data.items() if k not in _KNOWN_KEYS})
     except (KeyError, TypeError) as exc:
         raise ScenarioError(f"scenario file {path}: missing or malformed key {exc}") from None
     _check(sc)

@@ -61,3 +61,56 @@ def test_jobs_are_deterministic_and_in_vocab():
     assert min(ids) >= 3 and max(ids) < s.model["vocab_size"]
     quick = scenarios.build_job(s, "/m", "eager", quick=True)
     assert quick["correctness"] == c and quick["perf"]["repeats"] == 1
+
+
+CATALOG_ENTRY = '''name = "x"
+dtype = "bfloat16"
+[catalog]
+number = 45
+category = "World models"
+architecture = "Oasis"
+checkpoint = "Etched/oasis-500m"
+hosts = []
+not_hosted = "open-oasis only"
+family = "other"
+layers = { full = 16, here = 2 }
+[model]
+hidden_size = 1024
+'''
+
+
+def test_catalog_entries_are_checked(tmp_path):
+    f = tmp_path / "x.toml"
+    f.write_text(CATALOG_ENTRY)
+    sc = scenarios.load(str(f))  # not hosted: no workloads needed
+    assert sc.hosts == [] and sc.family == "other"
+    with pytest.raises(ScenarioError, match="not hosted by vllm.*open-oasis only"):
+        scenarios.check_runnable(sc, "vllm")
+    for old, new, message in [('not_hosted = "open-oasis only"\n', "", "not_hosted must say why"),
+                              ("hosts = []", 'hosts = ["trt"]', "not among"),
+                              ("number = 45", "number = 47", "1..46"),
+                              ('family = "other"', 'family = "robots"', "family"),
+                              ("here = 2", "here = 17", "layers")]:
+        f.write_text(CATALOG_ENTRY.replace(old, new))
+        with pytest.raises(ScenarioError, match=message):
+            scenarios.load(str(f))
+
+
+def test_an_engine_hosted_llm_entry_needs_its_workloads(tmp_path):
+    f = tmp_path / "x.toml"
+    f.write_text(CATALOG_ENTRY.replace('hosts = []', 'hosts = ["vllm"]').replace('family = "other"', 'family = "llm"'))
+    with pytest.raises(ScenarioError, match="lacks"):
+        scenarios.load(str(f))
+
+
+def test_every_fk46_entry_loads_with_a_distinct_number():
+    entries = [scenarios.load(n) for n in scenarios.builtin_names() if n.startswith("fk46-")]
+    numbers = sorted(s.catalog["number"] for s in entries)
+    assert numbers == list(range(1, 47))
+    for s in entries:
+        assert s.model and s.catalog["layers"]["here"] <= s.catalog["layers"]["full"]
+        if s.family == "llm" and set(s.hosts) & {"vllm", "sglang"}:
+            assert set(s.perf["throughput"]) == {"prefill-heavy", "balanced", "decode-heavy"}, s.name
+            assert set(s.perf["latency"]) == {"batch1", "batch32"}, s.name
+        elif s.hosts:
+            assert s.inputs or s.correctness, s.name

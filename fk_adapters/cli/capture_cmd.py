@@ -24,7 +24,7 @@ def run(args) -> int:
     if not args.engine:
         raise UsageError(f"give --engine ({' or '.join(engines.ENGINES)})")
     spec = engines.get(args.engine)
-    chosen = common.chosen_scenarios(args)
+    chosen = common.chosen_scenarios(args, [spec.name])
     device = common.device(args.device)
     common.check_device(spec, device)
     version = engines.check_installed(spec)

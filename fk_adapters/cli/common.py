@@ -15,17 +15,43 @@ def add_scenario_args(p) -> None:
                    help="where seeded checkpoints are written and reused (%(default)s)")
 
 
-def chosen_scenarios(args) -> list[scenarios.Scenario]:
-    """The scenarios of --suite and --scenario, with --dtype applied."""
+def chosen_scenarios(args, engine_names: list[str]) -> list[scenarios.Scenario]:
+    """The scenarios of --suite and --scenario, with --dtype applied.
+
+    A --scenario that one of the engines cannot serve is an error; suite members that none of
+    them can serve are left out, with a line saying so.
+    """
     from fk_adapters.cli.main import UsageError
 
     if not args.suite and not args.scenario:
         raise UsageError("give --suite NAME or --scenario NAME_OR_PATH")
-    chosen = scenarios.load_suite(args.suite) if args.suite else []
-    chosen += [scenarios.load(s) for s in args.scenario]
+    chosen = []
+    for sc in scenarios.load_suite(args.suite) if args.suite else []:
+        reasons = _unrunnable(sc, engine_names)
+        if reasons:
+            print(f"  skipped {sc.name}: {reasons[0]}", flush=True)
+        else:
+            chosen.append(sc)
+    for name in args.scenario:
+        sc = scenarios.load(name)
+        for e in engine_names:
+            scenarios.check_runnable(sc, e)
+        chosen.append(sc)
+    if not chosen:
+        raise UsageError(f"no scenario of suite {args.suite!r} runs in {', '.join(engine_names)}")
     for sc in chosen:
         sc.dtype = args.dtype or sc.dtype
     return chosen
+
+
+def _unrunnable(sc: scenarios.Scenario, engine_names: list[str]) -> list[str]:
+    out = []
+    for e in engine_names:
+        try:
+            scenarios.check_runnable(sc, e)
+        except scenarios.ScenarioError as exc:
+            out.append(str(exc))
+    return out
 
 
 def device(choice: str) -> str:

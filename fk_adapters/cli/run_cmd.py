@@ -68,7 +68,7 @@ def run(args) -> int:
     if not args.aa and not plugins:
         raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
     load_plugins(plugins, strict=True)  # unknown or broken plugins stop here, before any engine starts
-    chosen = common.chosen_scenarios(args)
+    chosen = common.chosen_scenarios(args, [s.name for s in specs])
     device = common.device(args.device)
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     versions = {}

@@ -147,3 +147,13 @@ def test_graph_safety_is_judged_per_engine(make_plugin, capsys, python_without_e
         assert ("(use --mode eager)" in err) == ("not declared" in message), (argv, err)
     assert main(run + ["graphunsafe", "--engine", "sglang", "--mode", "eager"]) == 2  # allowed; then: no SGLang
     assert "is not installed" in capsys.readouterr().err
+
+
+def test_fk_scenarios_lists_filters_and_refuses_unknown_hosts(capsys, tmp_path):
+    assert main(["scenarios", "--all", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "llama31-8b-4l" in out and "not run yet" in out
+    assert main(["scenarios", "--json", "--engine", "transformers", "--results", str(tmp_path)]) == 0
+    assert all("transformers" in r["hosts"] for r in json.loads(capsys.readouterr().out))
+    assert main(["scenarios", "--engine", "trt"]) == 2
+    assert "unknown host" in capsys.readouterr().err

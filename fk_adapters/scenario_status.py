@@ -1,0 +1,85 @@
+"""What has been measured of each scenario: read back from the results fk wrote.
+
+Two kinds of file count: ``results.json`` of ``fk run`` (did the engine start and serve it, at
+what rate, and the plugin's verdict) and the workload files of ``fk capture`` (the slots its
+run exercised, with call counts). The newest file per (scenario, engine) wins.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Seen:
+    """The newest facts about one scenario in one engine."""
+    status: str = ""  # "runs" or "fails: <reason>"
+    created: str = ""
+    source: str = ""
+    figures: list[str] = field(default_factory=list)
+    slots: dict[str, int] = field(default_factory=dict)
+    slots_created: str = ""
+
+
+def _first_line(text) -> str:
+    return str(text or "").strip().splitlines()[0][:160] if str(text or "").strip() else "no reason recorded"
+
+
+def _rate(row: dict) -> str | None:
+    for name, w in (row.get("perf") or {}).get("throughput", {}).items():
+        base = (w.get("tokens_per_s") or {}).get("baseline") or {}
+        if base.get("median"):
+            return f"{base['median']:.3g} tok/s ({name})"
+    return None
+
+
+def _from_run(res: dict, path: str, into: dict) -> None:
+    engine, created = res.get("engine", "?"), res.get("created", "")
+    for row in res.get("scenarios", []):
+        seen = into.setdefault((row.get("scenario"), engine), Seen())
+        if created < seen.created:
+            continue
+        base = row.get("baseline") or {}
+        ok = base.get("status") == "ok"
+        seen.status = "runs" if ok else f"fails: {_first_line(base.get('error') or base.get('status'))}"
+        seen.created, seen.source, seen.figures = created, path, []
+        rate = _rate(row)
+        if rate:
+            seen.figures.append(f"{rate} on {res.get('device', '?')}")
+        if row.get("status") and res.get("candidate"):
+            seen.figures.append(f"{res['candidate']}: {row['status']}")
+
+
+def _from_capture(res: dict, path: str, into: dict) -> None:
+    seen = into.setdefault((res.get("scenario"), res.get("engine", "?")), Seen())
+    created = res.get("created", "")
+    if created < seen.slots_created:
+        return
+    seen.slots = {slot: sum(s.get("calls", 0) for s in sigs) for slot, sigs in res.get("slots", {}).items()}
+    seen.slots_created = created
+    if not seen.status:
+        seen.status, seen.created, seen.source = "runs", created, path
+
+
+def collect(roots: list[str]) -> dict[tuple[str, str], Seen]:
+    """{(scenario, engine): Seen} from every results file under ``roots``."""
+    found: dict[tuple[str, str], Seen] = {}
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                if not name.endswith(".json"):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        res = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                if not isinstance(res, dict):
+                    continue
+                if "scenarios" in res and "verdict" in res and res.get("kind") != "check":
+                    _from_run(res, path, found)
+                elif "slots" in res and "scenario" in res and "total_calls" in res:
+                    _from_capture(res, path, found)
+    return found

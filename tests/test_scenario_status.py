@@ -1,0 +1,24 @@
+import json
+
+from fk_adapters import scenario_status
+
+
+def _write(path, obj):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def test_newest_run_and_capture_per_scenario_and_engine(tmp_path):
+    row = {"scenario": "s", "status": "PASSED", "baseline": {"status": "ok"},
+           "perf": {"throughput": {"balanced": {"tokens_per_s": {"baseline": {"median": 1234.0}}}}}}
+    _write(tmp_path / "old" / "results.json", {"engine": "vllm", "created": "2026-01-01", "device": "cuda",
+                                               "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
+    failed = dict(row, baseline={"status": "error", "error": "CUDA out of memory\ntraceback..."})
+    _write(tmp_path / "new" / "results.json", {"engine": "vllm", "created": "2026-02-01", "device": "cuda",
+                                               "candidate": "triton", "verdict": "FAIL", "scenarios": [failed]})
+    _write(tmp_path / "w" / "s" / "sglang.json", {"scenario": "s", "engine": "sglang", "created": "2026-01-05",
+                                                  "total_calls": {}, "slots": {"rms_norm": [{"calls": 3}, {"calls": 4}]}})
+    (tmp_path / "junk.json").write_text("[not json")
+    seen = scenario_status.collect([str(tmp_path)])
+    assert seen[("s", "vllm")].status == "fails: CUDA out of memory"
+    assert seen[("s", "sglang")].status == "runs" and seen[("s", "sglang")].slots == {"rms_norm": 7}
