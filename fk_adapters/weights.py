@@ -4,6 +4,11 @@ Linear and embedding weights ~ N(0, std) with std = initializer_range (0.02 as t
 families' own inits); norm weights 1 + N(0, 0.1) (Gemma stores w for 1 + w: N(0, 0.1)),
 so a kernel that ignores or mis-indexes the weight changes the logits. Same seed, same
 bytes: baseline and candidate load the very same files.
+
+The Llama, Qwen2 and Gemma families have their layouts written out here. Every other
+architecture is built by HF transformers from its config (the model's own seeded init), then
+every parameter the init left constant (norm weights, biases, D) is spread out the same way,
+and ``save_pretrained`` writes it in the checkpoint's own tensor names.
 """
 from __future__ import annotations
 
@@ -64,6 +69,11 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str) -> str:
             if json.load(f).get("key") == key:
                 return key
     os.makedirs(out_dir, exist_ok=True)
+    if (cfg.get("architectures") or [""])[0] not in FAMILIES:
+        write_with_transformers(config, out_dir, seed, dtype)
+        with open(stamp, "w") as f:
+            json.dump({"key": key, "seed": seed, "dtype": dtype, "writer": "transformers"}, f)
+        return key
     gemma = FAMILIES.get((cfg.get("architectures") or [""])[0]) == "gemma"
     std = cfg.get("initializer_range", 0.02)
     gen = torch.Generator().manual_seed(seed)
@@ -81,6 +91,40 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str) -> str:
     with open(stamp, "w") as f:
         json.dump({"key": key, "seed": seed, "dtype": dtype}, f)
     return key
+
+
+def _hf_config(config: dict):
+    from transformers import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        raise WeightsError(f"transformers has no config for model_type {model_type!r}")
+    cfg = CONFIG_MAPPING[model_type](**{k: v for k, v in config.items() if k != "model_type"})
+    cfg.architectures = list(config["architectures"])
+    return cfg
+
+
+def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str) -> None:
+    """Build the model with transformers (seeded), spread its constant parameters, save it."""
+    import torch
+    import transformers
+
+    arch = config["architectures"][0]
+    cls = getattr(transformers, arch, None)
+    if cls is None:
+        raise WeightsError(f"no weight writer for {arch!r}: not a class of transformers {transformers.__version__}")
+    cfg = _hf_config(config)
+    std = config.get("initializer_range", 0.02)
+    torch.manual_seed(seed)
+    model = cls._from_config(cfg, dtype=getattr(torch, dtype))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            flat = p.reshape(-1)
+            if p.ndim == 1 and p.numel() > 1 and bool((flat == flat[0]).all()):
+                scale = std if name.endswith("bias") else 0.1
+                p.add_((scale * torch.randn(p.shape, generator=gen)).to(p.dtype))
+    model.save_pretrained(out_dir)
 
 
 def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:

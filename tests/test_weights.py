@@ -37,3 +37,26 @@ def test_other_seed_other_weights(tmp_path):
 def test_unknown_architecture():
     with pytest.raises(weights.WeightsError):
         weights.parameter_shapes({"architectures": ["Foo"], "hidden_size": 8})
+
+
+TINY_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+            "vocab_size": 128, "num_local_experts": 4, "num_experts_per_tok": 2}
+
+
+def test_other_architectures_are_built_by_transformers_in_checkpoint_names(tmp_path):
+    from safetensors import safe_open
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert weights.write_checkpoint(TINY_MOE, str(a), 3, "float32") == weights.write_checkpoint(TINY_MOE, str(b), 3, "float32")
+    with safe_open(str(a / "model.safetensors"), "pt") as fa, safe_open(str(b / "model.safetensors"), "pt") as fb:
+        assert "model.layers.0.block_sparse_moe.experts.3.w2.weight" in fa.keys()  # per expert, as checkpoints are
+        for name in fa.keys():
+            assert torch.equal(fa.get_tensor(name), fb.get_tensor(name)), name  # same seed, same bytes
+        norm = fa.get_tensor("model.layers.0.input_layernorm.weight")
+        assert 0.05 < float(norm.std()) < 0.2 and abs(float(norm.mean()) - 1) < 0.1  # not all ones
+
+
+def test_an_architecture_transformers_lacks_is_one_clear_error(tmp_path):
+    with pytest.raises(weights.WeightsError, match="not a class of transformers"):
+        weights.write_checkpoint(dict(TINY_MOE, architectures=["NoSuchForCausalLM"]), str(tmp_path), 0, "float32")
