@@ -15,6 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import tempfile
 
 FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
             "GemmaForCausalLM": "gemma"}
@@ -56,7 +59,7 @@ def parameter_shapes(config: dict) -> dict[str, tuple[tuple[int, ...], str]]:
     return shapes
 
 
-def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str) -> str:
+def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> str:
     """Write config.json + model.safetensors into out_dir (reused when already there); return its digest."""
     import torch
     from safetensors.torch import save_file
@@ -70,7 +73,7 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str) -> str:
                 return key
     os.makedirs(out_dir, exist_ok=True)
     if (cfg.get("architectures") or [""])[0] not in FAMILIES:
-        write_with_transformers(config, out_dir, seed, dtype)
+        write_with_transformers(config, out_dir, seed, dtype, device)
         with open(stamp, "w") as f:
             json.dump({"key": key, "seed": seed, "dtype": dtype, "writer": "transformers"}, f)
         return key
@@ -104,10 +107,25 @@ def _hf_config(config: dict):
     return cfg
 
 
-def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str) -> None:
-    """Build the model with transformers (seeded), spread its constant parameters, save it."""
+def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> None:
+    """Build the model with transformers (seeded), spread its constant parameters, save it.
+
+    On ``cuda`` the work runs in a child process, so this one never holds a CUDA context."""
     import torch
     import transformers
+
+    if device == "cuda_here":
+        device = "cuda"
+    elif device == "cuda":
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump([config, out_dir, seed, dtype], f)
+        try:
+            done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True, text=True)
+        finally:
+            os.unlink(f.name)
+        if done.returncode:
+            raise WeightsError(f"writing the weights on cuda failed: {(done.stderr or done.stdout).strip()[-500:]}")
+        return
 
     arch = config["architectures"][0]
     cls = getattr(transformers, arch, None)
@@ -116,18 +134,37 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str) -
     cfg = _hf_config(config)
     std = config.get("initializer_range", 0.02)
     torch.manual_seed(seed)
-    model = cls._from_config(cfg, dtype=getattr(torch, dtype))
+    with torch.device(device):
+        model = cls._from_config(cfg, dtype=getattr(torch, dtype))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             flat = p.reshape(-1)
             if p.ndim == 1 and p.numel() > 1 and bool((flat == flat[0]).all()):
                 scale = std if name.endswith("bias") else 0.1
-                p.add_((scale * torch.randn(p.shape, generator=gen)).to(p.dtype))
+                p.add_((scale * torch.randn(p.shape, generator=gen)).to(p.device, p.dtype))
     model.save_pretrained(out_dir)
+
+
+if __name__ == "__main__":  # the child of write_with_transformers(device="cuda")
+    with open(sys.argv[1]) as f:
+        _config, _out, _seed, _dtype = json.load(f)
+    write_with_transformers(_config, _out, _seed, _dtype, device="cuda_here")
 
 
 def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:
     """A scenario's seeded checkpoint under ``cache_root``: (its absolute directory, its digest)."""
     model_dir = os.path.abspath(os.path.join(cache_root, f"{sc.name}-{sc.dtype}"))
-    return model_dir, write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
+    return model_dir, write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype, _writer_device(sc))
+
+
+def _writer_device(sc) -> str:
+    """Big models are built on the GPU when the scenario is for one and one is here."""
+    if sc.device != "cuda":
+        return "cpu"
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
