@@ -111,21 +111,22 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, d
     """Build the model with transformers (seeded), spread its constant parameters, save it.
 
     On ``cuda`` the work runs in a child process, so this one never holds a CUDA context."""
+    if device != "cuda":
+        _build_and_save(config, out_dir, seed, dtype, device)
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([config, out_dir, seed, dtype], f)
+    try:
+        done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    if done.returncode:
+        raise WeightsError(f"writing the weights on cuda failed: {(done.stderr or done.stdout).strip()[-500:]}")
+
+
+def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
     import torch
     import transformers
-
-    if device == "cuda_here":
-        device = "cuda"
-    elif device == "cuda":
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump([config, out_dir, seed, dtype], f)
-        try:
-            done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True, text=True)
-        finally:
-            os.unlink(f.name)
-        if done.returncode:
-            raise WeightsError(f"writing the weights on cuda failed: {(done.stderr or done.stdout).strip()[-500:]}")
-        return
 
     arch = config["architectures"][0]
     cls = getattr(transformers, arch, None)
@@ -146,12 +147,6 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, d
     model.save_pretrained(out_dir)
 
 
-if __name__ == "__main__":  # the child of write_with_transformers(device="cuda")
-    with open(sys.argv[1]) as f:
-        _config, _out, _seed, _dtype = json.load(f)
-    write_with_transformers(_config, _out, _seed, _dtype, device="cuda_here")
-
-
 def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:
     """A scenario's seeded checkpoint under ``cache_root``: (its absolute directory, its digest)."""
     model_dir = os.path.abspath(os.path.join(cache_root, f"{sc.name}-{sc.dtype}"))
@@ -168,3 +163,9 @@ def _writer_device(sc) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     except ImportError:
         return "cpu"
+
+
+if __name__ == "__main__":  # the child of write_with_transformers(device="cuda")
+    with open(sys.argv[1]) as f:
+        _config, _out, _seed, _dtype = json.load(f)
+    _build_and_save(_config, _out, _seed, _dtype, "cuda")
