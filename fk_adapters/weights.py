@@ -65,14 +65,16 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     from safetensors.torch import save_file
 
     cfg = dict(config, torch_dtype=dtype)
-    key = hashlib.sha256(json.dumps([cfg, seed], sort_keys=True).encode()).hexdigest()[:16]
+    generic = (cfg.get("architectures") or [""])[0] not in FAMILIES
+    made_by = [seed] + ([_transformers_version(), device] if generic else [])  # their bytes depend on both
+    key = hashlib.sha256(json.dumps([cfg, *made_by], sort_keys=True).encode()).hexdigest()[:16]
     stamp = os.path.join(out_dir, "fk-weights.json")
     if os.path.exists(stamp):
         with open(stamp) as f:
             if json.load(f).get("key") == key:
                 return key
     os.makedirs(out_dir, exist_ok=True)
-    if (cfg.get("architectures") or [""])[0] not in FAMILIES:
+    if generic:
         write_with_transformers(config, out_dir, seed, dtype, device)
         with open(stamp, "w") as f:
             json.dump({"key": key, "seed": seed, "dtype": dtype, "writer": "transformers"}, f)
@@ -94,6 +96,12 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     with open(stamp, "w") as f:
         json.dump({"key": key, "seed": seed, "dtype": dtype}, f)
     return key
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def _hf_config(config: dict):
