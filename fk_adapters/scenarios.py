@@ -50,6 +50,16 @@ class Scenario:
         return list(self.catalog["hosts"]) if self.catalog else list(ENGINE_HOSTS)
 
     @property
+    def prompt_vocab(self) -> int:
+        """Prompt token ids are drawn from [3, this): the text vocabulary, below any placeholder ids."""
+        if self.extra.get("prompt_vocab"):
+            return int(self.extra["prompt_vocab"])
+        for cfg in (self.model, self.model.get("text_config", {}), self.model.get("thinker_config", {}).get("text_config", {})):
+            if isinstance(cfg, dict) and cfg.get("vocab_size"):
+                return int(cfg["vocab_size"])
+        raise ScenarioError(f"scenario {self.name!r}: no vocab_size in [model] (nor in its text_config)")
+
+    @property
     def family(self) -> str:
         return self.catalog.get("family", "llm") if self.catalog else "llm"
 
@@ -74,9 +84,11 @@ def _check(sc: Scenario) -> None:
         raise ScenarioError(f"{where}: dtype {sc.dtype!r} not one of {', '.join(THRESHOLDS)}")
     if sc.catalog and not (set(sc.hosts) & set(ENGINE_HOSTS) and sc.family == "llm"):
         return  # no token workloads: described here, run by another host or not at all
-    missing = [k for k in REQUIRED_MODEL_KEYS if k not in sc.model]
+    required = ("architectures",) if sc.catalog else REQUIRED_MODEL_KEYS  # catalog entries keep their checkpoint's layout
+    missing = [k for k in required if k not in sc.model]
     if missing:
         raise ScenarioError(f"{where}: [model] lacks {', '.join(missing)}")
+    sc.prompt_vocab  # noqa: B018  (raises when there is none)
     if not sc.catalog:
         arch = sc.model["architectures"][0] if sc.model["architectures"] else ""
         if arch not in FAMILIES:
@@ -166,7 +178,7 @@ def _ids(rng: random.Random, vocab: int, n: int) -> list[int]:
 def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool = False) -> dict:
     """The driver's job for this scenario: same seed, same prompts on every run."""
     rng = random.Random(sc.seed)
-    vocab = sc.model["vocab_size"]
+    vocab = sc.prompt_vocab
     c = sc.correctness
     job = {"model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": mode,
            "engine_args": dict(sc.engine),

@@ -114,3 +114,11 @@ def test_every_fk46_entry_loads_with_a_distinct_number():
             assert set(s.perf["latency"]) == {"batch1", "batch32"}, s.name
         elif s.hosts:
             assert s.inputs or s.correctness, s.name
+
+
+def test_prompts_stay_below_placeholder_ids_of_multimodal_models():
+    sc = scenarios.load("fk46-qwen2-vl")
+    assert sc.prompt_vocab == 151643 < sc.model["vocab_size"]
+    job = scenarios.build_job(sc, "/m", "compiled", quick=True)
+    ids = [t for p in job["correctness"]["prompts"] + job["perf"]["latency"]["batch32"]["prompts"] for t in p]
+    assert max(ids) < 151643
