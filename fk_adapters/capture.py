@@ -13,7 +13,7 @@ import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from fk_adapters import __version__, probe
+from fk_adapters import __version__, op_families, probe
 from fk_adapters.engines import EngineSpec
 from fk_adapters.engines.loading import CAPTURE_PLUGIN, capture_slots
 from fk_adapters.runner.proc import run_job
@@ -24,8 +24,11 @@ MODEL_FIELDS = ("architectures", "hidden_size", "intermediate_size", "num_hidden
                 "num_key_value_heads", "head_dim", "vocab_size")
 MODE_NOTE = ("captured eager (no CUDA graphs, no torch.compile): every call ran the recorder, and batch sizes "
              "are the exact eager ones, not padded to CUDA graph sizes")
+PROFILE_NOTE = ("device time of every GPU kernel while the engine served a batch of the scenario's prompts "
+                "(eager), summed per kernel name and per op family (fk_adapters.op_families)")
 COUNTS_NOTE = ("calls: while serving the scenario's prompts (correctness and performance workloads); "
-               "startup_calls: while the engine started (its profiling and warm-up runs); "
+               "startup_calls: while the engine started (its profiling and warm-up runs); with --profile, calls include "
+               "the profiled batch; "
                "summed over the engine's worker processes")
 
 
@@ -42,13 +45,19 @@ class CaptureConfig:
     timeout_s: float = 1200.0
     quick: bool = False
     command: str = ""
+    profile: bool = False  # also profile a few steps: device time per op family
 
 
-def capture_job(sc: Scenario, model_dir: str, quick: bool) -> dict:
+PROFILE_STEPS = {"requests": 16, "max_tokens": 32}
+
+
+def capture_job(sc: Scenario, model_dir: str, quick: bool, profile: bool = False) -> dict:
     """The scenario's job in eager mode; performance workloads once, without warm-up (only shapes count)."""
     job = build_job(sc, model_dir, "eager", quick)
     if "perf" in job:
         job["perf"].update(repeats=1, warmup=0)
+    if profile:
+        job["profile"] = dict(PROFILE_STEPS)
     return job
 
 
@@ -97,6 +106,10 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
         out["runtime"] = res["runtime"]
     if not_routed:  # calls (SGLang) or layers (vLLM) left on the engine's stock path: not in this file
         out["not_routed"] = dict(not_routed)
+    kernel_us = op_families.merge_kernel_us(res.get("profile"))
+    if kernel_us:  # a profiled batch (--profile, on a GPU): where the device time goes
+        out["profile"] = {"steps": PROFILE_STEPS, "note": PROFILE_NOTE, "op_shares": op_families.shares(kernel_us),
+                          "kernel_us": dict(sorted(kernel_us.items(), key=lambda kv: -kv[1]))}
     out["counts_note"] = COUNTS_NOTE
     out["total_calls"] = {s: sum(e["calls"] for e in slots.get(s, [])) for s in hooked}  # 0: hooked, never called
     out["slots"] = slots
@@ -110,7 +123,7 @@ def capture(cfg: CaptureConfig, sc: Scenario, echo=print) -> tuple[str, dict]:
     model_dir, weights = scenario_checkpoint(sc, cache_root)
     name = cfg.engine.name
     run_dir = os.path.join(cfg.out_dir, sc.name, f"{name}-run")
-    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick), run_dir,
+    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick, cfg.profile), run_dir,
                   capture_env(cfg, sc, cache_root), cfg.timeout_s, echo=lambda m: echo(f"{sc.name} [{name}] {m}"))
     echo(f"{sc.name} [{name}] {res['status']} in {res['wall_s']:.0f} s")
     if res["status"] != "ok":

@@ -107,6 +107,16 @@ def test_workload_merges_workers_and_separates_engine_start(tmp_path):
     assert (wl["scenario"], wl["engine"], wl["engine_version"], wl["mode"], wl["dtype"]) == (
         "tiny-llama", "vllm", "9.9", "eager", "float32")
     assert wl["model"]["hidden_size"] == 256 and "rope_scaling" not in wl["model"]
+    assert "profile" not in wl  # nothing profiled (CPU, or no --profile)
+
+
+def test_a_profiled_capture_says_where_the_device_time_went(tmp_path):
+    sc = scenarios.load("tiny-llama")
+    assert "profile" in capture.capture_job(sc, "/m", quick=True, profile=True)
+    res = {"status": "ok", "probe": [_snap(1, {"rms_norm": {_sig(4): 1}})],
+           "profile": [{"kernels": {}, "kernel_us": {"vllm::rms_norm_kernel": 5.0, "nvjet_tst": 15.0}}]}
+    wl = capture.workload(res, sc, _cfg(tmp_path), "digest")
+    assert wl["profile"]["op_shares"] == {"gemm": 0.75, "rms_norm": 0.25}
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ def add_parser(sub):
     p.add_argument("--out", default="workloads", help="workload files go to OUT/<scenario>/<engine>.json (%(default)s)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds for each engine run before it is killed")
     p.add_argument("--quick", action="store_true", help="fewer throughput requests, for iteration")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile a batch (GPU): device time per kernel and per op family, in the workload file")
     return p
 
 
@@ -29,7 +31,7 @@ def run(args) -> int:
     common.check_device(spec, device)
     version = engines.check_installed(spec)
     cfg = CaptureConfig(engine=spec, device=device, out_dir=args.out, model_cache=args.model_cache,
-                        timeout_s=args.timeout, quick=args.quick,
+                        timeout_s=args.timeout, quick=args.quick, profile=args.profile,
                         command=common.command_line())
     print(f"fk capture: stock {spec.name} {version} on {device}, {spec.describe_mode('eager', device)}, "
           f"{len(chosen)} scenario(s) -> {args.out}", flush=True)

@@ -52,6 +52,9 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["capture", "--engine", "vllm"], "give --suite"),
         (["capture", "--engine", "sglang", "--scenario", "tiny-llama", "--device", "cpu"],
          "engine sglang does not run on cpu"),
+        (["coverage", "--results", str(tmp_path)], "no fk capture workload file"),
+        (["capture", "--engine", "vllm", "--scenario", "fk46-oasis"], "not hosted by vllm"),
+        (["run", "--engine", "sglang", "--plugins", "passthrough", "--scenario", "fk46-mamba"], "not hosted by sglang"),
     ]
     for argv, message in cases:
         capsys.readouterr()

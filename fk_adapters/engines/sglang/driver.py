@@ -95,17 +95,19 @@ def read_probes(out_dir: str, tag: str) -> list[dict]:
 
 
 def kernel_counts(trace_dir: str) -> list[dict]:
-    """GPU kernel names and counts per Chrome trace file under ``trace_dir`` (one per rank)."""
+    """GPU kernel names with counts and device microseconds per Chrome trace file under ``trace_dir``."""
     out = []
     for path in sorted(glob.glob(os.path.join(trace_dir, "**", "*.trace.json*"), recursive=True)):
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as f:
             trace = json.load(f)
         kernels: dict[str, int] = {}
+        kernel_us: dict[str, float] = {}
         for evt in trace.get("traceEvents", []) if isinstance(trace, dict) else trace:
             if evt.get("cat") == "kernel" and evt.get("ph") == "X":
                 kernels[evt["name"]] = kernels.get(evt["name"], 0) + 1
-        out.append({"trace": os.path.basename(path), "kernels": kernels})
+                kernel_us[evt["name"]] = kernel_us.get(evt["name"], 0.0) + float(evt.get("dur", 0.0))
+        out.append({"trace": os.path.basename(path), "kernels": kernels, "kernel_us": kernel_us})
     return out
 
 

@@ -25,7 +25,7 @@ class FkWorkerExtension:
         self._fk_prof.start()
 
     def fk_profile_stop(self) -> dict:
-        """Device kernel names seen since fk_profile_start, with their counts."""
+        """Device kernel names seen since fk_profile_start, with their counts and device microseconds."""
         import torch
 
         prof = self._fk_prof
@@ -33,8 +33,10 @@ class FkWorkerExtension:
             torch.cuda.synchronize()
         prof.stop()
         kernels: dict[str, int] = {}
+        kernel_us: dict[str, float] = {}
         for evt in prof.events():
             if str(getattr(evt, "device_type", "")).endswith("CUDA"):
                 kernels[evt.name] = kernels.get(evt.name, 0) + 1
+                kernel_us[evt.name] = kernel_us.get(evt.name, 0.0) + evt.time_range.elapsed_us()
         self._fk_prof = None
-        return {"pid": __import__("os").getpid(), "kernels": kernels}
+        return {"pid": __import__("os").getpid(), "kernels": kernels, "kernel_us": kernel_us}

@@ -296,11 +296,12 @@ def test_driver_logprob_parsing():
 
 
 def test_driver_kernel_counts_from_chrome_trace(tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": "fk_rms"}, {"ph": "X", "cat": "kernel", "name": "fk_rms"},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::add"}]
+    events = [{"ph": "X", "cat": "kernel", "name": "fk_rms", "dur": 2.5}, {"ph": "X", "cat": "kernel", "name": "fk_rms", "dur": 3},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "dur": 9}]
     with gzip.open(tmp_path / "x-TP-0.trace.json.gz", "wt") as f:
         json.dump({"traceEvents": events}, f)
-    assert driver.kernel_counts(str(tmp_path)) == [{"trace": "x-TP-0.trace.json.gz", "kernels": {"fk_rms": 2}}]
+    assert driver.kernel_counts(str(tmp_path)) == [{"trace": "x-TP-0.trace.json.gz", "kernels": {"fk_rms": 2},
+                                                    "kernel_us": {"fk_rms": 5.5}}]
 
 
 @pytest.mark.gpu

@@ -1,0 +1,36 @@
+"""``fk coverage``: the measured slot coverage matrix, from fk capture workload files."""
+from __future__ import annotations
+
+import json
+import os
+
+from fk_adapters import coverage
+from fk_adapters.cli import common
+
+
+def add_parser(sub):
+    p = sub.add_parser("coverage", help="which slots each scenario's run exercised, and where the catalog should grow")
+    p.add_argument("--results", action="append", default=None, metavar="DIR",
+                   help="where to look for fk capture workload files (repeatable; default: reports)")
+    p.add_argument("--out", help="write coverage.md and coverage.json into this directory (default: print markdown)")
+    return p
+
+
+def run(args) -> int:
+    from fk_adapters.cli.main import UsageError
+
+    roots = args.results or ["reports"]
+    captures = coverage.collect(roots)
+    if not captures:
+        raise UsageError(f"no fk capture workload file under {', '.join(roots)} (run fk capture first)")
+    text, data = coverage.render(captures, common.command_line())
+    if not args.out:
+        print(text, end="")
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "coverage.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    with open(os.path.join(args.out, "coverage.md"), "w") as f:
+        f.write(text)
+    print(f"wrote {os.path.join(args.out, 'coverage.md')} ({len(captures)} capture(s))")
+    return 0

@@ -1,0 +1,79 @@
+"""Slot coverage: which catalog slots each architecture's run exercised, and where the rest of
+its device time goes (from ``fk capture`` workload files, measured by running, never declared)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+from tabulate import tabulate
+
+from fk_adapters import __version__, op_families
+from fk_adapters.tasks import SLOTS
+
+
+def collect(roots: list[str]) -> list[dict]:
+    """The newest capture per (scenario, engine) under ``roots``."""
+    newest: dict[tuple[str, str], dict] = {}
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                if not name.endswith(".json"):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        wl = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                if not (isinstance(wl, dict) and "slots" in wl and "total_calls" in wl and "scenario" in wl):
+                    continue
+                key = (wl["scenario"], wl.get("engine", "?"))
+                if key not in newest or wl.get("created", "") > newest[key].get("created", ""):
+                    newest[key] = dict(wl, path=path)
+    return [newest[k] for k in sorted(newest)]
+
+
+def uncovered_ranking(captures: list[dict]) -> list[tuple[str, float, int]]:
+    """Op families outside the catalog by mean device-time share over the profiled runs:
+    (family, mean share, runs where it appears), largest first."""
+    profiled = [c["profile"]["op_shares"] for c in captures if c.get("profile", {}).get("op_shares")]
+    if not profiled:
+        return []
+    fams = {f for shares in profiled for f in shares if f not in op_families.SLOT_FAMILIES}
+    ranked = [(f, sum(s.get(f, 0.0) for s in profiled) / len(profiled), sum(1 for s in profiled if s.get(f)))
+              for f in fams]
+    return sorted(ranked, key=lambda r: -r[1])
+
+
+def render(captures: list[dict], command: str = "") -> tuple[str, dict]:
+    """(markdown, JSON) of the coverage matrix and the ranking."""
+    slots = list(SLOTS)
+    lines = ["# Slot coverage, measured", "",
+             f"- fk {__version__}, created {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
+             "- calls per catalog slot while each engine served the scenario (`fk capture`, eager); "
+             "0: the slot is hooked but the model never called it"]
+    if command:
+        lines.append(f"- command: `{command}`")
+    rows = []
+    for c in captures:
+        total = c.get("total_calls", {})
+        shares = c.get("profile", {}).get("op_shares", {})
+        in_catalog = sum(v for f, v in shares.items() if f in op_families.SLOT_FAMILIES)
+        rows.append([c["scenario"], c.get("engine", "?"), c.get("device", "?")] + [total.get(s, "-") for s in slots]
+                    + [f"{100 * in_catalog:.1f}%" if shares else "-"])
+    lines += ["", tabulate(rows, headers=["scenario", "engine", "device", *slots, "device time in catalog slots"],
+                           tablefmt="github")]
+    ranking = uncovered_ranking(captures)
+    if ranking:
+        lines += ["", "## Where the catalog should grow", "",
+                  "Op families outside the catalog, by mean share of device time over the profiled runs "
+                  "(kernel names sorted into families by `fk_adapters/op_families.py`):", "",
+                  tabulate([[f, f"{100 * m:.1f}%", n] for f, m, n in ranking],
+                           headers=["op family", "mean share", "runs where it appears"], tablefmt="github")]
+    data = {"kind": "coverage", "fk_version": __version__, "command": command,
+            "captures": [{"scenario": c["scenario"], "engine": c.get("engine"), "device": c.get("device"),
+                          "path": c["path"], "total_calls": c.get("total_calls", {}),
+                          "op_shares": c.get("profile", {}).get("op_shares", {})} for c in captures],
+            "uncovered_ranking": [{"family": f, "mean_share": m, "runs": n} for f, m, n in ranking]}
+    return "\n".join(lines) + "\n", data

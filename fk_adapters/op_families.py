@@ -1,0 +1,57 @@
+"""GPU kernel names sorted into op families, and each family's share of device time.
+
+The families name what a slot would have to cover: three are the catalog's (``SLOT_FAMILIES``),
+the rest are where the catalog could grow. A kernel is put in the first family whose pattern
+its name matches (case-insensitive), so the more specific patterns come first.
+"""
+from __future__ import annotations
+
+import re
+
+FAMILIES: list[tuple[str, str]] = [
+    ("rms_norm", r"rms_?norm"),
+    ("layer_norm", r"layer_?norm|layernorm|group_?norm|ln_fwd"),
+    ("rotary", r"rotary|rope"),
+    ("moe", r"moe|expert|topk_?gating|router|grouped_?gemm"),
+    ("ssm / linear attention", r"mamba|ssd_|selective|_scan|causal_conv|gated_delta|chunk_gla|kda|linear_attn|fla_"),
+    ("attention", r"flash|fmha|attn|attention|mla_|paged|sdpa|merge_state"),
+    ("activation", r"silu|gelu|swiglu|geglu|act_and_mul|relu|sigmoid|tanh"),
+    ("conv", r"conv|winograd|implicit_gemm|cudnn"),
+    ("gemm", r"gemm|gemv|matmul|cublas|cutlass|nvjet|xmma|wgmma|splitk|sgemm|hgemm|sm\d\d_"),
+    ("softmax / sampling", r"softmax|sampl|argmax|top_?k|top_?p|multinomial|logit"),
+    ("embedding / gather", r"embedding|index|gather|scatter"),
+    ("reduce", r"reduce|_sum|_mean|norm_kernel"),
+    ("copy / elementwise", r"copy|memcpy|memset|fill|elementwise|vectorized|unrolled|cat_|transpose|cast"),
+]
+SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "activation": ("silu_and_mul", "gelu_and_mul"),
+                 "rotary": ("rotary_embedding",)}
+OTHER = "other"
+_COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES]
+
+
+def family(kernel_name: str) -> str:
+    for name, pattern in _COMPILED:
+        if pattern.search(kernel_name):
+            return name
+    return OTHER
+
+
+def shares(kernel_us: dict[str, float]) -> dict[str, float]:
+    """{family: share of the summed device time}, largest first."""
+    total = sum(kernel_us.values())
+    if total <= 0:
+        return {}
+    out: dict[str, float] = {}
+    for name, us in kernel_us.items():
+        fam = family(name)
+        out[fam] = out.get(fam, 0.0) + us / total
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def merge_kernel_us(profiles: list[dict] | None) -> dict[str, float]:
+    """Device microseconds per kernel name, summed over the per-process profiles of a run."""
+    out: dict[str, float] = {}
+    for prof in profiles or []:
+        for name, us in (prof.get("kernel_us") or {}).items():
+            out[name] = out.get(name, 0.0) + us
+    return out

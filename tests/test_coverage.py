@@ -1,0 +1,28 @@
+import json
+
+from fk_adapters import coverage
+
+
+def _capture(path, scenario, engine, created, calls, shares=None):
+    wl = {"scenario": scenario, "engine": engine, "device": "cuda", "created": created,
+          "total_calls": calls, "slots": {}}
+    if shares:
+        wl["profile"] = {"op_shares": shares}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(wl))
+
+
+def test_matrix_takes_the_newest_capture_and_ranks_families_outside_the_catalog(tmp_path):
+    _capture(tmp_path / "a" / "x.json", "m", "vllm", "2026-01-01", {"rms_norm": 1})
+    _capture(tmp_path / "b" / "x.json", "m", "vllm", "2026-02-01", {"rms_norm": 5, "silu_and_mul": 0},
+             {"gemm": 0.6, "rms_norm": 0.1, "moe": 0.3})
+    _capture(tmp_path / "c" / "y.json", "n", "sglang", "2026-02-01", {"rms_norm": 2},
+             {"gemm": 0.5, "layer_norm": 0.2, "attention": 0.3})
+    caps = coverage.collect([str(tmp_path)])
+    assert [(c["scenario"], c["total_calls"]["rms_norm"]) for c in caps] == [("m", 5), ("n", 2)]
+    ranking = coverage.uncovered_ranking(caps)
+    assert ranking[0][0] == "gemm" and ranking[0][1] == 0.55
+    assert "rms_norm" not in [f for f, _, _ in ranking]  # a catalog family is covered, not ranked
+    text, data = coverage.render(caps)
+    assert "| m " in text and "10.0%" in text and "Where the catalog should grow" in text
+    assert data["uncovered_ranking"][0]["family"] == "gemm"
