@@ -3,7 +3,7 @@
 # after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
 #   ENGINE: vllm | sglang
-#   STEP: setup tests smoke triton passthrough aa wrong both capture check pack
+#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
@@ -50,6 +50,12 @@ for step in "$@"; do
     check)  # each plugin kernel vs. this engine's own kernel on the captured shapes (most called first)
       $FK check --engine "$ENGINE" --plugins triton,passthrough --workload "$WORKLOADS/$SC/$ENGINE.json" \
         --max-shapes ${MAX_SHAPES:-40} --timeout 600 --out "$WORK/check" ;;
+    fk46)  # the FastKernels architectures this engine hosts ($FK46: scenario names; default: its fk46-llm suite):
+           # slots exercised (eager capture, quick workloads) and device time per op family (--profile)
+      if [ -n "${FK46:-}" ]; then SEL=""; for s in $FK46; do SEL="$SEL --scenario $s"; done; else SEL="--suite fk46-llm"; fi
+      $FK capture --engine "$ENGINE" $SEL --profile --quick --model-cache $MODELS --timeout ${FK46_TIMEOUT:-900} \
+        --out "$ROOT/fk46/$ENGINE"
+      $FK coverage --results "$ROOT/fk46" --out "$ROOT/fk46" ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
         && mv evidence.tmp.tgz evidence.tgz && ls -la evidence.tgz ;;
