@@ -116,6 +116,17 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
     return out
 
 
+def record_failure(cfg: CaptureConfig, sc: Scenario, error: str) -> str:
+    """``<scenario>/<engine>.failed.json``: that this engine could not serve the scenario, and why."""
+    path = os.path.join(cfg.out_dir, sc.name, f"{cfg.engine.name}.failed.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"kind": "capture-failure", "scenario": sc.name, "engine": cfg.engine.name, "device": cfg.device,
+                   "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                   "command": cfg.command, "fk_version": __version__, "error": error}, f, indent=1)
+    return path
+
+
 def capture(cfg: CaptureConfig, sc: Scenario, echo=print) -> tuple[str, dict]:
     """Run the scenario in the engine in capture mode; write and return (path, workload)."""
     cache_root = cfg.model_cache or os.path.join(cfg.out_dir, "models")

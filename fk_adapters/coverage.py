@@ -34,13 +34,34 @@ def collect(roots: list[str]) -> list[dict]:
     return [newest[k] for k in sorted(newest)]
 
 
+NOT_ROUTED = " (catalog family, its slot not called here)"
+
+
+def _routed(capture: dict, fam: str) -> bool:
+    """A catalog family counts as covered in a run only if the run called one of its slots."""
+    calls = capture.get("total_calls", {})
+    return any(calls.get(s, 0) for s in op_families.SLOT_FAMILIES.get(fam, ()))
+
+
+def uncovered_shares(capture: dict) -> dict[str, float]:
+    """A run's device-time shares outside the slots it called; a catalog family whose slots the
+    run never called (e.g. an activation fused inside a MoE kernel's path) is named as such."""
+    out = {}
+    for fam, share in capture.get("profile", {}).get("op_shares", {}).items():
+        if fam not in op_families.SLOT_FAMILIES:
+            out[fam] = share
+        elif not _routed(capture, fam):
+            out[fam + NOT_ROUTED] = share
+    return out
+
+
 def uncovered_ranking(captures: list[dict]) -> list[tuple[str, float, int]]:
-    """Op families outside the catalog by mean device-time share over the profiled runs:
-    (family, mean share, runs where it appears), largest first."""
-    profiled = [c["profile"]["op_shares"] for c in captures if c.get("profile", {}).get("op_shares")]
+    """Op families outside what the catalog covered, by mean device-time share over the profiled
+    runs: (family, mean share, runs where it appears), largest first."""
+    profiled = [uncovered_shares(c) for c in captures if c.get("profile", {}).get("op_shares")]
     if not profiled:
         return []
-    fams = {f for shares in profiled for f in shares if f not in op_families.SLOT_FAMILIES}
+    fams = {f for shares in profiled for f in shares}
     ranked = [(f, sum(s.get(f, 0.0) for s in profiled) / len(profiled), sum(1 for s in profiled if s.get(f)))
               for f in fams]
     return sorted(ranked, key=lambda r: -r[1])
@@ -59,7 +80,7 @@ def render(captures: list[dict], command: str = "") -> tuple[str, dict]:
     for c in captures:
         total = c.get("total_calls", {})
         shares = c.get("profile", {}).get("op_shares", {})
-        in_catalog = sum(v for f, v in shares.items() if f in op_families.SLOT_FAMILIES)
+        in_catalog = sum(v for f, v in shares.items() if f in op_families.SLOT_FAMILIES and _routed(c, f))
         rows.append([c["scenario"], c.get("engine", "?"), c.get("device", "?")] + [total.get(s, "-") for s in slots]
                     + [f"{100 * in_catalog:.1f}%" if shares else "-"])
     lines += ["", tabulate(rows, headers=["scenario", "engine", "device", *slots, "device time in catalog slots"],

@@ -1,8 +1,9 @@
 """What has been measured of each scenario: read back from the results fk wrote.
 
-Two kinds of file count: ``results.json`` of ``fk run`` (did the engine start and serve it, at
-what rate, and the plugin's verdict) and the workload files of ``fk capture`` (the slots its
-run exercised, with call counts). The newest file per (scenario, engine) wins.
+Three kinds of file count: ``results.json`` of ``fk run`` (did the engine start and serve it, at
+what rate, and the plugin's verdict), the workload files of ``fk capture`` (the slots its run
+exercised, with call counts) and its ``*.failed.json`` (why the engine could not serve it). The
+newest file per (scenario, engine) sets the status.
 """
 from __future__ import annotations
 
@@ -58,8 +59,14 @@ def _from_capture(res: dict, path: str, into: dict) -> None:
         return
     seen.slots = {slot: sum(s.get("calls", 0) for s in sigs) for slot, sigs in res.get("slots", {}).items()}
     seen.slots_created = created
-    if not seen.status:
+    if created >= seen.created:  # the newest file says whether it runs
         seen.status, seen.created, seen.source = "runs", created, path
+
+
+def _from_failure(res: dict, path: str, into: dict) -> None:
+    seen = into.setdefault((res.get("scenario"), res.get("engine", "?")), Seen())
+    if res.get("created", "") >= seen.created:
+        seen.status, seen.created, seen.source = f"fails: {_first_line(res.get('error'))}", res.get("created", ""), path
 
 
 def collect(roots: list[str]) -> dict[tuple[str, str], Seen]:
@@ -82,4 +89,6 @@ def collect(roots: list[str]) -> dict[tuple[str, str], Seen]:
                     _from_run(res, path, found)
                 elif "slots" in res and "scenario" in res and "total_calls" in res:
                     _from_capture(res, path, found)
+                elif res.get("kind") == "capture-failure":
+                    _from_failure(res, path, found)
     return found

@@ -22,3 +22,12 @@ def test_newest_run_and_capture_per_scenario_and_engine(tmp_path):
     seen = scenario_status.collect([str(tmp_path)])
     assert seen[("s", "vllm")].status == "fails: CUDA out of memory"
     assert seen[("s", "sglang")].status == "runs" and seen[("s", "sglang")].slots == {"rms_norm": 7}
+
+
+def test_a_recorded_capture_failure_is_the_status_until_a_newer_run(tmp_path):
+    _write(tmp_path / "s" / "vllm.failed.json", {"kind": "capture-failure", "scenario": "s", "engine": "vllm",
+                                                 "created": "2026-03-01", "error": "s: EngineDeadError: no kernel"})
+    assert scenario_status.collect([str(tmp_path)])[("s", "vllm")].status == "fails: s: EngineDeadError: no kernel"
+    _write(tmp_path / "s" / "vllm.json", {"scenario": "s", "engine": "vllm", "created": "2026-03-02",
+                                          "total_calls": {}, "slots": {}})
+    assert scenario_status.collect([str(tmp_path)])[("s", "vllm")].status == "runs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from fk_adapters import engines
-from fk_adapters.capture import CaptureConfig, CaptureError, capture
+from fk_adapters.capture import CaptureConfig, CaptureError, capture, record_failure
 from fk_adapters.cli import common
 
 
@@ -42,6 +42,7 @@ def run(args) -> int:
             path, wl = capture(cfg, sc, echo=lambda m: print(f"  {m}", flush=True))
         except CaptureError as exc:
             print(f"fk capture: error: {exc}", file=sys.stderr, flush=True)
+            record_failure(cfg, sc, str(exc))
             failed += 1
             continue
         calls = wl["total_calls"]

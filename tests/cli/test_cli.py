@@ -79,7 +79,7 @@ def test_usage_errors_under_python_m_are_one_line(tmp_path):
     assert p.returncode == 2 and p.stderr.strip() == "fk capture: error: give --suite NAME or --scenario NAME_OR_PATH"
 
 
-def test_failed_capture_exits_1_and_the_next_scenario_still_runs(monkeypatch, capsys):
+def test_failed_capture_exits_1_and_the_next_scenario_still_runs(monkeypatch, capsys, tmp_path):
     from fk_adapters import engines
     from fk_adapters.capture import CaptureError
     from fk_adapters.cli import capture_cmd
@@ -92,10 +92,12 @@ def test_failed_capture_exits_1_and_the_next_scenario_still_runs(monkeypatch, ca
     monkeypatch.setattr(engines, "check_installed", lambda spec: "0.0")
     monkeypatch.setattr(capture_cmd, "capture", fake_capture)
     assert main(["capture", "--engine", "vllm", "--scenario", "tiny-llama", "--scenario", "tiny-gemma",
-                 "--device", "cpu"]) == 1
+                 "--device", "cpu", "--out", str(tmp_path)]) == 1
     out, err = capsys.readouterr()
     assert err.strip() == "fk capture: error: tiny-llama: the vllm run ended crashed: boom (log: /x/engine.log)"
     assert "tiny-gemma: 3 calls in 1 slot(s), 1 signature(s) -> /x/tiny-gemma/vllm.json" in out
+    failure = json.loads((tmp_path / "tiny-llama" / "vllm.failed.json").read_text())  # fk scenarios shows why
+    assert failure["kind"] == "capture-failure" and "boom" in failure["error"]
 
 
 def test_listing_commands(capsys):

