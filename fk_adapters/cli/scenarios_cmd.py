@@ -14,7 +14,7 @@ def add_parser(sub):
     p.add_argument("--category", help="only categories containing this text (e.g. 'MoE', 'vision')")
     p.add_argument("--engine", help="only scenarios this host serves: vllm, sglang or transformers")
     p.add_argument("--family", help="only this family: " + ", ".join(scenarios.FAMILIES_OF_MODELS))
-    p.add_argument("--all", action="store_true", help="also the scenarios outside the 46 (tiny, GPU-sized Llama)")
+    p.add_argument("--all", action="store_true", help="also the scenarios outside the 46 (tiny CPU variants, the GPU-sized Llama)")
     p.add_argument("--results", action="append", default=None, metavar="DIR",
                    help="where to look for fk run / fk capture results (repeatable; default: reports)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -43,7 +43,7 @@ def run(args) -> int:
     if args.family and args.family not in scenarios.FAMILIES_OF_MODELS:
         raise UsageError(f"unknown family {args.family!r} (families: {', '.join(scenarios.FAMILIES_OF_MODELS)})")
     chosen = [scenarios.load(n) for n in scenarios.builtin_names()]
-    chosen = [s for s in chosen if args.all or s.catalog]
+    chosen = [s for s in chosen if args.all or "fk46" in s.suites]
     if args.category:
         chosen = [s for s in chosen if args.category.lower() in s.catalog.get("category", "").lower()]
     if args.engine:
