@@ -24,9 +24,9 @@ EXERCISED = {
     "tiny-gpt-oss": {"rms_norm", "fused_add_rms_norm", "rotary_embedding"},
     # the dense first layer's MLP is SiluAndMul; YaRN makes it DeepSeek's scaling RoPE, outside the slot
     "tiny-deepseek-v3.2": {"rms_norm", "fused_add_rms_norm", "silu_and_mul"},
-    # Gemma-4 norms are unfused RMSNorm (q/k/v, pre/post attention and MLP); the dense MLP is GeGLU
+    # Gemma-4's norms (hidden and q/k) are all plain rms_norm, none fused with the add; the dense MLP is GeGLU
     "tiny-gemma-4": {"rms_norm", "gelu_and_mul", "rotary_embedding"},
-    # attention-free: the block norms and the gated norm's RMSNorm, nothing else
+    # attention-free: the hidden-size block norms only (the gated RMSNorm inside the mixer is its own op)
     "tiny-mamba2": {"rms_norm", "fused_add_rms_norm"},
     # Qwen3-Next's (1 + w) RMSNorm is its own layer, not the slot; the shared expert is SiluAndMul
     "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding"},
