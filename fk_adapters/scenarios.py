@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from fk_adapters.metrics import THRESHOLDS
-from fk_adapters.weights import FAMILIES
 
 REQUIRED_MODEL_KEYS = ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
                        "num_attention_heads", "vocab_size")
@@ -89,10 +88,6 @@ def _check(sc: Scenario) -> None:
     if missing:
         raise ScenarioError(f"{where}: [model] lacks {', '.join(missing)}")
     sc.prompt_vocab  # noqa: B018  (raises when there is none)
-    if not sc.catalog:
-        arch = sc.model["architectures"][0] if sc.model["architectures"] else ""
-        if arch not in FAMILIES:
-            raise ScenarioError(f"{where}: architecture {arch!r} has no weight writer (known: {', '.join(FAMILIES)})")
     for key in ("requests", "prompt_len", "output_len", "teacher_len"):
         if not isinstance(sc.correctness.get(key), int) or sc.correctness[key] < 1:
             raise ScenarioError(f"{where}: [correctness] {key} must be a positive integer")

@@ -22,9 +22,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from fk_adapters.plugins import PluginLoadError
     from fk_adapters.runner.ab import BaselineMismatch
     from fk_adapters.scenarios import ScenarioError
+    from fk_adapters.weights import WeightsError
 
-    return (UsageError, DoctorError, EngineError, PluginLoadError, ScenarioError, BaselineMismatch, FileNotFoundError,
-            json.JSONDecodeError, IsADirectoryError)
+    return (UsageError, DoctorError, EngineError, PluginLoadError, ScenarioError, WeightsError, BaselineMismatch,
+            FileNotFoundError, json.JSONDecodeError, IsADirectoryError)
 
 
 def build_parser() -> argparse.ArgumentParser:
