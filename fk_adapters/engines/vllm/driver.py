@@ -51,6 +51,7 @@ def run(job: dict) -> dict:
 
     res: dict = {"engine": "vllm", "engine_version": vllm.__version__, "torch": torch.__version__, "pid": os.getpid()}
     args = dict(job.get("engine_args", {}))
+    args.pop("sglang", None)  # SGLang's own arguments
     args.setdefault("enforce_eager", job.get("mode", "eager") == "eager")
     phase("starting engine")
     t0 = time.perf_counter()
