@@ -12,6 +12,10 @@ def _us(s: dict | None, spread: bool = True) -> str:
     return f"{s['median_s'] * 1e6:.2f}" + (f" ±{50 * s['rel_iqr']:.0f}%" if spread else "")
 
 
+def _mb(x) -> str:
+    return "-" if not x else f"{x / 1e6:.3g}"
+
+
 def _gbs(x) -> str:
     return "-" if x is None else f"{x / 1e9:.3g}"
 
@@ -88,7 +92,8 @@ def render_check(results: dict) -> str:
         for r in s.get("shapes", []):
             label = shape_label(r["args"])
             host = r.get("host", {})
-            rows.append([s["plugin"], s["slot"], label, r["calls"], _us(r.get("candidate")), _us(r.get("engine")),
+            rows.append([s["plugin"], s["slot"], label, r["calls"], _mb(r.get("traffic_bytes")),
+                         _us(r.get("candidate")), _us(r.get("engine")),
                          _us(host.get("candidate"), spread=False), _us(host.get("engine"), spread=False),
                          "-" if r.get("speedup") is None else f"{r['speedup']:.3f}",
                          _gbs(r.get("candidate_Bps")), _pct(r.get("candidate_frac_ceiling")),
@@ -104,9 +109,9 @@ def render_check(results: dict) -> str:
                   "work hidden behind a GPU spin, as under CUDA graphs), and apart from it the host time of each call "
                   "(its launch cost in eager mode). Speedup: engine over candidate device time; its spread per slot: the "
                   "call-weighted geomeans of engine q1 / candidate q3 and engine q3 / candidate q1. Bandwidth: the slot's "
-                  "least memory traffic per call over the median time, and its fraction of the copy ceiling measured "
-                  "in the same run.", "",
-                  tabulate(rows, headers=["plugin", "slot", "shape", "calls", "candidate µs", "engine µs",
+                  "least memory traffic per call (traffic MB: bytes read + written) over the median time, and its "
+                  "fraction of the copy ceiling measured in the same run.", "",
+                  tabulate(rows, headers=["plugin", "slot", "shape", "calls", "traffic MB", "candidate µs", "engine µs",
                                           "cand. host µs", "engine host µs", "speedup",
                                           "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "result"],
                            tablefmt="github")]
