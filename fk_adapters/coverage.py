@@ -3,34 +3,22 @@ its device time goes (from ``fk capture`` workload files, measured by running, n
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 
 from tabulate import tabulate
 
-from fk_adapters import __version__, op_families
+from fk_adapters import __version__, op_families, results_files
 from fk_adapters.tasks import SLOTS
 
 
 def collect(roots: list[str]) -> list[dict]:
     """The newest capture per (scenario, engine) under ``roots``."""
     newest: dict[tuple[str, str], dict] = {}
-    for root in roots:
-        for dirpath, _, files in os.walk(root):
-            for name in files:
-                if not name.endswith(".json"):
-                    continue
-                path = os.path.join(dirpath, name)
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        wl = json.load(f)
-                except (OSError, ValueError):
-                    continue
-                if not (isinstance(wl, dict) and "slots" in wl and "total_calls" in wl and "scenario" in wl):
-                    continue
-                key = (wl["scenario"], wl.get("engine", "?"))
-                if key not in newest or wl.get("created", "") > newest[key].get("created", ""):
-                    newest[key] = dict(wl, path=path)
+    for path, wl in results_files.json_objects(roots):
+        if not results_files.is_capture(wl):
+            continue
+        key = (wl["scenario"], wl.get("engine", "?"))
+        if key not in newest or wl.get("created", "") > newest[key].get("created", ""):
+            newest[key] = dict(wl, path=path)
     return [newest[k] for k in sorted(newest)]
 
 

@@ -7,9 +7,9 @@ newest file per (scenario, engine) sets the status.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
+
+from fk_adapters import results_files
 
 
 @dataclass
@@ -72,23 +72,11 @@ def _from_failure(res: dict, path: str, into: dict) -> None:
 def collect(roots: list[str]) -> dict[tuple[str, str], Seen]:
     """{(scenario, engine): Seen} from every results file under ``roots``."""
     found: dict[tuple[str, str], Seen] = {}
-    for root in roots:
-        for dirpath, _, files in os.walk(root):
-            for name in files:
-                if not name.endswith(".json"):
-                    continue
-                path = os.path.join(dirpath, name)
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        res = json.load(f)
-                except (OSError, ValueError):
-                    continue
-                if not isinstance(res, dict):
-                    continue
-                if "scenarios" in res and "verdict" in res and res.get("kind") != "check":
-                    _from_run(res, path, found)
-                elif "slots" in res and "scenario" in res and "total_calls" in res:
-                    _from_capture(res, path, found)
-                elif res.get("kind") == "capture-failure":
-                    _from_failure(res, path, found)
+    for path, res in results_files.json_objects(roots):
+        if "scenarios" in res and "verdict" in res and res.get("kind") != "check":
+            _from_run(res, path, found)
+        elif results_files.is_capture(res):
+            _from_capture(res, path, found)
+        elif res.get("kind") == "capture-failure":
+            _from_failure(res, path, found)
     return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from fk_adapters.check.guards import OUTLIER_SHARE, OUTLIER_SPAN, TOLERANCES
+from fk_adapters.check.runner import slot_speedup_range
 
 
 def _us(s: dict | None, spread: bool = True) -> str:
@@ -48,8 +49,6 @@ def shape_label(args: list) -> str:
 
 
 def _slot_speedup(s: dict) -> str:
-    from fk_adapters.check.runner import slot_speedup_range
-
     if s.get("geomean_speedup") is None:
         return "-"
     rng = s.get("geomean_speedup_range") or slot_speedup_range(s.get("shapes", []))

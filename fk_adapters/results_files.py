@@ -1,0 +1,28 @@
+"""Finding the JSON files fk wrote (results, captures, capture failures) under some folders."""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+
+def json_objects(roots: list[str]) -> Iterator[tuple[str, dict]]:
+    """(path, object) of every readable ``*.json`` holding a JSON object under ``roots``."""
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                if not name.endswith(".json"):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        obj = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                if isinstance(obj, dict):
+                    yield path, obj
+
+
+def is_capture(obj: dict) -> bool:
+    """A workload file of ``fk capture``."""
+    return "slots" in obj and "total_calls" in obj and "scenario" in obj
