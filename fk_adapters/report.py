@@ -22,6 +22,12 @@ def _spread(s: dict) -> str:
     return f"{s['median']:.4g} ±{100 * s['rel_spread'] / 2:.1f}% (n={s['n']})"
 
 
+def _quick(quick) -> str:
+    if not quick:
+        return ""
+    return ", quick" if quick is True else f", 1/{quick} of the throughput requests"
+
+
 def _tokens_cell(tok: dict) -> str:
     if not tok:
         return "-"
@@ -63,7 +69,7 @@ def render(results: dict) -> str:
              + (f"; {'; '.join(results['problems'])}" if results.get("problems") else ""), "",
              f"- device: {results['device']}, mode: {results.get('mode_detail') or results['mode']}, "
              f"fk {results['fk_version']}, "
-             f"created {results['created']}{', quick' if results.get('quick') else ''}",
+             f"created {results['created']}{_quick(results.get('quick'))}",
              f"- baseline: stock {results['engine']} (no fk plugin)"
              + (f", runs reused from `{results['baseline_from']}`" if results.get("baseline_from") else "")
              + f"; candidate: {results['candidate']}"]

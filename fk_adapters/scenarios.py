@@ -170,8 +170,19 @@ def _ids(rng: random.Random, vocab: int, n: int) -> list[int]:
     return [rng.randrange(3, vocab) for _ in range(n)]
 
 
-def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool = False) -> dict:
-    """The driver's job for this scenario: same seed, same prompts on every run."""
+QUICK_DIV, SMOKE_DIV = 4, 32  # --quick and --smoke: the throughput workloads' requests divided by this
+
+
+def requests_divisor(quick: bool | int) -> int:
+    """``quick`` as given to build_job: False (all requests), True (--quick) or a divisor."""
+    return 1 if not quick else QUICK_DIV if quick is True else int(quick)
+
+
+def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False) -> dict:
+    """The driver's job for this scenario: same seed, same prompts on every run.
+
+    ``quick``: True or a divisor (--quick 4, --smoke 32) for fewer throughput requests and one repeat.
+    """
     rng = random.Random(sc.seed)
     vocab = sc.prompt_vocab
     c = sc.correctness
@@ -182,7 +193,7 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool = False) -> d
                            "teacher": [_ids(rng, vocab, c["teacher_len"]) for _ in range(max(1, c["requests"] // 2))]}}
     if sc.perf:
         p = sc.perf
-        div = 4 if quick else 1
+        div = requests_divisor(quick)
         job["perf"] = {"repeats": 1 if quick else p.get("repeats", 3), "warmup": p.get("warmup", 1),
                        "throughput": {n: {"prompts": [_ids(rng, vocab, w["input_len"])
                                                       for _ in range(max(1, w["requests"] // div))],

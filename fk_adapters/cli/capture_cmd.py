@@ -14,7 +14,7 @@ def add_parser(sub):
     common.add_scenario_args(p)
     p.add_argument("--out", default="workloads", help="workload files go to OUT/<scenario>/<engine>.json (%(default)s)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds for each engine run before it is killed")
-    p.add_argument("--quick", action="store_true", help="fewer throughput requests, for iteration")
+    common.add_quick_args(p)
     p.add_argument("--profile", action="store_true",
                    help="also profile a batch (GPU): device time per kernel and per op family, in the workload file")
     return p

@@ -15,6 +15,14 @@ def add_scenario_args(p) -> None:
                    help="where seeded checkpoints are written and reused (%(default)s)")
 
 
+def add_quick_args(p) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="quick", action="store_const", const=scenarios.QUICK_DIV, default=0,
+                   help=f"1/{scenarios.QUICK_DIV} of the throughput requests and one repeat, for iteration")
+    g.add_argument("--smoke", dest="quick", action="store_const", const=scenarios.SMOKE_DIV,
+                   help=f"1/{scenarios.SMOKE_DIV} of the throughput requests and one repeat: does it serve, what does it touch")
+
+
 def chosen_scenarios(args, engine_names: list[str]) -> list[scenarios.Scenario]:
     """The scenarios of --suite and --scenario, with --dtype applied.
 

@@ -22,7 +22,7 @@ def add_parser(sub):
     p.add_argument("--baseline-from", default="", metavar="DIR",
                    help="reuse the baseline runs of an earlier fk run's --out DIR (same scenarios and job)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
-    p.add_argument("--quick", action="store_true", help="fewer requests and one repeat, for iteration")
+    common.add_quick_args(p)
     p.add_argument("--profile", action=argparse_bool(), default=None,
                    help="profile a few steps for kernel names (default: on for cuda)")
     p.add_argument("--no-multiprocessing", action="store_true",
