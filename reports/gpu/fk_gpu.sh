@@ -51,10 +51,15 @@ for step in "$@"; do
       $FK check --engine "$ENGINE" --plugins triton,passthrough --workload "$WORKLOADS/$SC/$ENGINE.json" \
         --max-shapes ${MAX_SHAPES:-40} --timeout 600 --out "$WORK/check" ;;
     fk46)  # the FastKernels architectures this engine hosts ($FK46: scenario names; default: its fk46-llm suite):
-           # slots exercised (eager capture, quick workloads) and device time per op family (--profile)
-      if [ -n "${FK46:-}" ]; then SEL=""; for s in $FK46; do SEL="$SEL --scenario $s"; done; else SEL="--suite fk46-llm"; fi
-      $FK capture --engine "$ENGINE" $SEL --profile --quick --model-cache $MODELS --timeout ${FK46_TIMEOUT:-900} \
-        --out "$ROOT/fk46/$ENGINE"
+           # slots exercised (eager capture, $FK46_SIZE workloads, default --smoke) and device time per op family
+           # (--profile); one scenario at a time, its seeded weights deleted after it (the disk holds ~2 models)
+      NAMES=${FK46:-$($FK scenarios --engine "$ENGINE" --json | python3 -c \
+        'import json,sys; print(" ".join(r["scenario"] for r in json.load(sys.stdin) if r["family"] == "llm"))')}
+      for s in $NAMES; do
+        $FK capture --engine "$ENGINE" --scenario "$s" --profile ${FK46_SIZE:---smoke} --model-cache $MODELS \
+          --timeout ${FK46_TIMEOUT:-900} --out "$ROOT/fk46/$ENGINE"
+        rm -rf "${MODELS:?}"/*
+      done
       $FK coverage --results "$ROOT/fk46" --out "$ROOT/fk46" ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
