@@ -51,9 +51,9 @@ class CaptureConfig:
 PROFILE_STEPS = {"requests": 16, "max_tokens": 32}
 
 
-def capture_job(sc: Scenario, model_dir: str, quick: bool, profile: bool = False) -> dict:
+def capture_job(sc: Scenario, model_dir: str, quick: bool, profile: bool = False, engine: str = "") -> dict:
     """The scenario's job in eager mode; performance workloads once, without warm-up (only shapes count)."""
-    job = build_job(sc, model_dir, "eager", quick)
+    job = build_job(sc, model_dir, "eager", quick, engine=engine)
     if "perf" in job:
         job["perf"].update(repeats=1, warmup=0)
     if profile:
@@ -134,7 +134,7 @@ def capture(cfg: CaptureConfig, sc: Scenario, echo=print) -> tuple[str, dict]:
     model_dir, weights = scenario_checkpoint(sc, cache_root)
     name = cfg.engine.name
     run_dir = os.path.join(cfg.out_dir, sc.name, f"{name}-run")
-    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick, cfg.profile), run_dir,
+    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick, cfg.profile, name), run_dir,
                   capture_env(cfg, sc, cache_root), cfg.timeout_s, echo=lambda m: echo(f"{sc.name} [{name}] {m}"))
     echo(f"{sc.name} [{name}] {res['status']} in {res['wall_s']:.0f} s")
     if res["status"] != "ok":

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "transformers")
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cuda", "cpu")
 

@@ -71,6 +71,73 @@ def correctness(base: dict, cand: dict, dtype: str) -> dict:
             "passed": not failures, "failures": failures}
 
 
+# Output diffs of one forward (models without tokens), per floating output tensor: mean |Δ| / mean |baseline|
+# and cosine similarity. float32 calibrated on CPU, tiny 2-layer Llama / Qwen3 / Pixtral-vision / DINOv3 models:
+# the Triton plugin (interpreted) stays below 4e-7 and 1 - cosine < 1e-13; fk-wrong's half-row rms_norm lands at
+# 0.05..0.18 and 1 - cosine 2e-3..2e-2. float16 / bfloat16: GUESSES from their rounding (2^-11, 2^-8) over a few
+# dozen layers, not calibrated yet (an A/A and a Triton run on a GPU give the noise floor).
+OUTPUT_THRESHOLDS = {
+    "float32": {"rel_mean": 1e-4, "min_cosine": 0.99999},
+    "float16": {"rel_mean": 5e-3, "min_cosine": 0.9999},
+    "bfloat16": {"rel_mean": 2e-2, "min_cosine": 0.999},
+}
+
+
+def compare_tensor(base, cand) -> dict:
+    """max |Δ|, mean |Δ|, mean |Δ| / mean |baseline| and cosine of two tensors of the same shape (float64 math).
+
+    Positions where both hold the same value (inf included) or both NaN count as equal (and drop out of the cosine)."""
+    import torch
+
+    a, b = base.detach().double().flatten(), cand.detach().double().flatten()
+    same = (a == b) | (a.isnan() & b.isnan())
+    d = torch.where(same, 0.0, (a - b).abs())
+    a_fin = a[torch.isfinite(a)]
+    base_mean = a_fin.abs().mean().item() if a_fin.numel() else 0.0
+    out = {"elements": a.numel(), "max_abs": d.max().item() if d.numel() else 0.0,
+           "mean_abs": d.mean().item() if d.numel() else 0.0, "finite": bool(torch.isfinite(d).all())}
+    out["rel_mean"] = out["mean_abs"] / base_mean if base_mean else (0.0 if out["mean_abs"] == 0 else math.inf)
+    drop = same & ~torch.isfinite(a)
+    ca, cb = torch.where(drop, 0.0, a), torch.where(drop, 0.0, b)
+    na, nb = ca.norm().item(), cb.norm().item()
+    cosine = (ca @ cb).item() / (na * nb) if na and nb else float(na == nb)
+    out["cosine"] = 1.0 if out["max_abs"] == 0 else max(-1.0, min(1.0, cosine))
+    return out
+
+
+def output_correctness(base_file: str, cand_file: str, dtype: str) -> dict:
+    """Judge the candidate's saved output tensors against the baseline's (safetensors files, one forward each)."""
+    from safetensors.torch import load_file
+
+    limits = OUTPUT_THRESHOLDS[dtype]
+    base, cand = load_file(base_file), load_file(cand_file)
+    failures, outputs = [], {}
+    missing = sorted(set(base) ^ set(cand))
+    if missing:
+        failures.append(f"outputs only one side has: {', '.join(missing[:8])}")
+    for name in sorted(set(base) & set(cand)):
+        a, b = base[name], cand[name]
+        if a.shape != b.shape:
+            outputs[name] = {"shape": list(a.shape), "candidate_shape": list(b.shape)}
+            failures.append(f"{name}: shape {list(b.shape)} != baseline {list(a.shape)}")
+            continue
+        r = outputs[name] = dict(compare_tensor(a, b), shape=list(a.shape))
+        if not r["finite"]:
+            failures.append(f"{name}: non-finite differences (NaN or inf on one side only)")
+        elif not r["rel_mean"] <= limits["rel_mean"]:
+            failures.append(f"{name}: mean |Δ| / mean |baseline| {r['rel_mean']:.3g} > {limits['rel_mean']:g}")
+        if r["finite"] and not r["cosine"] >= limits["min_cosine"]:
+            failures.append(f"{name}: cosine similarity {r['cosine']:.6f} < {limits['min_cosine']}")
+    if not outputs:
+        failures.append("no output tensors to compare")
+    compared = [r for r in outputs.values() if "elements" in r]
+    worst = {"max_abs": max((r["max_abs"] for r in compared), default=None),
+             "rel_mean": max((r["rel_mean"] for r in compared), default=None),
+             "min_cosine": min((r["cosine"] for r in compared), default=None)}
+    return {"kind": "outputs", "dtype": dtype, "thresholds": limits, "outputs": outputs, "worst": worst,
+            "passed": not failures, "failures": failures}
+
+
 def spread(values: list[float]) -> dict:
     """Median with min, max and relative spread ((max - min) / median)."""
     if not values:
@@ -90,13 +157,17 @@ def ratio(base: list[float], cand: list[float]) -> dict:
             "baseline": b, "candidate": c}
 
 
+THROUGHPUT_KEYS = ("tokens_per_s", "output_tokens_per_s", "items_per_s")
+
+
 def performance(base: dict, cand: dict) -> dict:
-    """Throughput ratios (higher is better) and latency ratios (lower is better) per workload."""
+    """Throughput ratios (higher is better: tokens/s, or items/s for models without tokens) and latency ratios
+    (lower is better) per workload."""
     out: dict = {"throughput": {}, "latency": {}}
     for name, rows in base.get("throughput", {}).items():
         crow = cand.get("throughput", {}).get(name, [])
-        out["throughput"][name] = {
-            key: ratio([r[key] for r in rows], [r[key] for r in crow]) for key in ("tokens_per_s", "output_tokens_per_s")}
+        keys = [k for k in THROUGHPUT_KEYS if any(k in r for r in rows)] or list(THROUGHPUT_KEYS[:2])
+        out["throughput"][name] = {key: ratio([r[key] for r in rows], [r[key] for r in crow]) for key in keys}
     for name, rows in base.get("latency", {}).items():
         crow = cand.get("latency", {}).get(name, [])
         out["latency"][name] = {"latency_s": ratio([r["latency_s"] for r in rows], [r["latency_s"] for r in crow])}

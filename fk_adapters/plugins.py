@@ -152,6 +152,8 @@ def select_kernels(plugins: list[LoadedPlugin], engine: str, device: str) -> tup
 
     Returns ({slot: (plugin name, kernel)}, notes on what was skipped and why).
     """
+    from fk_adapters.tasks import SLOTS
+
     chosen: dict[str, tuple[str, Kernel]] = {}
     notes = []
     for p in plugins:
@@ -160,6 +162,8 @@ def select_kernels(plugins: list[LoadedPlugin], engine: str, device: str) -> tup
         for k in p.kernels:
             if engine not in k.engines:
                 notes.append(f"{p.name}:{k.slot} skipped: not for engine {engine}")
+            elif k.slot in SLOTS and engine not in SLOTS[k.slot].entries:
+                notes.append(f"{p.name}:{k.slot} skipped: the slot has no entry in {engine}")
             elif device not in k.devices:
                 notes.append(f"{p.name}:{k.slot} skipped: not for device {device}")
             elif k.slot in chosen:

@@ -44,6 +44,11 @@ def _perf_rows(row: dict) -> list[list[str]]:
     out = []
     perf = row.get("perf", {})
     for name, r in perf.get("throughput", {}).items():
+        if "items_per_s" in r:  # a model without tokens
+            t = r["items_per_s"]
+            out.append([row["scenario"], f"throughput {name}", "items/s", _spread(t.get("baseline")),
+                        _spread(t.get("candidate")), _ratio(t), ""])
+            continue
         t = r["tokens_per_s"]
         out.append([row["scenario"], f"throughput {name}", "tokens/s", _spread(t.get("baseline")),
                     _spread(t.get("candidate")), _ratio(t), _ratio(r["output_tokens_per_s"])])
@@ -79,22 +84,32 @@ def render(results: dict) -> str:
     if results.get("command"):
         lines.append(f"- command: `{results['command']}`")
     lines += ["", "## Scenarios", ""]
+    out_rows = [r for r in rows if _output_row(r)]
+    tok_rows = [r for r in rows if not _output_row(r)]
+    show_tokens = bool(tok_rows) or not out_rows
     table = []
-    for r in rows:
+    for r in tok_rows:
         c = r.get("correctness", {})
         tok, tf = c.get("tokens", {}), c.get("teacher_forced", {})
         table.append([r["scenario"], r["status"], r["dtype"],
                       _tokens_cell(tok),
                       _f(tf.get("max_abs")), _f(tf.get("mean_abs")),
                       _f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
-    lines.append(tabulate(table, headers=["scenario", "status", "dtype", "greedy streams: identical / near tie / parted",
-                                          "max abs Δlogprob", "mean abs Δlogprob", "baseline start s",
-                                          "candidate start s"], tablefmt="github"))
+    if show_tokens:
+        lines.append(tabulate(table, headers=["scenario", "status", "dtype",
+                                              "greedy streams: identical / near tie / parted", "max abs Δlogprob",
+                                              "mean abs Δlogprob", "baseline start s", "candidate start s"],
+                              tablefmt="github"))
     th = results.get("thresholds", {})
-    if th:
+    if th and show_tokens:
         lines += ["", "Pass: every greedy stream identical or parting at a near tie (each side's token in the "
                   "other's top 5 there), and teacher-forced |Δlogprob| on identical sequences within "
                   + "; ".join(f"{d}: max {t['max_abs']:g}, mean {t['mean_abs']:g}" for d, t in th.items()) + "."]
+    if out_rows:
+        lines += _output_table(out_rows, results, show_tokens)
+    notes = [(r["scenario"], n) for r in rows for n in r.get("notes", [])]
+    if notes:
+        lines += ["", "### Notes", ""] + [f"- **{s}**: {n}" for s, n in notes]
     failures = [(r["scenario"], f) for r in rows for f in r.get("failures", [])]
     if failures:
         lines += ["", "### Failures", ""] + [f"- **{s}**: {f}" for s, f in failures]
@@ -139,6 +154,35 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _output_row(row: dict) -> bool:
+    """A model without tokens: judged on output diffs (its row says so, or its family does before it ran)."""
+    c = row.get("correctness")
+    return c.get("kind") == "outputs" if c else row.get("family", "llm") != "llm"
+
+
+def _output_table(rows: list[dict], results: dict, after_tokens: bool) -> list[str]:
+    table = []
+    for r in rows:
+        c = r.get("correctness", {})
+        worst = c.get("worst", {})
+        table.append([r["scenario"], r["status"], r["dtype"], len(c.get("outputs", {})) or "-",
+                      _f(worst.get("max_abs")), _f(worst.get("rel_mean")),
+                      _f(None if worst.get("min_cosine") is None else 1 - worst["min_cosine"]),
+                      _f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
+    lines = ["", "Models without tokens: output diffs of one forward on the same seeded batch:", ""] \
+        if after_tokens else []
+    lines.append(tabulate(table, headers=["scenario", "status", "dtype", "output tensors", "max abs Δ",
+                                          "mean abs Δ / mean abs baseline (worst)", "1 - cosine (worst)",
+                                          "baseline start s", "candidate start s"], tablefmt="github"))
+    th = results.get("output_thresholds") or {r["dtype"]: r["correctness"]["thresholds"] for r in rows
+                                               if r.get("correctness", {}).get("thresholds")}
+    if th:
+        lines += ["", "Pass (output diffs): every floating output tensor on both sides, same shape, finite, with "
+                  "mean |Δ| / mean |baseline| and 1 - cosine similarity at most "
+                  + "; ".join(f"{t['rel_mean']:g} and {1 - t['min_cosine']:.2g} ({d})" for d, t in th.items()) + "."]
+    return lines
+
+
 def _exercised(row: dict) -> str:
     slots = row.get("evidence", {}).get("slots", {})
     if not slots:
@@ -153,7 +197,8 @@ def _engine_cell(row: dict | None) -> list[str]:
         return ["-"] * len(ENGINE_COLUMNS)
     tf = row.get("correctness", {}).get("teacher_forced", {})
     thr = row.get("perf", {}).get("throughput", {})
-    ratio = _ratio(next(iter(thr.values()))["tokens_per_s"]) if thr else "-"
+    first = next(iter(thr.values())) if thr else {}
+    ratio = _ratio(first.get("tokens_per_s", first.get("items_per_s"))) if thr else "-"
     return [row["status"], _exercised(row), _f(tf.get("max_abs")), ratio]
 
 

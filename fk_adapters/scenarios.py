@@ -124,6 +124,12 @@ def check_runnable(sc: Scenario, engine: str) -> None:
     if engine not in sc.hosts:
         why = f": {sc.catalog['not_hosted']}" if sc.catalog.get("not_hosted") else ""
         raise ScenarioError(f"scenario {sc.name!r} is not hosted by {engine} (hosts: {', '.join(sc.hosts) or 'none'}){why}")
+    if engine == "transformers":  # token workloads, or what one item is ([inputs]) for the model's forward
+        need = ("prompt_len", "output_len") if sc.family == "llm" and not sc.correctness else ()
+        if not (sc.correctness or sc.inputs) or any(not isinstance(sc.inputs.get(k), int) for k in need):
+            raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads nor an [inputs] table "
+                                f"for transformers" + (f" with {' and '.join(need)}" if need else ""))
+        return
     if not sc.correctness:
         raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads for {engine}")
 
@@ -178,11 +184,14 @@ def requests_divisor(quick: bool | int) -> int:
     return 1 if not quick else QUICK_DIV if quick is True else int(quick)
 
 
-def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False) -> dict:
+def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False, engine: str = "") -> dict:
     """The driver's job for this scenario: same seed, same prompts on every run.
 
     ``quick``: True or a divisor (--quick 4, --smoke 32) for fewer throughput requests and one repeat.
+    ``engine`` "transformers": its own job (``_transformers_job``).
     """
+    if engine == "transformers":
+        return _transformers_job(sc, model_dir, quick)
     rng = random.Random(sc.seed)
     vocab = sc.prompt_vocab
     c = sc.correctness
@@ -200,4 +209,35 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
                                           "output_len": w["output_len"]} for n, w in p.get("throughput", {}).items()},
                        "latency": {n: {"prompts": [_ids(rng, vocab, w["input_len"]) for _ in range(w["batch"])],
                                        "output_len": w["output_len"]} for n, w in p.get("latency", {}).items()}}
+    return job
+
+
+TRANSFORMERS_ITERS = 8  # forwards per timed throughput repeat of a non-LLM model (divided by --quick / --smoke)
+TRANSFORMERS_REQUESTS = 4  # correctness prompts of an LLM scenario that has no [correctness] table
+
+
+def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:
+    """Eager, always. LLMs: token workloads ([correctness] and [perf], else from [inputs]: prompt_len, output_len,
+    one throughput workload per batch size, latency at the smallest); other families: [inputs] for one forward
+    on a seeded batch (the smallest batch size) and items/s per batch size."""
+    rng = random.Random(sc.seed)
+    batches = sorted({int(b) for b in sc.inputs.get("batches", [2])})
+    job = {"engine": "transformers", "model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": "eager",
+           "architectures": list(sc.model["architectures"]), "family": sc.family, "inputs": dict(sc.inputs)}
+    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1)}
+    if sc.family != "llm":
+        job["correctness_batch"] = batches[0]
+        job["perf"] = dict(perf, iters=max(1, TRANSFORMERS_ITERS // requests_divisor(quick)), batches=batches)
+        return job
+    if sc.correctness:
+        tokens = build_job(sc, model_dir, "eager", quick)
+        job.update({k: tokens[k] for k in ("correctness", "perf") if k in tokens})
+        return job
+    vocab, p, n = sc.prompt_vocab, sc.inputs["prompt_len"], sc.inputs["output_len"]
+    job["correctness"] = {"prompts": [_ids(rng, vocab, p) for _ in range(TRANSFORMERS_REQUESTS)], "max_tokens": n,
+                          "teacher": [_ids(rng, vocab, p + n) for _ in range(max(1, TRANSFORMERS_REQUESTS // 2))]}
+    job["perf"] = dict(perf, throughput={f"batch{b}": {"prompts": [_ids(rng, vocab, p) for _ in range(b)],
+                                                       "output_len": n} for b in batches},
+                       latency={f"batch{batches[0]}": {"prompts": [_ids(rng, vocab, p) for _ in range(batches[0])],
+                                                       "output_len": n}})
     return job

@@ -45,6 +45,8 @@ SILU_AND_MUL = Slot(
     entries={
         "vllm": ("CustomOp 'SiluAndMul' (vllm.model_executor.layers.activation)",),
         "sglang": ("SiluAndMul.forward_cuda (sglang.srt.layers.activation)",),
+        "transformers": ("forward(x) of each gated MLP module (gate_proj, up_proj, down_proj, act_fn SiLU), per instance: "
+                         "down_proj(op(cat(gate_proj(x), up_proj(x)))), when it agrees with the module's own forward",),
     },
 )
 
@@ -61,5 +63,8 @@ GELU_AND_MUL = Slot(
     entries={
         "vllm": ("CustomOp 'GeluAndMul' (vllm.model_executor.layers.activation), approximate 'none' or 'tanh'",),
         "sglang": ("GeluAndMul.forward_cuda (sglang.srt.layers.activation)",),
+        "transformers": ("forward(x) of each gated MLP module (gate_proj, up_proj, down_proj, act_fn GELU exact or tanh), "
+                         "per instance: down_proj(op(cat(gate_proj(x), up_proj(x)), approximate)), when it agrees with "
+                         "the module's own forward",),
     },
 )

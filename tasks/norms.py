@@ -45,6 +45,8 @@ RMS_NORM = Slot(
     entries={
         "vllm": ("CustomOp 'RMSNorm' (vllm.model_executor.layers.layernorm), forward(x) without residual",),
         "sglang": ("RMSNorm.forward_cuda (sglang.srt.layers.layernorm), residual is None",),
+        "transformers": ("forward(x) of each module whose class name ends in 'RMSNorm' (1-D weight, eps), per instance, "
+                         "when its own forward agrees with the slot (e.g. LlamaRMSNorm, BitNetRMSNorm; not 1 + w)",),
     },
 )
 

@@ -58,3 +58,66 @@ def test_performance_shapes():
     p = metrics.performance(base, cand)
     assert p["throughput"]["w"]["tokens_per_s"]["ratio"] == 2.0
     assert p["latency"]["b1"]["latency_s"]["ratio"] == 0.5
+
+
+def _save(path, tensors):
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path))
+    return str(path)
+
+
+def test_output_diffs_pass_rounding_and_fail_beyond_thresholds(tmp_path):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    out = {"last_hidden_state": torch.randn(2, 5, 16, generator=g), "pooler_output": torch.randn(2, 16, generator=g)}
+    base = _save(tmp_path / "b.safetensors", out)
+    same = metrics.output_correctness(base, base, "float32")
+    assert same["passed"] and same["kind"] == "outputs" and same["worst"] == {"max_abs": 0.0, "rel_mean": 0.0,
+                                                                                "min_cosine": 1.0}
+    noisy = {k: v * (1 + 1e-6 * torch.randn(v.shape, generator=g)) for k, v in out.items()}
+    res = metrics.output_correctness(base, _save(tmp_path / "n.safetensors", noisy), "float32")
+    assert res["passed"] and 0 < res["worst"]["rel_mean"] < 1e-5 and set(res["outputs"]) == set(out)
+    scaled = dict(out, pooler_output=out["pooler_output"] * 1.05)  # a 5% scale error: cosine stays 1, rel_mean not
+    res = metrics.output_correctness(base, _save(tmp_path / "s.safetensors", scaled), "float32")
+    assert not res["passed"] and res["failures"] == [
+        f"pooler_output: mean |Δ| / mean |baseline| {res['outputs']['pooler_output']['rel_mean']:.3g} > 0.0001"]
+    assert res["outputs"]["last_hidden_state"]["max_abs"] == 0.0
+    assert metrics.output_correctness(base, _save(tmp_path / "s2.safetensors", scaled), "bfloat16")["passed"] is False
+    flipped = dict(out, pooler_output=-out["pooler_output"])
+    res = metrics.output_correctness(base, _save(tmp_path / "f.safetensors", flipped), "bfloat16")
+    assert any("cosine similarity -1.000000" in f for f in res["failures"])
+
+
+def test_output_diffs_fail_on_shape_missing_tensor_and_nan(tmp_path):
+    import torch
+
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    base = _save(tmp_path / "b.safetensors", {"logits": x, "pred_boxes": x[:2].clone()})
+    res = metrics.output_correctness(base, _save(tmp_path / "c.safetensors", {"logits": x.reshape(4, 3).clone()}),
+                                     "float32")
+    assert not res["passed"]
+    assert res["failures"][0] == "outputs only one side has: pred_boxes"
+    assert res["failures"][1] == "logits: shape [4, 3] != baseline [3, 4]"
+    nan = x.clone()
+    nan[0, 0] = float("nan")
+    res = metrics.output_correctness(base, _save(tmp_path / "n.safetensors", {"logits": nan, "pred_boxes": x[:2].clone()}),
+                                     "float32")
+    assert res["failures"] == ["logits: non-finite differences (NaN or inf on one side only)"]
+    both_nan = _save(tmp_path / "bn.safetensors", {"logits": nan})
+    assert metrics.output_correctness(both_nan, both_nan, "float32")["passed"]  # NaN where the baseline has NaN
+    empty = _save(tmp_path / "e.safetensors", {})
+    assert metrics.output_correctness(empty, empty, "float32")["failures"] == ["no output tensors to compare"]
+
+
+def test_performance_of_items_per_second():
+    base = {"throughput": {"batch4": [{"elapsed_s": 1.0, "items": 8, "items_per_s": 8.0}]},
+            "latency": {"batch4": [{"latency_s": 0.5}]}}
+    cand = {"throughput": {"batch4": [{"elapsed_s": 0.5, "items": 8, "items_per_s": 16.0}]},
+            "latency": {"batch4": [{"latency_s": 0.25}]}}
+    p = metrics.performance(base, cand)
+    assert set(p["throughput"]["batch4"]) == {"items_per_s"} and p["throughput"]["batch4"]["items_per_s"]["ratio"] == 2.0
+    assert p["latency"]["batch4"]["latency_s"]["ratio"] == 0.5
+    assert set(metrics.performance({"throughput": {"w": []}}, {})["throughput"]["w"]) == {"tokens_per_s",
+                                                                                      "output_tokens_per_s"}

@@ -39,7 +39,7 @@ class EngineSpec:
     def describe_mode(self, mode: str, device: str) -> str:
         if mode != "compiled":
             return "eager (no torch.compile, no CUDA graphs)"
-        return self.compiled_label if device == "cuda" else "torch.compile"
+        return self.compiled_label if device == "cuda" or not any(self.compiled_cuda) else "torch.compile"
 
     @property
     def python(self) -> str:
@@ -83,6 +83,14 @@ ENGINES = {
                          compiled_cuda=(False, True), natives="fk_adapters.engines.sglang.natives",
                          natives_setup="sgl_kernel",
                          compiled_label="CUDA graphs (SGLang default: decode full, prefill breakable), no torch.compile"),
+    # HF transformers, for architectures only it implements. Always eager (fk's "compiled" included). On CPU
+    # the GPUs are hidden, so a --device cpu run on a GPU host stays on the CPU (the driver uses cuda if it sees one).
+    "transformers": EngineSpec(name="transformers", module="transformers",
+                               driver="fk_adapters.engines.transformers.driver", devices=("cpu", "cuda"),
+                               env_cpu={"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""},
+                               compiled_cuda=(False, False),
+                               compiled_label="eager (transformers runs eager here: no torch.compile, no CUDA graphs)",
+                               natives="fk_adapters.engines.transformers.natives"),
 }
 
 

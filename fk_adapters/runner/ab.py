@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 
 from fk_adapters import __version__, evidence, metrics, probe
@@ -93,7 +94,7 @@ def _summary(res: dict) -> dict:
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     echo(f"{sc.name}: writing seeded weights")
     model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg))
-    job = build_job(sc, model_dir, cfg.mode, cfg.quick)
+    job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}
     runs = {}
@@ -110,7 +111,8 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         echo(f"{sc.name} [{side}] {runs[side]['status']} in {runs[side]['wall_s']:.0f} s")
     base, cand = runs["baseline"], runs["candidate"]
     row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": weights_key,
-           "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")},
+           "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")
+                     if k in sc.model},
            "baseline": _summary(base), "candidate": _summary(cand), "failures": []}
     if base["loads"]:
         row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
@@ -119,7 +121,9 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         row["status"] = TIMEOUT if any(r["status"] == "timeout" for _, r in bad) else RUNTIME_ERROR
         row["failures"] += [f"{s}: {r.get('error', r['status'])}" for s, r in bad]
         return row
-    row["correctness"] = metrics.correctness(base, cand, sc.dtype)
+    if sc.family != "llm":
+        row["family"] = sc.family
+    row["correctness"] = correctness(base, cand, sc.dtype)
     row["perf"] = metrics.performance(base.get("perf", {}), cand.get("perf", {}))
     row["failures"] += row["correctness"]["failures"]
     if cfg.aa:
@@ -129,7 +133,34 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
     row["status"], more = _verdict(row, cand["loads"], cfg.allow_unexercised)
     row["failures"] += more
+    notes = _notes(row["evidence"], cand)
+    if notes:
+        row["notes"] = notes
     return row
+
+
+def correctness(base: dict, cand: dict, dtype: str) -> dict:
+    """Token metrics when both runs generated tokens; output diffs when both saved their outputs (no tokens)."""
+    if "tokens" in base and "tokens" in cand:
+        return metrics.correctness(base, cand, dtype)
+    if base.get("outputs_file") and cand.get("outputs_file"):
+        return metrics.output_correctness(base["outputs_file"], cand["outputs_file"], dtype)
+    return {"dtype": dtype, "passed": False, "failures": ["the runs carry neither tokens nor saved outputs to compare"]}
+
+
+def _notes(ev: dict, cand: dict) -> list[str]:
+    """Why a candidate may have run stock: no selected slot applies to the model; modules left stock, and why."""
+    notes = []
+    slots = ev["slots"]
+    if slots and all(e["status"] == "n/a" for e in slots.values()):
+        notes.append(f"no selected slot applies to this model (no layer for {', '.join(slots)}): "
+                     "the candidate ran the stock model")
+    left = Counter()
+    for p in cand.get("probe") or []:
+        left.update(p.get("not_routed", {}))
+    if left:
+        notes.append("left stock: " + "; ".join(f"{k} x{n}" for k, n in sorted(left.items())))
+    return notes
 
 
 def evidence_mode(cfg: RunConfig) -> str:
@@ -176,7 +207,8 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                "device": cfg.device, "host": platform.node(), "python": sys.version.split()[0], "mode": cfg.mode,
                "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
                "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
-               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "thresholds": metrics.THRESHOLDS, "scenarios": []}
+               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "thresholds": metrics.THRESHOLDS,
+               "output_thresholds": metrics.OUTPUT_THRESHOLDS, "scenarios": []}
     path = os.path.join(cfg.out_dir, "results.json")
     for i, sc in enumerate(scenarios, 1):
         echo(f"[{i}/{len(scenarios)}] {sc.name}")

@@ -2,8 +2,8 @@
 # GPU evidence for one engine's adapter. Run on the lent GPU machine from the repository root,
 # after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
-#   ENGINE: vllm | sglang
-#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 pack
+#   ENGINE: vllm | sglang | transformers (steps setup, tfx, pack)
+#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 tfx pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
@@ -61,6 +61,24 @@ for step in "$@"; do
         rm -rf "${MODELS:?}"/*
       done
       $FK coverage --results "$ROOT/fk46" --out "$ROOT/fk46" ;;
+    tfx)  # the transformers host: every fk46 architecture it hosts, one at a time (capture with --profile, $FK46_SIZE
+          # workloads), then the Triton plugin A/B where its slots apply ($TFX_AB), fk-wrong and passthrough on the first
+      NAMES=${FK46:-$($FK scenarios --engine transformers --json | python3 -c \
+        'import json,sys; print(" ".join(r["scenario"] for r in json.load(sys.stdin)))')}
+      for s in $NAMES; do
+        $FK capture --engine transformers --scenario "$s" --profile ${FK46_SIZE:---smoke} --model-cache $MODELS \
+          --timeout ${FK46_TIMEOUT:-900} --out "$ROOT/fk46/transformers"
+        rm -rf "${MODELS:?}"/*
+      done
+      $FK coverage --results "$ROOT/fk46" --out "$ROOT/fk46"
+      AB=${TFX_AB:-fk46-bitnet-b1.58 fk46-dinov3}
+      for s in $AB; do
+        TR="$FK run --engine transformers --scenario $s --quick --model-cache $MODELS --timeout 900"
+        $TR --plugins triton --out "$ROOT/tfx-ab/$s/triton"
+        $TR --plugins wrong --out "$ROOT/tfx-ab/$s/wrong" --baseline-from "$ROOT/tfx-ab/$s/triton" --allow-uncovered
+        $TR --plugins passthrough --out "$ROOT/tfx-ab/$s/passthrough" --baseline-from "$ROOT/tfx-ab/$s/triton"
+        rm -rf "${MODELS:?}"/*
+      done ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
         && mv evidence.tmp.tgz evidence.tgz && ls -la evidence.tgz ;;

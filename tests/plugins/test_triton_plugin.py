@@ -207,7 +207,7 @@ def test_fk_kernels_declares_all_slots_with_real_kernel_names():
         kern.validate(SLOTS)
         assert kern.fn is getattr(kernels, kern.slot)
         assert kern.cuda_graph_safe and kern.compile_safe
-        assert kern.engines == ("vllm", "sglang") and kern.dtypes == ("float32", "float16", "bfloat16")
+        assert kern.engines == ("vllm", "sglang", "transformers") and kern.dtypes == ("float32", "float16", "bfloat16")
         assert DEVICE in kern.devices
         (kname,) = kern.kernel_names
         jitted = getattr(kernels, kname)

@@ -1,0 +1,214 @@
+"""Run one job on HF transformers in this process and write its result JSON.
+
+    python -m fk_adapters.engines.transformers.driver JOB.json RESULT.json
+
+The model is built with ``from_pretrained`` and runs eager (cuda when this process sees a GPU). The selected
+plugins are installed into its modules right after it is built, before any forward. LLMs (the job has
+``correctness``): greedy tokens and teacher-forced logprobs, as the other engines' drivers give them, and
+tokens/s. Other families: one forward on a seeded batch whose floating outputs are saved to
+``outputs.safetensors`` for the runner to diff, and items/s.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from fk_adapters.engines.driver_common import main, measure, phase
+
+TOP_K = 5
+OUTPUTS_FILE = "outputs.safetensors"
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def load_model(job: dict, device: str):
+    import torch
+    import transformers
+
+    arch = job["architectures"][0]
+    cls = getattr(transformers, arch, None)
+    if cls is None:
+        raise ValueError(f"transformers {transformers.__version__} has no class {arch}")
+    model = cls.from_pretrained(job["model_dir"], dtype=getattr(torch, job["dtype"]))
+    return model.to(device).eval()
+
+
+def run(job: dict) -> dict:
+    import torch
+    import transformers
+
+    from fk_adapters import probe
+    from fk_adapters.engines.loading import load_and_install
+    from fk_adapters.engines.transformers import install
+
+    transformers.utils.logging.disable_progress_bar()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    res: dict = {"engine": "transformers", "engine_version": transformers.__version__, "torch": torch.__version__,
+                 "pid": os.getpid()}
+    phase(f"loading {job['architectures'][0]} on {device}")
+    t0 = time.perf_counter()
+    model = load_model(job, device)
+    if os.environ.get("FK_PLUGINS", "").strip():  # none selected: stock transformers, no fk code in the model
+        load_and_install("transformers", device, lambda chosen: install.install(model, chosen), {})
+    res["startup_s"] = time.perf_counter() - t0
+    res["runtime"] = {"device": device, "mode": "eager",
+                      "attention": getattr(model.config, "_attn_implementation", None) or "?"}
+    res["probe_after_start"] = [probe.snapshot()]
+    torch.manual_seed(job.get("seed", 0))  # models that draw at forward time (masks, noise) draw alike on both sides
+    with torch.inference_mode():
+        if job.get("correctness"):
+            res.update(_llm(model, job, device))
+        else:
+            res.update(_items(model, job, device))
+    res["probe"] = [probe.snapshot()]
+    res["status"] = "ok"
+    return res
+
+
+# ----------------------------------------------------------------------------- LLMs
+
+def _generate(model, prompts, n: int, device: str, scores: bool = False):
+    import torch
+
+    ids = torch.tensor(prompts, dtype=torch.long, device=device)
+    gen = model.generation_config
+    pad = gen.pad_token_id if gen.pad_token_id is not None else 0
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                         do_sample=False, pad_token_id=pad, return_dict_in_generate=True,
+                         output_scores=scores, output_logits=scores)
+    return ids.shape[1], out
+
+
+def _llm(model, job: dict, device: str) -> dict:
+    import torch
+
+    corr, out = job["correctness"], {}
+    phase("correctness: greedy generation")
+    n_in, gen = _generate(model, corr["prompts"], corr["max_tokens"], device, scores=True)
+    out["tokens"] = gen.sequences[:, n_in:].tolist()
+    steps = len(gen.scores)
+    top = torch.stack([s.float().topk(TOP_K, dim=-1).indices for s in gen.scores], dim=1)  # [B, steps, k]
+    out["token_top_ids"] = top.tolist()
+    lp = torch.stack([torch.log_softmax(x.float(), dim=-1) for x in gen.logits], dim=1)  # raw logits, [B, steps, V]
+    chosen = gen.sequences[:, n_in:n_in + steps]
+    out["token_logprobs"] = lp.gather(-1, chosen[..., None]).squeeze(-1).tolist()
+    phase("correctness: teacher-forced logprobs")
+    seqs = torch.tensor(corr["teacher"], dtype=torch.long, device=device)
+    lp = torch.log_softmax(model(seqs).logits.float(), dim=-1)
+    out["teacher_logprobs"] = lp[:, :-1].gather(-1, seqs[:, 1:, None]).squeeze(-1).tolist()
+
+    def timed(prompts, n):
+        _sync(device)
+        t0 = time.perf_counter()
+        n_in, gen = _generate(model, prompts, n, device)
+        _sync(device)
+        dt = time.perf_counter() - t0
+        return dt, len(prompts) * n_in, gen.sequences[:, n_in:].numel()
+
+    if job.get("perf"):
+        out["perf"] = measure(job["perf"], timed)
+    if job.get("profile"):
+        phase("profiling a batch")
+        p = job["profile"]
+        out["profile"] = _profile(lambda: _generate(model, corr["prompts"][: p.get("requests", 4)],
+                                                    p.get("max_tokens", 8), device), device)
+    return out
+
+
+# ----------------------------------------------------------------------------- other families
+
+def _flatten(obj, name: str, into: dict) -> None:
+    """Every floating tensor in a model output (ModelOutput, dicts, tuples), under dotted names."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point():
+            into[name] = obj.detach().cpu().contiguous().clone()
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{name}.{k}" if name else str(k), into)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _flatten(v, f"{name}.{i}" if name else str(i), into)
+
+
+def _items(model, job: dict, device: str) -> dict:
+    import torch
+    from safetensors.torch import save_file
+
+    from fk_adapters.engines.transformers import inputs
+
+    spec, seed, dtype = job["inputs"], job.get("seed", 0), getattr(torch, job["dtype"])
+    b = job["correctness_batch"]
+    phase(f"correctness: one forward on a seeded batch of {b}")
+    x = inputs.batch(model, spec, b, seed, device, dtype)
+    tensors: dict = {}
+    _flatten(model(**x), "", tensors)
+    if not tensors:
+        raise ValueError(f"{type(model).__name__} returned no floating tensor to compare")
+    path = os.path.join(os.environ.get("FK_RUN_DIR") or os.getcwd(), OUTPUTS_FILE)
+    save_file(tensors, path)
+    out = {"outputs_file": os.path.abspath(path), "outputs": {k: list(v.shape) for k, v in tensors.items()}}
+    perf = job.get("perf")
+    if perf:
+        out["perf"] = _items_perf(model, spec, seed, perf, device, dtype)
+    if job.get("profile"):
+        phase("profiling a batch")
+        out["profile"] = _profile(lambda: model(**x), device)
+    return out
+
+
+def _items_perf(model, spec: dict, seed: int, perf: dict, device: str, dtype) -> dict:
+    """Per batch size: items/s over ``iters`` forwards per repeat, and the latency of one forward."""
+    from fk_adapters.engines.transformers import inputs
+
+    reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
+    out: dict = {"throughput": {}, "latency": {}}
+
+    def forwards(x, n: int) -> float:
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            model(**x)
+        _sync(device)
+        return time.perf_counter() - t0
+
+    for b in perf["batches"]:
+        x = inputs.batch(model, spec, b, seed, device, dtype)
+        for _ in range(warm):
+            forwards(x, 1)
+        rows = []
+        for i in range(reps):
+            phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
+            dt = forwards(x, iters)
+            rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
+        out["throughput"][f"batch{b}"] = rows
+        out["latency"][f"batch{b}"] = [{"latency_s": forwards(x, 1)} for _ in range(reps)]
+    return out
+
+
+def _profile(step, device: str) -> list[dict]:
+    """Device kernels (names, counts, microseconds) of one step, as the vLLM worker extension reports them."""
+    import torch
+
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        step()
+        _sync(device)
+    kernels: dict[str, int] = {}
+    kernel_us: dict[str, float] = {}
+    for evt in prof.events():
+        if str(getattr(evt, "device_type", "")).endswith("CUDA"):
+            kernels[evt.name] = kernels.get(evt.name, 0) + 1
+            kernel_us[evt.name] = kernel_us.get(evt.name, 0.0) + evt.time_range.elapsed_us()
+    return [{"pid": os.getpid(), "kernels": kernels, "kernel_us": kernel_us}]
+
+
+if __name__ == "__main__":
+    sys.exit(main(run))

@@ -1,0 +1,34 @@
+"""transformers' own math for each slot it hosts, in the slot's interface (what a passthrough plugin routes to).
+
+Op for op what the HF modules compute (``LlamaRMSNorm.forward``, ``act_fn(gate_proj(x)) * up_proj(x)``), so a
+passthrough run gives the stock model's outputs bit for bit. The gate and up halves are made contiguous first,
+as HF's separate projections are: elementwise kernels then see the very same layout.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x, weight, eps):
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _halves(x):
+    d = x.shape[-1] // 2
+    return x[..., :d].contiguous(), x[..., d:].contiguous()
+
+
+def silu_and_mul(x):
+    gate, up = _halves(x)
+    return F.silu(gate) * up
+
+
+def gelu_and_mul(x, approximate):
+    gate, up = _halves(x)
+    return F.gelu(gate, approximate=approximate) * up
+
+
+NATIVES = {f.__name__: f for f in (rms_norm, silu_and_mul, gelu_and_mul)}

@@ -1,0 +1,214 @@
+"""Routing slots into transformers models built in this process (tiny, random init): fast, no engine run."""
+import importlib.util
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from fk_adapters import metrics, ops, probe  # noqa: E402
+from fk_adapters.engines.loading import capture_slots  # noqa: E402
+from fk_adapters.engines.transformers import inputs, install, natives  # noqa: E402
+from fk_adapters.kernel import Kernel  # noqa: E402
+from fk_adapters.tasks import SLOTS  # noqa: E402
+
+LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=32, vocab_size=512)
+
+
+@pytest.fixture(autouse=True)
+def clean_probe():
+    for c in (probe.calls, probe.constructed, probe.not_routed):
+        c.clear()
+    yield
+    for c in (probe.calls, probe.constructed, probe.not_routed):
+        c.clear()
+
+
+def build(arch: str, config, seed: int = 0):
+    """A tiny model with spread norm weights (like fk's seeded checkpoints), float32, eval."""
+    torch.manual_seed(seed)
+    model = getattr(transformers, arch)._from_config(config, dtype=torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1 and p.numel() > 1 and bool((p == p.reshape(-1)[0]).all()):
+                p.add_(0.1 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+def llama(arch="LlamaModel"):
+    return build(arch, transformers.LlamaConfig(**LLAMA))
+
+
+def ids():
+    return {"input_ids": torch.randint(3, 512, (2, 12), generator=torch.Generator().manual_seed(1))}
+
+
+def forward(model, x):
+    with torch.inference_mode():
+        return model(**x).last_hidden_state.clone()
+
+
+def ops_for(plugin: str, fns: dict) -> dict:
+    return {s: ops.wrap(plugin, SLOTS[s], fn, ("float32", "float16", "bfloat16")) for s, fn in fns.items()}
+
+
+def test_hosted_slots_are_the_ones_with_natives():
+    assert set(capture_slots("transformers")) == set(natives.NATIVES) == {"rms_norm", "silu_and_mul", "gelu_and_mul"}
+
+
+def test_natives_match_the_slot_references():
+    for slot, fn in natives.NATIVES.items():
+        s = SLOTS[slot]
+        for i, case in enumerate(s.cases):
+            for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+                args = s.make_inputs(case, dtype, "cpu", torch.Generator().manual_seed(i))
+                torch.testing.assert_close(fn(*args), s.run_reference(args)[0], atol=tol, rtol=tol)
+
+
+def test_llama_norms_and_mlps_are_routed_per_instance_and_passthrough_is_exact():
+    model, stock = llama(), llama()
+    base = forward(stock, ids())
+    entered = install.route(model, ops_for("tfx_native", dict(natives.NATIVES)))
+    assert entered == {"rms_norm": ["LlamaRMSNorm"], "silu_and_mul": ["LlamaMLP (gate/up concatenated)"],
+                       "gelu_and_mul": []}
+    assert probe.constructed == {"rms_norm": 5, "silu_and_mul": 2} and not probe.not_routed
+    assert "forward" in vars(model.norm) and "forward" not in vars(stock.norm)  # the instance, not the class
+    assert torch.equal(forward(model, ids()), base)  # the engine's own math through the op: bit for bit
+    assert probe.calls == {"tfx_native:rms_norm": 5, "tfx_native:silu_and_mul": 2}
+
+
+def test_only_chosen_slots_are_routed():
+    model = llama()
+    assert install.route(model, ops_for("tfx_native", {"silu_and_mul": natives.silu_and_mul})) == {
+        "silu_and_mul": ["LlamaMLP (gate/up concatenated)"]}
+    assert probe.constructed == {"silu_and_mul": 2} and "forward" not in vars(model.norm)
+
+
+def test_look_alikes_stay_stock_with_the_reason():
+    gemma = build("GemmaModel", transformers.GemmaConfig(**LLAMA))
+    entered = install.route(gemma, ops_for("tfx_native", dict(natives.NATIVES)))
+    assert entered["rms_norm"] == [] and entered["gelu_and_mul"] == ["GemmaMLP (gate/up concatenated)"]
+    assert probe.not_routed == {"rms_norm (GemmaRMSNorm: forward differs from rms_norm "
+                                "(e.g. 1 + weight offset, an extra norm or scale))": 5}
+    probe.not_routed.clear()
+    bitnet = build("BitNetForCausalLM", transformers.BitNetConfig(**LLAMA, hidden_act="relu2"))
+    entered = install.route(bitnet, ops_for("tfx_native", dict(natives.NATIVES)))
+    assert entered["rms_norm"] == ["BitNetRMSNorm"] and probe.constructed["rms_norm"] == 9  # incl. the sub-norms
+    assert probe.not_routed == {"silu_and_mul/gelu_and_mul (BitNetMLP: activation ReLUSquaredActivation is "
+                                "neither SiLU nor GELU)": 2}
+    probe.not_routed.clear()
+    silu_bitnet = build("BitNetForCausalLM", transformers.BitNetConfig(**LLAMA, hidden_act="silu"))
+    install.route(silu_bitnet, ops_for("tfx_native", dict(natives.NATIVES)))
+    assert probe.not_routed == {"silu_and_mul (BitNetMLP: forward differs from silu_and_mul "
+                                "(e.g. 1 + weight offset, an extra norm or scale))": 2}  # its ffn_sub_norm
+
+
+def test_gelu_flavours_map_to_approximate():
+    from torch import nn
+    from transformers import activations as A
+
+    assert install._activation(A.GELUActivation()) == ("gelu_and_mul", ("none",))
+    assert install._activation(A.GELUTanh()) == ("gelu_and_mul", ("tanh",))
+    assert install._activation(A.NewGELUActivation()) == ("gelu_and_mul", ("tanh",))
+    assert install._activation(nn.GELU(approximate="tanh")) == ("gelu_and_mul", ("tanh",))
+    assert install._activation(nn.SiLU()) == ("silu_and_mul", ())
+    assert install._activation(A.QuickGELUActivation()) is None
+
+
+def test_rms_norm_without_eps_is_not_routed():
+    class OddRMSNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(8))
+
+        def forward(self, x):
+            return x * self.weight
+
+    holder = torch.nn.Sequential(OddRMSNorm())
+    assert install.route(holder, ops_for("tfx_native", {"rms_norm": natives.rms_norm})) == {"rms_norm": []}
+    assert probe.not_routed == {"rms_norm (OddRMSNorm: no eps (variance_epsilon or eps) attribute)": 1}
+
+
+def test_install_enters_nothing_for_slots_transformers_does_not_host():
+    chosen = {s: ("tfx_pass", Kernel(slot=s, factory=lambda native: native, devices=("cpu",))) for s in SLOTS}
+    entered = install.install(llama(), chosen)
+    assert list(entered) == list(chosen)  # load_and_install zips them with the chosen slots
+    assert entered["fused_add_rms_norm"] == entered["rotary_embedding"] == entered["gelu_and_mul"] == []
+    assert entered["rms_norm"] == ["LlamaRMSNorm"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None or importlib.util.find_spec("fk_wrong") is None,
+                    reason="needs triton and the fk-wrong plugin")
+def test_output_diffs_pass_triton_and_catch_the_wrong_kernel(tmp_path):
+    from safetensors.torch import save_file
+
+    from fk_triton_kernels import kernels
+    from fk_wrong import wrong_rms_norm
+
+    save_file({"last_hidden_state": forward(llama(), ids())}, str(tmp_path / "base.safetensors"))
+    for plugin, fns, passed in (("tfx_triton", {"rms_norm": kernels.rms_norm, "silu_and_mul": kernels.silu_and_mul}, True),
+                                ("tfx_wrong", {"rms_norm": wrong_rms_norm}, False)):
+        model = llama()
+        install.route(model, ops_for(plugin, fns))
+        path = str(tmp_path / f"{plugin}.safetensors")
+        save_file({"last_hidden_state": forward(model, ids())}, path)
+        res = metrics.output_correctness(str(tmp_path / "base.safetensors"), path, "float32")
+        assert res["passed"] is passed, res
+        assert probe.calls[f"{plugin}:rms_norm"] == 5
+
+
+def test_seeded_inputs_follow_the_forward_signature():
+    vit = build("DINOv3ViTModel", transformers.DINOv3ViTConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                                               num_attention_heads=2, patch_size=16, image_size=32))
+    spec = {"image_size": 32, "channels": 3}
+    a, b = inputs.batch(vit, spec, 2, 7, "cpu", torch.float32), inputs.batch(vit, spec, 2, 7, "cpu", torch.float32)
+    assert list(a) == ["pixel_values"] and a["pixel_values"].shape == (2, 3, 32, 32)
+    assert torch.equal(a["pixel_values"], b["pixel_values"])
+    bert = build("XLMRobertaModel", transformers.XLMRobertaConfig(hidden_size=32, intermediate_size=64,
+                                                                  num_hidden_layers=1, num_attention_heads=2,
+                                                                  vocab_size=100, max_position_embeddings=40))
+    x = inputs.batch(bert, {"seq_len": 16}, 3, 0, "cpu", torch.float32)
+    assert x["input_ids"].shape == x["attention_mask"].shape == (3, 16) and int(x["input_ids"].max()) < 100
+    with pytest.raises(inputs.InputsError, match="inputs for XLMRobertaModel not supported yet"):
+        inputs.batch(bert, {"image_size": 32}, 1, 0, "cpu", torch.float32)
+
+
+def test_transformers_jobs_are_built_from_the_inputs_table():
+    from fk_adapters import scenarios
+
+    bitnet = scenarios.load("tiny-bitnet")
+    job = scenarios.build_job(bitnet, "/m", "compiled", engine="transformers")
+    assert job == scenarios.build_job(bitnet, "/m", "compiled", engine="transformers")  # seeded
+    assert (job["engine"], job["mode"], job["architectures"], job["family"]) == (
+        "transformers", "eager", ["BitNetForCausalLM"], "llm")
+    c = job["correctness"]
+    assert [len(p) for p in c["prompts"]] == [16] * 4 and c["max_tokens"] == 8 and [len(t) for t in c["teacher"]] == [24] * 2
+    assert {k: len(w["prompts"]) for k, w in job["perf"]["throughput"].items()} == {"batch1": 1, "batch4": 4}
+    assert list(job["perf"]["latency"]) == ["batch1"] and job["perf"]["repeats"] == 3
+    assert scenarios.build_job(bitnet, "/m", "eager", quick=4, engine="transformers")["perf"]["repeats"] == 1
+    dino = scenarios.load("tiny-dinov3")
+    job = scenarios.build_job(dino, "/m", "eager", engine="transformers")
+    assert "correctness" not in job and job["correctness_batch"] == 2 and job["inputs"]["image_size"] == 64
+    assert job["perf"] == {"repeats": 3, "warmup": 1, "iters": 8, "batches": [2, 4]}
+    assert scenarios.build_job(dino, "/m", "eager", quick=True, engine="transformers")["perf"]["iters"] == 2
+    assert scenarios.build_job(dino, "/m", "eager", quick=32, engine="transformers")["perf"]["iters"] == 1
+
+
+def test_which_scenarios_transformers_runs(tmp_path):
+    from fk_adapters import scenarios
+
+    for name in scenarios.builtin_names():
+        sc = scenarios.load(name)
+        if "transformers" in sc.hosts:
+            scenarios.check_runnable(sc, "transformers")
+    with pytest.raises(scenarios.ScenarioError, match="not hosted by transformers"):
+        scenarios.check_runnable(scenarios.load("tiny-llama"), "transformers")
+    with pytest.raises(scenarios.ScenarioError, match="not hosted by vllm"):
+        scenarios.check_runnable(scenarios.load("tiny-dinov3"), "vllm")
+    text = scenarios._builtin_dir().joinpath("tiny-bitnet.toml").read_text()
+    f = tmp_path / "x.toml"
+    f.write_text(text.replace("prompt_len = 16\n", ""))
+    with pytest.raises(scenarios.ScenarioError, match="nor an \\[inputs\\] table for transformers with prompt_len"):
+        scenarios.check_runnable(scenarios.load(str(f)), "transformers")
