@@ -7,6 +7,7 @@ its name matches (case-insensitive), so the more specific patterns come first.
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 FAMILIES: list[tuple[str, str]] = [
     ("rms_norm", r"rms_?norm"),
@@ -46,6 +47,22 @@ def shares(kernel_us: dict[str, float]) -> dict[str, float]:
         fam = family(name)
         out[fam] = out.get(fam, 0.0) + us / total
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def tally(kernel_events: Iterable[tuple[str, float]]) -> tuple[dict[str, int], dict[str, float]]:
+    """({kernel name: launches}, {kernel name: device microseconds}) of (name, microseconds) events."""
+    kernels: dict[str, int] = {}
+    kernel_us: dict[str, float] = {}
+    for name, us in kernel_events:
+        kernels[name] = kernels.get(name, 0) + 1
+        kernel_us[name] = kernel_us.get(name, 0.0) + us
+    return kernels, kernel_us
+
+
+def kernel_times(prof) -> tuple[dict[str, int], dict[str, float]]:
+    """Launch counts and device microseconds per CUDA kernel of a stopped ``torch.profiler.profile``."""
+    return tally((evt.name, evt.time_range.elapsed_us()) for evt in prof.events()
+                 if str(getattr(evt, "device_type", "")).endswith("CUDA"))
 
 
 def merge_kernel_us(profiles: list[dict] | None) -> dict[str, float]:

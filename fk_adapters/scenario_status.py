@@ -1,7 +1,7 @@
 """What has been measured of each scenario: read back from the results fk wrote.
 
 Three kinds of file count: ``results.json`` of ``fk run`` (did the engine start and serve it, at
-what rate, and the plugin's verdict), the workload files of ``fk capture`` (the slots its run
+what rate: tokens/s, or items/s for models without tokens, and the plugin's verdict), the workload files of ``fk capture`` (the slots its run
 exercised, with call counts) and its ``*.failed.json`` (why the engine could not serve it). The
 newest file per (scenario, engine) sets the status.
 """
@@ -27,11 +27,16 @@ def _first_line(text) -> str:
     return str(text or "").strip().splitlines()[0][:160] if str(text or "").strip() else "no reason recorded"
 
 
+RATES = (("tokens_per_s", "tok/s"), ("items_per_s", "items/s"))  # LLMs; models without tokens
+
+
 def _rate(row: dict) -> str | None:
+    """The baseline's median throughput of the first workload that has one, in tokens/s or items/s."""
     for name, w in (row.get("perf") or {}).get("throughput", {}).items():
-        base = (w.get("tokens_per_s") or {}).get("baseline") or {}
-        if base.get("median"):
-            return f"{base['median']:.3g} tok/s ({name})"
+        for key, unit in RATES:
+            base = (w.get(key) or {}).get("baseline") or {}
+            if base.get("median"):
+                return f"{base['median']:.3g} {unit} ({name})"
     return None
 
 

@@ -31,3 +31,17 @@ def test_a_recorded_capture_failure_is_the_status_until_a_newer_run(tmp_path):
     _write(tmp_path / "s" / "vllm.json", {"scenario": "s", "engine": "vllm", "created": "2026-03-02",
                                           "total_calls": {}, "slots": {}})
     assert scenario_status.collect([str(tmp_path)])[("s", "vllm")].status == "runs"
+
+
+def test_the_last_rate_is_tokens_per_s_or_items_per_s_for_models_without_tokens(tmp_path):
+    def run(name, engine, perf):
+        row = {"scenario": name, "status": "PASSED", "baseline": {"status": "ok"}, "perf": {"throughput": perf}}
+        _write(tmp_path / name / "results.json", {"engine": engine, "created": "2026-01-01", "device": "cpu",
+                                                  "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
+
+    run("llm", "vllm", {"balanced": {"tokens_per_s": {"baseline": {"median": 1234.0}},
+                                     "output_tokens_per_s": {"baseline": {"median": 99.0}}}})
+    run("vit", "transformers", {"images": {"items_per_s": {"baseline": {"median": 56.78}}}})
+    seen = scenario_status.collect([str(tmp_path)])
+    assert seen[("llm", "vllm")].figures == ["1.23e+03 tok/s (balanced) on cpu", "triton: PASSED"]
+    assert seen[("vit", "transformers")].figures == ["56.8 items/s (images) on cpu", "triton: PASSED"]

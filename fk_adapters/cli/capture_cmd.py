@@ -10,7 +10,7 @@ from fk_adapters.cli import common
 
 def add_parser(sub):
     p = sub.add_parser("capture", help="record the slot call signatures an engine makes serving scenarios")
-    p.add_argument("--engine", help="the engine to capture from: vllm or sglang")
+    p.add_argument("--engine", help=f"the engine to capture from: {common.engine_names()}")
     common.add_scenario_args(p)
     p.add_argument("--out", default="workloads", help="workload files go to OUT/<scenario>/<engine>.json (%(default)s)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds for each engine run before it is killed")
@@ -24,7 +24,7 @@ def run(args) -> int:
     from fk_adapters.cli.main import UsageError
 
     if not args.engine:
-        raise UsageError(f"give --engine ({' or '.join(engines.ENGINES)})")
+        raise UsageError(f"give --engine ({common.engine_names()})")
     spec = engines.get(args.engine)
     chosen = common.chosen_scenarios(args, [spec.name])
     device = common.device(args.device)

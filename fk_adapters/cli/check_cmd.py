@@ -5,11 +5,12 @@ import json
 import os
 
 from fk_adapters import engines
+from fk_adapters.cli import common
 
 
 def add_parser(sub):
     p = sub.add_parser("check", help="op-level correctness and timing of plugin kernels vs. the engine's kernels")
-    p.add_argument("--engine", default="vllm", help="whose kernels to compare against (%(default)s)")
+    p.add_argument("--engine", default="vllm", help=f"whose kernels to compare against: {common.engine_names()} (%(default)s)")
     p.add_argument("--plugins", required=True, help="plugins to check, comma separated")
     p.add_argument("--workload", action="append", default=[], metavar="JSON",
                    help="a workload file written by fk capture (repeatable)")
@@ -55,7 +56,6 @@ def load_workload(path: str) -> dict:
 def run(args) -> int:
     from fk_adapters.check.runner import run_check
     from fk_adapters.cli.main import UsageError
-    from fk_adapters.cli import common
     from fk_adapters.plugins import parse_allowlist
 
     spec = engines.get(args.engine)

@@ -6,6 +6,14 @@ import os
 from fk_adapters import scenarios
 
 
+def engine_names(conj: str = "or") -> str:
+    """The engines fk drives, for help texts and messages: 'vllm, sglang or transformers'."""
+    from fk_adapters.engines import ENGINES
+
+    *rest, last = ENGINES
+    return f"{', '.join(rest)} {conj} {last}" if rest else last
+
+
 def add_scenario_args(p) -> None:
     p.add_argument("--suite", help="a built-in suite (e.g. tiny)")
     p.add_argument("--scenario", action="append", default=[], help="a scenario name or .toml path (repeatable)")

@@ -5,11 +5,12 @@ import json
 import subprocess
 
 from fk_adapters import engines
+from fk_adapters.cli import common
 
 
 def add_parser(sub):
     p = sub.add_parser("doctor", help="check the engine install (files vs. RECORD) and the device")
-    p.add_argument("--engine", default="vllm", help="engine to check (%(default)s)")
+    p.add_argument("--engine", default="vllm", help=f"engine to check: {common.engine_names()} (%(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 

@@ -13,7 +13,7 @@ from fk_adapters.runner.ab import RunConfig, run_suite
 def add_parser(sub):
     p = sub.add_parser("run", help="run scenarios baseline vs. candidate and report the diff")
     p.add_argument("--engine", action="append",
-                   help="engine (default vllm); repeat for several: one report puts them side by side")
+                   help=f"engine: {common.engine_names()} (default vllm); repeat for several: one report puts them side by side")
     p.add_argument("--plugins", help="candidate plugins, comma separated (default: $FK_PLUGINS)")
     p.add_argument("--aa", action="store_true", help="A/A: the candidate is a second baseline (noise floor)")
     common.add_scenario_args(p)

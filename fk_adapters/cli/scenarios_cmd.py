@@ -7,12 +7,13 @@ import json
 from tabulate import tabulate
 
 from fk_adapters import scenario_status, scenarios
+from fk_adapters.cli import common
 
 
 def add_parser(sub):
     p = sub.add_parser("scenarios", help="list scenarios: the 46 architectures, their hosts, status and last figures")
     p.add_argument("--category", help="only categories containing this text (e.g. 'MoE', 'vision')")
-    p.add_argument("--engine", help="only scenarios this host serves: vllm, sglang or transformers")
+    p.add_argument("--engine", help=f"only scenarios this host serves: {common.engine_names()}")
     p.add_argument("--family", help="only this family: " + ", ".join(scenarios.FAMILIES_OF_MODELS))
     p.add_argument("--all", action="store_true", help="also the scenarios outside the 46 (tiny CPU variants, the GPU-sized Llama)")
     p.add_argument("--results", action="append", default=None, metavar="DIR",

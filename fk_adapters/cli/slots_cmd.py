@@ -24,11 +24,12 @@ def run(args) -> int:
         print(json.dumps([{"name": s.name, "summary": s.summary, "signature": s.signature, "mutates": list(s.mutates),
                            "entries": s.entries} for s in chosen], indent=1))
         return 0
+    width = max(len(e) for s in chosen for e in s.entries) if chosen else 0
     for s in chosen:
         print(f"{s.name}: {s.summary}")
         print(f"  {s.signature}" + (f"   [in place: {', '.join(s.mutates)}]" if s.mutates else ""))
         for engine, where in s.entries.items():
             for w in where:
-                print(f"  {engine:7s} {w}")
+                print(f"  {engine:{width}s}  {w}")
         print()
     return 0

@@ -44,7 +44,7 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["doctor", "--engine", "trt"], "unknown engine"),
         (["run", "--engine", "vllm", "--engine", "sglang", "--plugins", "passthrough", "--suite", "tiny",
           "--device", "cpu"], "engine sglang does not run on cpu"),
-        (["capture", "--scenario", "tiny-llama"], "give --engine (vllm or sglang or transformers)"),
+        (["capture", "--scenario", "tiny-llama"], "give --engine (vllm, sglang or transformers)"),
         (["capture", "--engine", "trt", "--scenario", "tiny-llama"], "unknown engine"),
         (["capture", "--engine", "vllm", "--scenario", "no_such_scenario"], "unknown scenario"),
         (["capture", "--engine", "vllm", "--suite", "no_such_suite"], "unknown suite"),

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 
+from fk_adapters import op_families
 from fk_adapters.engines.driver_common import main, measure, phase
 
 TOP_K = 5
@@ -101,12 +102,9 @@ def kernel_counts(trace_dir: str) -> list[dict]:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as f:
             trace = json.load(f)
-        kernels: dict[str, int] = {}
-        kernel_us: dict[str, float] = {}
-        for evt in trace.get("traceEvents", []) if isinstance(trace, dict) else trace:
-            if evt.get("cat") == "kernel" and evt.get("ph") == "X":
-                kernels[evt["name"]] = kernels.get(evt["name"], 0) + 1
-                kernel_us[evt["name"]] = kernel_us.get(evt["name"], 0.0) + float(evt.get("dur", 0.0))
+        events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+        kernels, kernel_us = op_families.tally((evt["name"], float(evt.get("dur", 0.0))) for evt in events
+                                               if evt.get("cat") == "kernel" and evt.get("ph") == "X")
         out.append({"trace": os.path.basename(path), "kernels": kernels, "kernel_us": kernel_us})
     return out
 

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from fk_adapters import op_families
 from fk_adapters.engines.driver_common import main, measure, phase
 
 TOP_K = 5
@@ -201,12 +202,7 @@ def _profile(step, device: str) -> list[dict]:
     with torch.profiler.profile(activities=acts) as prof:
         step()
         _sync(device)
-    kernels: dict[str, int] = {}
-    kernel_us: dict[str, float] = {}
-    for evt in prof.events():
-        if str(getattr(evt, "device_type", "")).endswith("CUDA"):
-            kernels[evt.name] = kernels.get(evt.name, 0) + 1
-            kernel_us[evt.name] = kernel_us.get(evt.name, 0.0) + evt.time_range.elapsed_us()
+    kernels, kernel_us = op_families.kernel_times(prof)
     return [{"pid": os.getpid(), "kernels": kernels, "kernel_us": kernel_us}]
 
 

@@ -5,7 +5,7 @@ the worker's behaviour is unchanged, so baseline runs use the extension too.
 """
 from __future__ import annotations
 
-from fk_adapters import probe
+from fk_adapters import op_families, probe
 
 
 class FkWorkerExtension:
@@ -32,11 +32,6 @@ class FkWorkerExtension:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         prof.stop()
-        kernels: dict[str, int] = {}
-        kernel_us: dict[str, float] = {}
-        for evt in prof.events():
-            if str(getattr(evt, "device_type", "")).endswith("CUDA"):
-                kernels[evt.name] = kernels.get(evt.name, 0) + 1
-                kernel_us[evt.name] = kernel_us.get(evt.name, 0.0) + evt.time_range.elapsed_us()
+        kernels, kernel_us = op_families.kernel_times(prof)
         self._fk_prof = None
         return {"pid": __import__("os").getpid(), "kernels": kernels, "kernel_us": kernel_us}
