@@ -129,7 +129,8 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, d
     finally:
         os.unlink(f.name)
     if done.returncode:
-        raise WeightsError(f"writing the weights on cuda failed: {(done.stderr or done.stdout).strip()[-500:]}")
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
+        raise WeightsError(f"writing the weights on cuda failed: {lines[-1][-500:]}")  # the exception's own line
 
 
 def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:

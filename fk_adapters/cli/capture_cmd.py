@@ -6,6 +6,7 @@ import sys
 from fk_adapters import engines
 from fk_adapters.capture import CaptureConfig, CaptureError, capture, record_failure
 from fk_adapters.cli import common
+from fk_adapters.weights import WeightsError
 
 
 def add_parser(sub):
@@ -40,9 +41,10 @@ def run(args) -> int:
         print(f"  [{i}/{len(chosen)}] {sc.name}", flush=True)
         try:
             path, wl = capture(cfg, sc, echo=lambda m: print(f"  {m}", flush=True))
-        except CaptureError as exc:
-            print(f"fk capture: error: {exc}", file=sys.stderr, flush=True)
-            record_failure(cfg, sc, str(exc))
+        except (CaptureError, WeightsError) as exc:  # this scenario fails; the others still run
+            msg = str(exc) if isinstance(exc, CaptureError) else f"{sc.name}: {exc}"
+            print(f"fk capture: error: {msg}", file=sys.stderr, flush=True)
+            record_failure(cfg, sc, msg)
             failed += 1
             continue
         calls = wl["total_calls"]

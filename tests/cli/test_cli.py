@@ -162,3 +162,20 @@ def test_fk_scenarios_lists_filters_and_refuses_unknown_hosts(capsys, tmp_path):
     assert all("transformers" in r["hosts"] for r in json.loads(capsys.readouterr().out))
     assert main(["scenarios", "--engine", "trt"]) == 2
     assert "unknown host" in capsys.readouterr().err
+
+
+def test_a_scenario_whose_weights_cannot_be_written_is_recorded_as_failed(monkeypatch, capsys, tmp_path):
+    from fk_adapters import engines
+    from fk_adapters.cli import capture_cmd
+    from fk_adapters.weights import WeightsError
+
+    def fake_capture(cfg, sc, echo):
+        raise WeightsError("no weight writer for 'HF_ColBERT': not a class of transformers 5.17.0")
+
+    monkeypatch.setattr(engines, "check_installed", lambda spec: "0.0")
+    monkeypatch.setattr(capture_cmd, "capture", fake_capture)
+    assert main(["capture", "--engine", "vllm", "--scenario", "tiny-llama", "--device", "cpu",
+                 "--out", str(tmp_path)]) == 1
+    assert "fk capture: error: tiny-llama: no weight writer for 'HF_ColBERT'" in capsys.readouterr().err
+    failure = json.loads((tmp_path / "tiny-llama" / "vllm.failed.json").read_text())
+    assert "HF_ColBERT" in failure["error"]
