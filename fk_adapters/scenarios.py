@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
+from fk_adapters import draft_weights
 from fk_adapters.metrics import THRESHOLDS
 
 REQUIRED_MODEL_KEYS = ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -88,6 +89,9 @@ def _check(sc: Scenario) -> None:
     if missing:
         raise ScenarioError(f"{where}: [model] lacks {', '.join(missing)}")
     sc.prompt_vocab  # noqa: B018  (raises when there is none)
+    spec = sc.extra.get("speculative")
+    if spec is not None and not (isinstance(spec, dict) and spec.get("method")):
+        raise ScenarioError(f"{where}: [speculative] needs a method")
     for key in ("requests", "prompt_len", "output_len", "teacher_len"):
         if not isinstance(sc.correctness.get(key), int) or sc.correctness[key] < 1:
             raise ScenarioError(f"{where}: [correctness] {key} must be a positive integer")
@@ -209,7 +213,21 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
                                           "output_len": w["output_len"]} for n, w in p.get("throughput", {}).items()},
                        "latency": {n: {"prompts": [_ids(rng, vocab, w["input_len"]) for _ in range(w["batch"])],
                                        "output_len": w["output_len"]} for n, w in p.get("latency", {}).items()}}
+    if sc.extra.get("speculative"):
+        job["speculative"] = speculative_job(sc.extra["speculative"], model_dir)
     return job
+
+
+SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "num_steps", "eagle_topk", "num_draft_tokens")
+
+
+def speculative_job(spec: dict, model_dir: str) -> dict:
+    """The job's speculative decoding settings from the scenario's [speculative] table: the draft head that
+    ``fk_adapters.weights.scenario_checkpoint`` writes from [speculative.model] is in ``draft_dir``."""
+    out = {k: spec[k] for k in SPECULATIVE_KEYS if k in spec}
+    if spec.get("model"):
+        out["draft_dir"] = draft_weights.draft_dir(model_dir)
+    return out
 
 
 TRANSFORMERS_ITERS = 8  # forwards per timed throughput repeat of a non-LLM model (divided by --quick / --smoke)

@@ -8,7 +8,8 @@ bytes: baseline and candidate load the very same files.
 The Llama, Qwen2 and Gemma families have their layouts written out here. Every other
 architecture is built by HF transformers from its config (the model's own seeded init), then
 every parameter the init left constant (norm weights, biases, D) is spread out the same way,
-and ``save_pretrained`` writes it in the checkpoint's own tensor names.
+and ``save_pretrained`` writes it in the checkpoint's own tensor names. A scenario's EAGLE-3 draft head
+([speculative.model]) is written beside its target by ``fk_adapters.draft_weights``.
 """
 from __future__ import annotations
 
@@ -157,9 +158,19 @@ def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: s
 
 
 def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:
-    """A scenario's seeded checkpoint under ``cache_root``: (its absolute directory, its digest)."""
+    """A scenario's seeded checkpoint under ``cache_root``: (its absolute directory, its digest).
+
+    A scenario with a ``[speculative.model]`` (an EAGLE-3 head) also gets its draft in ``<directory>/draft``,
+    and the digest covers both."""
     model_dir = os.path.abspath(os.path.join(cache_root, f"{sc.name}-{sc.dtype}"))
-    return model_dir, write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype, _writer_device(sc))
+    key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype, _writer_device(sc))
+    draft = (sc.extra.get("speculative") or {}).get("model")
+    if draft:
+        from fk_adapters import draft_weights
+
+        draft_key = draft_weights.write_eagle3(draft, draft_weights.draft_dir(model_dir), sc.seed, sc.dtype)
+        key = hashlib.sha256(f"{key}+{draft_key}".encode()).hexdigest()[:16]
+    return model_dir, key
 
 
 def _writer_device(sc) -> str:

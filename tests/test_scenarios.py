@@ -122,3 +122,22 @@ def test_prompts_stay_below_placeholder_ids_of_multimodal_models():
     job = scenarios.build_job(sc, "/m", "compiled", quick=True)
     ids = [t for p in job["correctness"]["prompts"] + job["perf"]["latency"]["batch32"]["prompts"] for t in p]
     assert max(ids) < 151643
+
+
+def test_a_speculative_scenario_carries_its_draft_into_the_job():
+    for name, n in (("fk46-eagle-3", 5), ("tiny-eagle-3", 3)):
+        sc = scenarios.load(name)
+        job = scenarios.build_job(sc, "/m", "eager", quick=True)
+        spec = job["speculative"]
+        assert spec["method"] == "eagle3" and spec["num_speculative_tokens"] == n and spec["draft_dir"] == "/m/draft"
+        assert {"num_steps", "eagle_topk", "num_draft_tokens"} <= set(spec)
+        assert sc.extra["speculative"]["model"]["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert "speculative" not in scenarios.build_job(scenarios.load("tiny-llama"), "/m", "eager")
+
+
+def test_speculative_needs_a_method(tmp_path):
+    f = tmp_path / "x.toml"
+    f.write_text(scenarios._builtin_dir().joinpath("tiny-llama.toml").read_text()
+                 + '\n[speculative]\nnum_speculative_tokens = 3\n')
+    with pytest.raises(ScenarioError, match="needs a method"):
+        scenarios.load(str(f))

@@ -60,3 +60,56 @@ def test_other_architectures_are_built_by_transformers_in_checkpoint_names(tmp_p
 def test_an_architecture_transformers_lacks_is_one_clear_error(tmp_path):
     with pytest.raises(weights.WeightsError, match="not a class of transformers"):
         weights.write_checkpoint(dict(TINY_MOE, architectures=["NoSuchForCausalLM"]), str(tmp_path), 0, "float32")
+
+
+# the tensors of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (the fk46-eagle-3 head), as vLLM's Eagle3LlamaForCausalLM and
+# SGLang's LlamaForCausalLMEagle3 load them: no embed_tokens (the target's is shared)
+EAGLE3_8B = {"midlayer.input_layernorm.weight": (4096,), "midlayer.hidden_norm.weight": (4096,),
+             "midlayer.self_attn.q_proj.weight": (4096, 8192), "midlayer.self_attn.k_proj.weight": (1024, 8192),
+             "midlayer.self_attn.v_proj.weight": (1024, 8192), "midlayer.self_attn.o_proj.weight": (4096, 4096),
+             "midlayer.post_attention_layernorm.weight": (4096,), "midlayer.mlp.gate_proj.weight": (14336, 4096),
+             "midlayer.mlp.up_proj.weight": (14336, 4096), "midlayer.mlp.down_proj.weight": (4096, 14336),
+             "fc.weight": (4096, 3 * 4096), "norm.weight": (4096,), "lm_head.weight": (32000, 4096),
+             "d2t": (32000,), "t2d": (128256,)}
+
+
+def test_eagle3_layout_is_the_real_heads():
+    from fk_adapters import draft_weights
+
+    spec = scenarios.load("fk46-eagle-3").extra["speculative"]["model"]
+    assert {k: s for k, (s, _) in draft_weights.eagle3_shapes(spec).items()} == EAGLE3_8B
+    full = draft_weights.eagle3_shapes(dict(spec, draft_vocab_size=None))
+    assert "d2t" not in full and full["lm_head.weight"][0] == (128256, 4096)  # full vocabulary: no mapping
+    with pytest.raises(weights.WeightsError, match="EAGLE-3"):
+        draft_weights.eagle3_shapes(dict(spec, architectures=["LlamaForCausalLM"]))
+
+
+def test_scenario_checkpoint_writes_a_seeded_draft_head(tmp_path):
+    from fk_adapters import draft_weights
+
+    sc = scenarios.load("tiny-eagle-3")
+    spec = sc.extra["speculative"]["model"]
+    model_dir, key = weights.scenario_checkpoint(sc, str(tmp_path / "a"))
+    assert weights.scenario_checkpoint(sc, str(tmp_path / "b"))[1] == key
+    target_key = weights.write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
+    assert key != target_key  # the digest covers the draft: a changed head is another checkpoint
+    draft = tmp_path / "a" / f"{sc.name}-{sc.dtype}" / "draft"
+    assert draft_weights.draft_dir(model_dir) == str(draft)
+    a = load_file(str(draft / "model.safetensors"))
+    b = load_file(str(tmp_path / "b" / f"{sc.name}-{sc.dtype}" / "draft" / "model.safetensors"))
+    shapes = draft_weights.eagle3_shapes(spec)
+    assert {k: tuple(t.shape) for k, t in a.items()} == {k: s for k, (s, _) in shapes.items()}
+    assert all(torch.equal(a[k], b[k]) for k in a)  # same seed, same bytes
+    assert 0.015 < a["fc.weight"].std().item() < 0.025 and a["midlayer.hidden_norm.weight"].std().item() > 0.05
+    assert a["fc.weight"].dtype == torch.float32 and a["d2t"].dtype == torch.int64 and a["t2d"].dtype == torch.bool
+    target = a["d2t"] + torch.arange(spec["draft_vocab_size"])  # draft id i is target id i + d2t[i]
+    assert target.min() >= 0 and target.max() < spec["vocab_size"] and bool((target[1:] > target[:-1]).all())
+    assert int(a["t2d"].sum()) == spec["draft_vocab_size"] and bool(a["t2d"][target].all())
+    cfg = json.loads((draft / "config.json").read_text())
+    assert cfg == dict(spec, torch_dtype="float32")
+    target_emb = load_file(f"{model_dir}/model.safetensors")["model.embed_tokens.weight"]
+    assert not torch.equal(a["lm_head.weight"][:4, :8], target_emb[:4, :8])  # its own generator
+    changed = scenarios.Scenario(**dict(vars(sc), extra={"speculative": dict(sc.extra["speculative"],
+                                                                             model=dict(spec, rms_norm_eps=1e-6))}))
+    assert weights.scenario_checkpoint(changed, str(tmp_path / "a"))[1] != key  # rewritten
+    assert json.loads((draft / "config.json").read_text())["rms_norm_eps"] == 1e-6

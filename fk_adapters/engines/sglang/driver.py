@@ -44,11 +44,26 @@ def engine_kwargs(job: dict) -> tuple[dict, list[str]]:
             kw.setdefault("cuda_graph_bs_decode", list(v["cudagraph_capture_sizes"]))
         else:
             ignored.append(k)
+    spec = job.get("speculative")
+    if spec:  # ServerArgs' speculative_* (SGLang 0.5.x); a scenario's own engine_args["sglang"] win
+        for key, value in speculative_args(spec).items():
+            kw.setdefault(key, value)
     if job.get("mode", "eager") == "eager":
         kw["disable_cuda_graph"] = True
     kw.update(model_path=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"],
               random_seed=job.get("seed", 0))
     return kw, ignored
+
+
+_SPEC_ARGS = {"num_steps": "speculative_num_steps", "eagle_topk": "speculative_eagle_topk",
+              "num_draft_tokens": "speculative_num_draft_tokens", "draft_dir": "speculative_draft_model_path"}
+
+
+def speculative_args(spec: dict) -> dict:
+    """SGLang server args for a job's speculative settings (method "eagle3" is algorithm "EAGLE3")."""
+    out = {"speculative_algorithm": spec["method"].upper()}
+    out.update({_SPEC_ARGS[k]: v for k, v in spec.items() if k in _SPEC_ARGS})
+    return out
 
 
 def _params(max_new_tokens: int) -> dict:
@@ -114,8 +129,13 @@ def runtime(sa) -> dict:
     cfg = getattr(sa, "cuda_graph_config", None)
     graphs = ({"decode": cfg.decode.backend, "prefill": cfg.prefill.backend} if cfg is not None
               else {"disabled": bool(getattr(sa, "disable_cuda_graph", False))})
-    return {"cuda_graphs": graphs, "torch_compile": bool(getattr(sa, "enable_torch_compile", False)),
-            "attention_backend": getattr(sa, "attention_backend", None)}
+    out = {"cuda_graphs": graphs, "torch_compile": bool(getattr(sa, "enable_torch_compile", False)),
+           "attention_backend": getattr(sa, "attention_backend", None)}
+    if getattr(sa, "speculative_algorithm", None):
+        out["speculative"] = {k: getattr(sa, k, None) for k in (
+            "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+            "speculative_eagle_topk", "speculative_num_draft_tokens")}
+    return out
 
 
 def run(job: dict) -> dict:

