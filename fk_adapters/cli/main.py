@@ -6,10 +6,11 @@ import json
 import sys
 
 from fk_adapters import __version__
-from fk_adapters.cli import (capture_cmd, check_cmd, coverage_cmd, doctor_cmd, plugins_cmd, report_cmd, run_cmd,
-                             scenarios_cmd, slots_cmd)
+from fk_adapters.cli import (capture_cmd, check_cmd, compare_cmd, coverage_cmd, doctor_cmd, plugins_cmd, report_cmd,
+                             run_cmd, scenarios_cmd, slots_cmd)
 
-COMMANDS = (plugins_cmd, slots_cmd, scenarios_cmd, run_cmd, capture_cmd, coverage_cmd, check_cmd, report_cmd, doctor_cmd)
+COMMANDS = (plugins_cmd, slots_cmd, scenarios_cmd, run_cmd, capture_cmd, coverage_cmd, check_cmd, report_cmd,
+            compare_cmd, doctor_cmd)
 
 
 class UsageError(Exception):

@@ -179,3 +179,53 @@ def test_a_scenario_whose_weights_cannot_be_written_is_recorded_as_failed(monkey
     assert "fk capture: error: tiny-llama: no weight writer for 'HF_ColBERT'" in capsys.readouterr().err
     failure = json.loads((tmp_path / "tiny-llama" / "vllm.failed.json").read_text())
     assert "HF_ColBERT" in failure["error"]
+
+
+def _run_results(tput: float, status: str = "PASSED", aa: bool = False) -> dict:
+    """A minimal fk run results file: one scenario, throughput candidate = tput x baseline over 4 repeats."""
+    from fk_adapters import metrics
+
+    base = [100.0, 101.0, 99.0, 100.5]
+    cand = [x * tput * (1 + e) for x, e in zip(base, (0.002, -0.002, 0.001, -0.001))]
+    perf = metrics.ratio(base, cand)
+    perf["baseline"]["values"], perf["candidate"]["values"], perf["paired"] = base, cand, True
+    return {"engine": "vllm", "engine_version": "0", "device": "cuda", "mode": "compiled", "aa": aa,
+            "candidate": "baseline (A/A)" if aa else "p", "scenarios": [{
+                "scenario": "s", "dtype": "bfloat16", "status": status, "failures": [],
+                "correctness": {"teacher_forced": {"max_abs": 0.01, "mean_abs": 0.001}},
+                "evidence": {"slots": {"rms_norm": {"status": "exercised", "calls": 9, "kernel": "k"}}},
+                "perf": {"throughput": {"w": {"tokens_per_s": perf}}, "latency": {}}}]}
+
+
+def test_fk_compare_exit_codes(capsys, tmp_path):
+    paths = {}
+    for name, data in (("base", _run_results(1.10)), ("same", _run_results(1.10)), ("slow", _run_results(1.02)),
+                       ("wrong", _run_results(1.10, "INCORRECT")), ("aa", _run_results(1.0, aa=True))):
+        paths[name] = str(tmp_path / f"{name}.json")
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    assert main(["compare", paths["base"], paths["same"]]) == 0
+    assert capsys.readouterr().out.startswith("**PASS**: 0 regressions, 0 faster, 1 unchanged;")
+    assert main(["compare", paths["base"], paths["slow"], "--threshold", "0.02"]) == 1
+    assert capsys.readouterr().out.startswith("**FAIL**: 1 regression")
+    assert main(["compare", paths["base"], paths["slow"], "--noise-floor", "0.10"]) == 0  # within the floor
+    assert main(["compare", paths["base"], paths["slow"], "--threshold", "0.10"]) == 0
+    assert main(["compare", paths["base"], paths["wrong"]]) == 1
+    capsys.readouterr()
+    assert main(["compare", paths["base"], paths["slow"], "--aa", paths["aa"], "--format", "json",
+                 "--out", str(tmp_path / "out")]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "FAIL" and out["noise_floor"]["source"].endswith("aa.json")
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"compare.md", "compare.json", "compare.csv"}
+    assert (tmp_path / "out" / "compare.md").read_text().startswith("**FAIL**")
+    (tmp_path / "notjson.json").write_text("{")
+    for argv, message in (
+            ([paths["base"], str(tmp_path / "missing.json")], "no such file"),
+            ([paths["base"], str(tmp_path / "notjson.json")], "is not JSON"),
+            ([paths["base"], str(tmp_path / "out" / "compare.json")], "not an fk run results file"),
+            ([paths["base"], paths["aa"]], "is an A/A run"),
+            ([paths["base"], paths["same"], "--aa", paths["base"]], "is not an A/A run"),
+            ([paths["base"], paths["same"], "--threshold", "2"], "not a fraction")):
+        capsys.readouterr()
+        assert main(["compare", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("fk compare: error: ") and message in err and len(err.strip().splitlines()) == 1, err

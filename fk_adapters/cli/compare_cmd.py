@@ -1,0 +1,58 @@
+"""``fk compare``: the diff between two fk run results files, as a pull-request comment, JSON or CSV."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def add_parser(sub):
+    p = sub.add_parser("compare", help="compare two fk run results (e.g. main vs. a PR's kernel): markdown, JSON or "
+                                       "CSV; exit 1 on a significant regression or a correctness failure")
+    p.add_argument("base", metavar="BASE.json", help="results.json of the reference run (e.g. main)")
+    p.add_argument("head", metavar="HEAD.json", help="results.json of the run under review (e.g. the PR)")
+    p.add_argument("--threshold", type=float, default=0.02,
+                   help="smallest relative change that counts as a regression or a gain (%(default)s = 2%%)")
+    floor = p.add_mutually_exclusive_group()
+    floor.add_argument("--noise-floor", type=float, metavar="X",
+                       help="the machine's noise floor as a relative half-width (e.g. 0.03)")
+    floor.add_argument("--aa", metavar="AA_RESULTS.json", help="results.json of an fk run --aa on this machine: "
+                                                               "the noise floor is derived from it")
+    p.add_argument("--out", metavar="DIR", help="also write compare.md, compare.json and compare.csv here")
+    p.add_argument("--format", choices=("md", "json", "csv"), default="md", help="what to print (%(default)s)")
+    return p
+
+
+def _load(path: str, role: str) -> dict:
+    from fk_adapters.cli.main import UsageError
+
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{role} {path} is not JSON ({exc})") from None
+
+
+def run(args) -> int:
+    from fk_adapters import compare as cmp_mod
+    from fk_adapters.cli.main import UsageError
+
+    base, head = _load(args.base, "BASE"), _load(args.head, "HEAD")
+    try:
+        floor = args.noise_floor
+        if args.aa:
+            floor = cmp_mod.noise_floor_from_aa(_load(args.aa, "A/A"), args.aa)
+        cmp = cmp_mod.compare(base, head, threshold=args.threshold, noise_floor=floor, base_path=args.base,
+                              head_path=args.head)
+    except cmp_mod.CompareError as exc:
+        raise UsageError(str(exc)) from None
+    docs = {"md": cmp_mod.to_markdown(cmp), "json": json.dumps(cmp, indent=1, default=str) + "\n",
+            "csv": cmp_mod.to_csv(cmp)}
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        for fmt, text in docs.items():
+            with open(os.path.join(args.out, f"compare.{fmt}"), "w") as f:
+                f.write(text)
+        print(f"{cmp['verdict']}: wrote compare.md, compare.json, compare.csv to {args.out}", file=sys.stderr)
+    sys.stdout.write(docs[args.format])
+    return 0 if cmp["verdict"] == "PASS" else 1

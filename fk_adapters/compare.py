@@ -1,0 +1,534 @@
+"""``fk compare BASE.json HEAD.json``: what changed between two ``fk run`` results files (e.g. main vs. a PR's kernel).
+
+Inputs: two results files of ``fk run`` on the same engine (not A/A runs: an A/A run has no kernel to compare; give it
+with ``--aa`` as the noise floor instead; not side-by-side files of several engines: compare ``<out>/<engine>/
+results.json``). Scenarios present in both are compared; those in one file only are listed. No shared scenario is
+an error.
+
+Performance, per scenario and workload present in both, on the workload's primary metric (throughput: tokens/s, or
+items/s for models without tokens, higher is better; latency: seconds, lower is better). Each file holds, per
+workload, the candidate/baseline ratio of its own run; the compared quantity is
+
+    delta = HEAD ratio / BASE ratio
+
+(> 1 for throughput and < 1 for latency: HEAD's plugin gains more over the stock engine than BASE's). Its interval:
+
+- ``bootstrap``: when both files carry the per-repeat values (``perf.<kind>.<workload>.<metric>.baseline.values`` and
+  ``.candidate.values``), the percentile bootstrap of the ratio of ratios (``stats.bootstrap_ratio_of_ratios``; each
+  file resampled on its own, paired within it when its ratio says ``"paired": true``, i.e. interleaved repeats);
+- ``range``: otherwise, from what results files hold today (median/min/max/n per side and the range of the
+  repeat-by-repeat ratios ``pair_min``..``pair_max``): [HEAD pair_min / BASE pair_max, HEAD pair_max / BASE pair_min].
+  That is a bound on how far the repeats reach, not a confidence interval: wider, so fewer deltas are called
+  significant. The output says which was used.
+
+Verdict per delta (``stats.significant``) against margin = max(noise floor, threshold): "slower" (a regression)
+only when the whole interval lies beyond 1 - margin (throughput) / 1 + margin (latency); "faster" the other way;
+otherwise "no change". The noise floor comes from ``--noise-floor`` or an A/A results file (``noise_floor_from_aa``:
+the largest distance from 1 reached by any of its ratio intervals, ``stats.noise_floor``); without one, the threshold
+alone is the margin (said in the output).
+
+Correctness, per shared scenario: HEAD's status must be PASSED (an INCORRECT, NOT_EXERCISED, LOAD_ERROR,
+RUNTIME_ERROR or TIMEOUT scenario in HEAD fails, even when BASE failed the same way), and no kernel may stop running:
+a slot exercised in BASE and not exercised (or absent) in HEAD fails. Teacher-forced max |Δlogprob|, greedy streams
+and output diffs are shown BASE -> HEAD.
+
+Overall: FAIL when any delta is a regression or any shared scenario fails correctness; otherwise PASS.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+from tabulate import tabulate
+
+from fk_adapters import stats
+
+PASSED = "PASSED"
+PRIMARY_THROUGHPUT = ("tokens_per_s", "items_per_s")
+UNITS = {"tokens_per_s": "tokens/s", "items_per_s": "items/s", "latency_s": "s"}
+N_BOOT = 2000
+CONF = 0.95
+
+
+class CompareError(ValueError):
+    """The inputs cannot be compared (not fk run results, A/A as BASE/HEAD, different engines, nothing shared)."""
+
+
+# ---------------------------------------------------------------------------------------------------------- inputs
+
+def check_results(data, path: str, role: str) -> None:
+    """Raise CompareError unless ``data`` is the results file of one ``fk run`` (of one engine)."""
+    if not isinstance(data, dict):
+        raise CompareError(f"{role} {path} is not an fk run results file (not a JSON object)")
+    if data.get("kind") == "check":
+        raise CompareError(f"{role} {path} holds fk check results; fk compare takes fk run results")
+    if "runs" in data:
+        raise CompareError(f"{role} {path} is a side-by-side run of several engines; compare one engine's "
+                           "results (<out>/<engine>/results.json)")
+    if not isinstance(data.get("scenarios"), list) or "engine" not in data:
+        raise CompareError(f"{role} {path} is not an fk run results file (no 'engine'/'scenarios')")
+
+
+def _meta(data: dict, path: str) -> dict:
+    keys = ("engine", "engine_version", "device", "host", "mode", "candidate", "plugins", "aa", "quick", "created",
+            "command", "fk_version", "verdict")
+    return dict({k: data.get(k) for k in keys}, path=path)
+
+
+def _ratio_dicts(row: dict):
+    """(kind, workload, metric, higher_is_better, ratio dict) for the primary metric of each workload of a row."""
+    perf = row.get("perf") or {}
+    for name, metrics in (perf.get("throughput") or {}).items():
+        for m in PRIMARY_THROUGHPUT:
+            if m in metrics:
+                yield "throughput", name, m, True, metrics[m]
+                break
+    for name, metrics in (perf.get("latency") or {}).items():
+        if "latency_s" in metrics:
+            yield "latency", name, "latency_s", False, metrics["latency_s"]
+
+
+def _values(r: dict) -> tuple[list | None, list | None, bool]:
+    b, c = (r.get(side) or {} for side in ("baseline", "candidate"))
+    bv, cv = b.get("values"), c.get("values")
+    paired = bool(r.get("paired", r.get("interleaved", False)))
+    if not bv or not cv:
+        return None, None, paired
+    return list(bv), list(cv), paired and len(bv) == len(cv)
+
+
+def _n(r: dict) -> int:
+    return min((r.get("baseline") or {}).get("n", 0) or 0, (r.get("candidate") or {}).get("n", 0) or 0)
+
+
+def side_interval(r: dict, seed: int = 0) -> dict | None:
+    """One file's candidate/baseline ratio with its interval: bootstrap of the per-repeat values when the file has
+    them, else the range of the repeat-by-repeat ratios. None when the file has no ratio there."""
+    if not r or r.get("ratio") is None:
+        return None
+    bv, cv, paired = _values(r)
+    if bv is not None:
+        out = stats.bootstrap_ratio(bv, cv, paired, n_boot=N_BOOT, conf=CONF, seed=seed)
+        out["method"] = "bootstrap"
+        return out
+    n = _n(r)
+    out = {"ratio": r["ratio"], "lo": r.get("pair_min", r["ratio"]), "hi": r.get("pair_max", r["ratio"]), "n": n,
+           "method": "range"}
+    if n < 2:
+        out["lo"] = out["hi"] = r["ratio"]
+        out["note"] = stats.NO_INTERVAL
+    return out
+
+
+def delta_interval(b: dict, h: dict, seed: int = 0) -> dict | None:
+    """HEAD ratio / BASE ratio with its interval (bootstrap when both files have per-repeat values, else range)."""
+    if not b or not h or b.get("ratio") is None or h.get("ratio") is None:
+        return None
+    bb, bc, bp = _values(b)
+    hb, hc, hp = _values(h)
+    if bb is not None and hb is not None:
+        out = stats.bootstrap_ratio_of_ratios(bb, bc, hb, hc, bp, hp, n_boot=N_BOOT, conf=CONF, seed=seed)
+        out["method"] = "bootstrap"
+        return out
+    n = min(_n(b), _n(h))
+    ratio = stats._div(h["ratio"], b["ratio"])
+    out = {"ratio": ratio, "lo": ratio, "hi": ratio, "n": n, "method": "range"}
+    if n < 2:
+        out["note"] = stats.NO_INTERVAL
+    else:
+        out["lo"] = stats._div(h.get("pair_min", h["ratio"]), b.get("pair_max", b["ratio"]))
+        out["hi"] = stats._div(h.get("pair_max", h["ratio"]), b.get("pair_min", b["ratio"]))
+    return out
+
+
+def noise_floor_from_aa(aa: dict, path: str = "") -> dict:
+    """The noise floor of an A/A results file (``fk run --aa``): ``stats.noise_floor`` over the interval of every
+    scenario x workload primary-metric ratio in it (``side_interval``). Returns {"value", "source", "intervals"}."""
+    check_results(aa, path, "A/A")
+    if not aa.get("aa"):
+        raise CompareError(f"--aa {path} is not an A/A run (fk run --aa): its candidate is {aa.get('candidate')!r}")
+    intervals = []
+    for row in aa["scenarios"]:
+        for kind, name, metric, _, r in _ratio_dicts(row):
+            iv = side_interval(r)
+            if iv is not None and all(math.isfinite(iv[k]) for k in ("lo", "hi")):
+                intervals.append(dict(iv, scenario=row["scenario"], kind=kind, workload=name, metric=metric,
+                                      half_width=stats.half_width(iv)))
+    if not intervals:
+        raise CompareError(f"--aa {path} holds no performance ratio to derive a noise floor from")
+    return {"value": stats.noise_floor(intervals), "source": f"A/A results {path}".strip(), "intervals": intervals,
+            "meta": _meta(aa, path)}
+
+
+# --------------------------------------------------------------------------------------------------------- compare
+
+def _slots(row: dict) -> dict:
+    return (row.get("evidence") or {}).get("slots") or {}
+
+
+def _kernels(b_row: dict, h_row: dict) -> list[dict]:
+    out = []
+    bs, hs = _slots(b_row), _slots(h_row)
+    for slot in list(dict.fromkeys([*bs, *hs])):
+        b, h = bs.get(slot), hs.get(slot)
+        b_ex = bool(b) and b.get("status") == "exercised"
+        h_ex = bool(h) and h.get("status") == "exercised"
+        change = ("removed" if not h else "stopped") if b_ex and not h_ex else "started" if h_ex and not b_ex else ""
+        out.append({"slot": slot, "base_status": b.get("status") if b else "absent",
+                    "head_status": h.get("status") if h else "absent",
+                    "base_calls": b.get("calls") if b else None, "head_calls": h.get("calls") if h else None,
+                    "base_profiler_hits": b.get("profiler_hits") if b and b.get("profiled") else None,
+                    "head_profiler_hits": h.get("profiler_hits") if h and h.get("profiled") else None,
+                    "head_kernel": h.get("kernel") if h else None, "change": change})
+    return out
+
+
+def _correctness_figures(row: dict) -> dict:
+    c = row.get("correctness") or {}
+    out: dict = {"kind": c.get("kind", "tokens" if "teacher_forced" in c else None)}
+    tf, tok = c.get("teacher_forced"), c.get("tokens")
+    if tf:
+        out.update(max_abs_dlogprob=tf.get("max_abs"), mean_abs_dlogprob=tf.get("mean_abs"),
+                   limit_max_abs=(c.get("thresholds") or {}).get("max_abs"))
+    if tok:
+        out.update(identical=tok.get("identical"), near_ties=tok.get("near_ties"),
+                   parted=len(tok.get("unexplained") or []), requests=tok.get("requests"))
+    worst = c.get("worst")
+    if worst:
+        out.update(output_rel_mean=worst.get("rel_mean"), output_min_cosine=worst.get("min_cosine"),
+                   output_ref_ratio=worst.get("ratio_mean_abs"))
+    return out
+
+
+def _scenario(b_row: dict, h_row: dict) -> dict:
+    name = h_row["scenario"]
+    kernels = _kernels(b_row, h_row)
+    stopped = [k["slot"] for k in kernels if k["change"] in ("stopped", "removed")]
+    problems = []
+    if h_row.get("status") != PASSED:
+        why = "; ".join(h_row.get("failures") or [])
+        same = " (as in BASE)" if b_row.get("status") == h_row.get("status") else ""
+        problems.append(f"{name}: {b_row.get('status')} -> {h_row.get('status')}{same}" + (f": {why}" if why else ""))
+    for k in kernels:
+        was = f"BASE: {k['base_status']}, {k['base_calls']} calls"
+        if k["change"] == "stopped":
+            problems.append(f"{name}: the kernel for {k['slot']} stopped running ({was}; HEAD: {k['head_status']}, "
+                            f"{k['head_calls']} calls)")
+        elif k["change"] == "removed":
+            problems.append(f"{name}: HEAD installed no kernel for {k['slot']} ({was})")
+    notes = []
+    if b_row.get("dtype") != h_row.get("dtype"):
+        notes.append(f"dtype differs: BASE {b_row.get('dtype')}, HEAD {h_row.get('dtype')}")
+    return {"scenario": name, "dtype": h_row.get("dtype"), "base_status": b_row.get("status"),
+            "head_status": h_row.get("status"), "status_changed": b_row.get("status") != h_row.get("status"),
+            "correct": not problems, "base": _correctness_figures(b_row), "head": _correctness_figures(h_row),
+            "head_failures": list(h_row.get("failures") or []), "kernels": kernels, "stopped": stopped,
+            "problems": problems, "notes": notes}
+
+
+def _perf(b_row: dict, h_row: dict, margin: float) -> tuple[list[dict], list[str]]:
+    rows, notes = [], []
+    b_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(b_row)}
+    h_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(h_row)}
+    for key in [k for k in h_perf if k in b_perf]:
+        kind, workload = key
+        (bm, hib, br), (hm, _, hr) = b_perf[key], h_perf[key]
+        if bm != hm:
+            notes.append(f"{kind} {workload}: BASE measured {bm}, HEAD {hm}: not compared")
+            continue
+        delta = delta_interval(br, hr)
+        row = {"scenario": h_row["scenario"], "kind": kind, "workload": workload, "metric": hm,
+               "higher_is_better": hib, "base": side_interval(br), "head": side_interval(hr), "delta": delta,
+               "margin": margin}
+        if delta is None:
+            row["verdict"] = "not compared"
+        else:
+            row["verdict"] = stats.significant(delta, margin, hib)
+        row["regression"] = row["verdict"] == stats.SLOWER
+        rows.append(row)
+    for label, mine, other in (("BASE", b_perf, h_perf), ("HEAD", h_perf, b_perf)):
+        only = [k for k in mine if k not in other]
+        if only:
+            notes.append(f"workloads only in {label}: " + ", ".join(f"{k} {w}" for k, w in only))
+    return rows, notes
+
+
+def _warnings(base: dict, head: dict, aa: dict | None) -> list[str]:
+    out = []
+    for key in ("engine_version", "device", "host", "mode", "quick"):
+        if base.get(key) != head.get(key):
+            out.append(f"{key} differs: BASE {base.get(key)!r}, HEAD {head.get(key)!r}")
+    if aa:
+        for key in ("engine", "device", "host", "mode"):
+            if aa.get(key) != head.get(key):
+                out.append(f"the A/A run's {key} {aa.get(key)!r} is not HEAD's {head.get(key)!r}: "
+                           "its noise floor may not be this machine's")
+    return out
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float | dict | None = None,
+            base_path: str = "BASE", head_path: str = "HEAD") -> dict:
+    """Compare two ``fk run`` results files (see the module docstring); the returned dict is the JSON output.
+
+    ``noise_floor``: a relative half-width (e.g. 0.03), or ``noise_floor_from_aa``'s dict, or None (threshold only).
+    Raises CompareError for inputs that cannot be compared."""
+    check_results(base, base_path, "BASE")
+    check_results(head, head_path, "HEAD")
+    for role, data, path in (("BASE", base, base_path), ("HEAD", head, head_path)):
+        if data.get("aa"):
+            raise CompareError(f"{role} {path} is an A/A run (no plugin on either side): nothing to compare; "
+                               "give it with --aa as the noise floor")
+    if base["engine"] != head["engine"]:
+        raise CompareError(f"BASE ran {base['engine']} and HEAD ran {head['engine']}: compare runs of one engine")
+    if not 0 <= threshold < 1:
+        raise CompareError(f"threshold {threshold} is not a fraction in [0, 1)")
+    floor = noise_floor if isinstance(noise_floor, dict) else (
+        None if noise_floor is None else {"value": float(noise_floor), "source": "given (--noise-floor)"})
+    if floor is not None and not 0 <= floor["value"] < 1:
+        raise CompareError(f"noise floor {floor['value']} is not a fraction in [0, 1)")
+    margin = max(threshold, floor["value"] if floor else 0.0)
+    b_rows = {r["scenario"]: r for r in base["scenarios"]}
+    h_rows = {r["scenario"]: r for r in head["scenarios"]}
+    shared = [s for s in h_rows if s in b_rows]
+    if not shared:
+        raise CompareError(f"BASE and HEAD share no scenario (BASE: {', '.join(b_rows) or 'none'}; "
+                           f"HEAD: {', '.join(h_rows) or 'none'})")
+    scenarios, perf = [], []
+    for name in shared:
+        sc = _scenario(b_rows[name], h_rows[name])
+        rows, notes = _perf(b_rows[name], h_rows[name], margin)
+        sc["notes"] += notes
+        scenarios.append(sc)
+        perf += rows
+    methods = sorted({r["delta"]["method"] for r in perf if r["delta"]})
+    limitations = []
+    if "range" in methods:
+        limitations.append("per-repeat values are missing from " + (
+            "both files" if not any(_has_values(d) for d in (base, head)) else "one file")
+            + ": a delta's interval is the range bound [HEAD pair_min / BASE pair_max, HEAD pair_max / BASE pair_min] "
+            "from the repeat-by-repeat ratio ranges, not a bootstrap confidence interval; it is wider, so fewer "
+            "deltas are called significant")
+    if any(r["delta"] and r["delta"].get("note") == stats.NO_INTERVAL for r in perf):
+        limitations.append("some workloads have a single repeat (n<2): no interval, their verdict rests on the "
+                           "point estimate against the margin")
+    if any(r["delta"] and r["delta"]["method"] == "bootstrap"
+           and not (r["delta"]["paired_base"] and r["delta"]["paired_head"]) for r in perf):
+        limitations.append("some repeats were not interleaved (no \"paired\" flag): their sides were resampled "
+                           "independently")
+    if floor is None:
+        limitations.append(f"no noise floor given (--noise-floor or --aa): deltas judged against the threshold "
+                           f"({threshold:.1%}) alone")
+    summary = {
+        "regressions": sum(r["verdict"] == stats.SLOWER for r in perf),
+        "faster": sum(r["verdict"] == stats.FASTER for r in perf),
+        "unchanged": sum(r["verdict"] == stats.NO_CHANGE for r in perf),
+        "not_compared": sum(r["verdict"] == "not compared" for r in perf),
+        "correct": sum(s["correct"] for s in scenarios), "scenarios": len(scenarios),
+        "stopped_kernels": sum(len(s["stopped"]) for s in scenarios),
+    }
+    problems = [p for s in scenarios for p in s["problems"]]
+    problems += [f"{r['scenario']}: {r['kind']} {r['workload']} slower: delta {_ci(r['delta'])} beyond "
+                 f"{'-' if r['higher_is_better'] else '+'}{margin:.1%}" for r in perf if r["regression"]]
+    verdict = "FAIL" if problems else "PASS"
+    line = (f"**{verdict}**: {_plural(summary['regressions'], 'regression')}, {summary['faster']} faster, "
+            f"{summary['unchanged']} unchanged" + (f", {summary['not_compared']} not compared"
+                                                    if summary["not_compared"] else "")
+            + f"; correctness ok in {summary['correct']}/{summary['scenarios']} scenarios"
+            + (f"; {_plural(summary['stopped_kernels'], 'kernel')} no longer running"
+               if summary["stopped_kernels"] else ""))
+    return {"kind": "compare", "verdict": verdict, "verdict_line": line, "summary": summary, "problems": problems,
+            "base": _meta(base, base_path), "head": _meta(head, head_path), "threshold": threshold,
+            "noise_floor": floor, "margin": margin, "conf": CONF, "methods": methods, "limitations": limitations,
+            "warnings": _warnings(base, head, floor.get("meta") if floor else None),
+            "only_base": [s for s in b_rows if s not in h_rows], "only_head": [s for s in h_rows if s not in b_rows],
+            "scenarios": scenarios, "perf": perf}
+
+
+def _has_values(data: dict) -> bool:
+    return any(_values(r)[0] is not None for row in data["scenarios"] for *_, r in _ratio_dicts(row))
+
+
+# ------------------------------------------------------------------------------------------------------- renderers
+
+def _num(x, fmt=".3f") -> str:
+    if x is None:
+        return "-"
+    return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def _ci(iv: dict | None) -> str:
+    """ratio [lo, hi], or ratio (n=1: no interval)."""
+    if not iv or iv.get("ratio") is None:
+        return "-"
+    if iv.get("note") == stats.NO_INTERVAL:
+        return f"{iv['ratio']:.3f} (n={iv.get('n')}: no interval)"
+    return f"{iv['ratio']:.3f} [{iv['lo']:.3f}, {iv['hi']:.3f}]"
+
+
+def _arrow(a, b, fmt=".3g") -> str:
+    if a is None and b is None:
+        return "-"
+    return f"{_num(a, fmt)} → {_num(b, fmt)}"
+
+
+def _speed(r: dict) -> float:
+    """How good HEAD is on this row relative to BASE (> 1 better), for picking the worst row."""
+    d = r["delta"]["ratio"] if r["delta"] else 1.0
+    return d if r["higher_is_better"] else stats._div(1.0, d)
+
+
+def _kernels_cell(sc: dict) -> str:
+    ks = [k for k in sc["kernels"] if "n/a" not in (k["base_status"], k["head_status"]) or k["change"]]
+    if not ks:
+        return "-"
+    b = sum(k["base_status"] == "exercised" for k in ks)
+    h = sum(k["head_status"] == "exercised" for k in ks)
+    cell = f"{b} → {h} exercised"
+    if sc["stopped"]:
+        cell += f"; **no longer running: {', '.join(sc['stopped'])}**"
+    return cell
+
+
+def _correct_cell(sc: dict) -> str:
+    if sc["correct"]:
+        return "ok"
+    return "**FAIL**" + (" (a kernel no longer runs)" if sc["stopped"] and sc["head_status"] == PASSED else "")
+
+
+def _status_cell(sc: dict) -> str:
+    return sc["head_status"] if not sc["status_changed"] else f"{sc['base_status']} → **{sc['head_status']}**"
+
+
+def _margin_text(cmp: dict) -> str:
+    floor = cmp["noise_floor"]
+    f = (f"noise floor {floor['value']:.1%} from {floor['source']}" if floor else "no noise floor given")
+    return (f"a delta counts only when its interval lies entirely beyond ±{cmp['margin']:.1%} "
+            f"(the larger of threshold {cmp['threshold']:.1%} and {f})")
+
+
+def to_markdown(cmp: dict) -> str:
+    """A pull-request comment: the verdict line first, a summary table, details collapsed."""
+    b, h = cmp["base"], cmp["head"]
+    lines = [cmp["verdict_line"], "",
+             f"BASE `{b['path']}` ({b['candidate']}, {b['engine']} {b['engine_version']}, {b['device']}) → "
+             f"HEAD `{h['path']}` ({h['candidate']}, {h['engine']} {h['engine_version']}, {h['device']}); "
+             f"delta = HEAD ratio / BASE ratio (each: candidate / stock engine), {cmp['conf']:.0%} intervals; "
+             + _margin_text(cmp) + "."]
+    if cmp["problems"]:
+        lines += [""] + [f"- {p}" for p in cmp["problems"]]
+    by_sc: dict = {}
+    for r in cmp["perf"]:
+        by_sc.setdefault(r["scenario"], []).append(r)
+    table = []
+    for sc in cmp["scenarios"]:
+        rows = by_sc.get(sc["scenario"], [])
+        counts = "/".join(str(sum(r["verdict"] == v for r in rows))
+                          for v in (stats.SLOWER, stats.FASTER, stats.NO_CHANGE))
+        compared = [r for r in rows if r["delta"]]
+        worst = min(compared, key=_speed) if compared else None
+        table.append([sc["scenario"], _status_cell(sc), _correct_cell(sc), _kernels_cell(sc), counts if rows else "-",
+                      f"{worst['kind']} {worst['workload']}: {_ci(worst['delta'])}" if worst else "-"])
+    lines += ["", tabulate(table, headers=["scenario", "status (BASE → HEAD)", "correctness", "kernels",
+                                           "perf slower/faster/unchanged", "worst delta [interval]"],
+                           tablefmt="github")]
+    if cmp["only_base"] or cmp["only_head"]:
+        lines += [""]
+        if cmp["only_base"]:
+            lines.append(f"- only in BASE (not compared): {', '.join(cmp['only_base'])}")
+        if cmp["only_head"]:
+            lines.append(f"- only in HEAD (not compared): {', '.join(cmp['only_head'])}")
+    if cmp["perf"]:
+        perf_table = [[r["scenario"], f"{r['kind']} {r['workload']}", UNITS.get(r["metric"], r["metric"]),
+                       "higher" if r["higher_is_better"] else "lower", _ci(r["base"]), _ci(r["head"]),
+                       _ci(r["delta"]), r["delta"]["n"] if r["delta"] else "-",
+                       r["delta"]["method"] if r["delta"] else "-",
+                       f"**{r['verdict']}**" if r["verdict"] != stats.NO_CHANGE else r["verdict"]]
+                      for r in cmp["perf"]]
+        lines += _details(f"Performance: {len(cmp['perf'])} comparisons", [
+            tabulate(perf_table, headers=["scenario", "workload", "unit", "better", "BASE cand/base [interval]",
+                                          "HEAD cand/base [interval]", "delta HEAD/BASE [interval]", "n", "interval",
+                                          "verdict"], tablefmt="github"), "",
+            "Intervals: `bootstrap` = percentile bootstrap of the per-repeat values; `range` = from the range of "
+            "repeat-by-repeat ratios (the files hold no per-repeat values): a bound, not a confidence interval. "
+            "Throughput: delta > 1 is faster; latency: delta < 1 is faster. Significance: " + _margin_text(cmp) + "."])
+    corr = []
+    for sc in cmp["scenarios"]:
+        bf, hf = sc["base"], sc["head"]
+        greedy = "-" if hf.get("requests") is None else (
+            f"{_greedy(bf)} → {_greedy(hf)} of {hf['requests']}")
+        corr.append([sc["scenario"], sc["dtype"], _status_cell(sc),
+                     _arrow(bf.get("max_abs_dlogprob"), hf.get("max_abs_dlogprob")) + (
+                         f" (≤ {hf['limit_max_abs']:g})" if hf.get("limit_max_abs") is not None else ""),
+                     greedy, _arrow(bf.get("output_rel_mean"), hf.get("output_rel_mean")),
+                     _arrow(bf.get("output_ref_ratio"), hf.get("output_ref_ratio")),
+                     "; ".join(sc["head_failures"])[:300] or "-"])
+    lines += _details(f"Correctness: ok in {cmp['summary']['correct']}/{cmp['summary']['scenarios']} scenarios", [
+        tabulate(corr, headers=["scenario", "dtype", "status (BASE → HEAD)", "max abs Δlogprob (limit)",
+                                "greedy identical/near tie/parted", "outputs: mean abs Δ / mean abs baseline",
+                                "outputs: err_c / err_b vs fp32 ref", "HEAD failures"], tablefmt="github")]
+        + [f"- {sc['scenario']}: {n}" for sc in cmp["scenarios"] for n in sc["notes"]])
+    kern = [[sc["scenario"], k["slot"], k["head_kernel"] or "-",
+             f"{k['base_status']} ({_num(k['base_calls'], 'd')} calls"
+             + (f", {k['base_profiler_hits']} profiler hits" if k["base_profiler_hits"] is not None else "") + ")",
+             f"{k['head_status']} ({_num(k['head_calls'], 'd')} calls"
+             + (f", {k['head_profiler_hits']} profiler hits" if k["head_profiler_hits"] is not None else "") + ")",
+             f"**{k['change']}**" if k["change"] in ("stopped", "removed") else k["change"] or "-"]
+            for sc in cmp["scenarios"] for k in sc["kernels"]]
+    if kern:
+        lines += _details(f"Kernels: {cmp['summary']['stopped_kernels']} no longer running in HEAD", [
+            tabulate(kern, headers=["scenario", "slot", "HEAD kernel", "BASE", "HEAD", "change"], tablefmt="github")])
+    method = [_input_line("BASE", b), _input_line("HEAD", h)]
+    floor = cmp["noise_floor"]
+    if floor and floor.get("intervals"):
+        widest = max(floor["intervals"], key=lambda iv: iv["half_width"])
+        method.append(f"- noise floor {floor['value']:.1%}: the largest max(|1 - lo|, |hi - 1|) over "
+                      f"{len(floor['intervals'])} A/A ratio intervals, set by {widest['scenario']} {widest['kind']} "
+                      f"{widest['workload']} {_ci(widest)} ({widest['method']})")
+    method += [f"- limitation: {x}" for x in cmp["limitations"]] + [f"- warning: {x}" for x in cmp["warnings"]]
+    lines += _details("Method and inputs", method)
+    return "\n".join(lines) + "\n"
+
+
+def _input_line(role: str, m: dict) -> str:
+    return (f"- {role}: `{m['path']}`, {m['engine']} {m['engine_version']}, {m['device']}, mode {m['mode']}, "
+            f"candidate {m['candidate']}, created {m['created']}" + (f", `{m['command']}`" if m.get("command") else ""))
+
+
+def _greedy(f: dict) -> str:
+    return "/".join(_num(f.get(k), "d") for k in ("identical", "near_ties", "parted"))
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["", f"<details><summary>{summary}</summary>", ""] + body + ["", "</details>"]
+
+
+CSV_COLUMNS = ("scenario", "kind", "workload", "metric", "higher_is_better", "base", "base_lo", "base_hi", "head",
+               "head_lo", "head_hi", "delta", "delta_lo", "delta_hi", "n", "interval", "margin", "verdict")
+
+
+def to_csv(cmp: dict) -> str:
+    """One row per scenario x workload x metric (performance), plus one correctness row per scenario (kind
+    "correctness", metric "status": BASE and HEAD status, verdict ok / FAIL)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for sc in cmp["scenarios"]:
+        w.writerow({"scenario": sc["scenario"], "kind": "correctness", "workload": "", "metric": "status",
+                    "base": sc["base_status"], "head": sc["head_status"],
+                    "verdict": "ok" if sc["correct"] else "FAIL"})
+    for r in cmp["perf"]:
+        row = {"scenario": r["scenario"], "kind": r["kind"], "workload": r["workload"], "metric": r["metric"],
+               "higher_is_better": r["higher_is_better"], "margin": r["margin"], "verdict": r["verdict"]}
+        for side in ("base", "head", "delta"):
+            iv = r[side]
+            if iv:
+                row.update({side: iv["ratio"], f"{side}_lo": iv["lo"], f"{side}_hi": iv["hi"]})
+        if r["delta"]:
+            row.update(n=r["delta"]["n"], interval=r["delta"]["method"])
+        w.writerow(row)
+    return buf.getvalue()

@@ -1,0 +1,185 @@
+import copy
+import csv
+import io
+
+import pytest
+
+from fk_adapters import compare, metrics, stats
+
+BASE_TPUT = [100.0, 101.0, 99.5, 100.5, 100.2, 99.8]
+BASE_LAT = [0.200, 0.201, 0.199, 0.2005, 0.2002, 0.1998]
+NOISE = [0.004, -0.003, 0.002, -0.001, 0.003, -0.004]  # per repeat, on the candidate: intervals are not points
+
+
+def scaled(values, factor):
+    return [x * factor * (1 + e) for x, e in zip(values, NOISE)]
+
+
+def perf_entry(base, cand, values=True):
+    """What metrics.ratio stores, plus the per-repeat values of interleaved repeats (values=True)."""
+    r = metrics.ratio(base, cand)
+    if values:
+        r["baseline"]["values"], r["candidate"]["values"], r["paired"] = list(base), list(cand), True
+    return r
+
+
+def row(name="s1", status="PASSED", tput=1.0, lat=1.0, slots=None, max_abs=0.01, values=True, failures=()):
+    """A scenario row: the candidate's throughput is tput x the baseline's, its latency lat x the baseline's."""
+    slots = {"rms_norm": ("exercised", 42), "silu_and_mul": ("exercised", 21)} if slots is None else slots
+    return {"scenario": name, "dtype": "bfloat16", "status": status, "failures": list(failures),
+            "baseline": {}, "candidate": {},
+            "correctness": {"dtype": "bfloat16", "thresholds": {"max_abs": 0.5, "mean_abs": 0.04},
+                            "tokens": {"requests": 8, "identical": 8, "near_ties": 0, "unexplained": []},
+                            "teacher_forced": {"positions": 100, "max_abs": max_abs, "mean_abs": max_abs / 10},
+                            "passed": status == "PASSED", "failures": list(failures)},
+            "evidence": {"slots": {s: {"plugin": "p", "kernel": f"p_{s}", "status": st, "calls": calls, "layers": 4,
+                                       "profiled": False, "profiler_hits": 0} for s, (st, calls) in slots.items()}},
+            "perf": {"throughput": {"balanced": {
+                         "tokens_per_s": perf_entry(BASE_TPUT, scaled(BASE_TPUT, tput), values),
+                         "output_tokens_per_s": perf_entry(BASE_TPUT, scaled(BASE_TPUT, tput), values)}},
+                     "latency": {"batch1": {"latency_s": perf_entry(BASE_LAT, scaled(BASE_LAT, lat), values)}}}}
+
+
+def results(*rows, aa=False, engine="vllm", candidate="p"):
+    return {"fk_version": "0", "created": "now", "command": "fk run", "engine": engine, "engine_version": "0.26.0",
+            "device": "cuda", "host": "h", "mode": "compiled", "candidate": "baseline (A/A)" if aa else candidate,
+            "plugins": [] if aa else [candidate], "aa": aa, "quick": False, "verdict": "PASS", "problems": [],
+            "scenarios": list(rows) or [row()]}
+
+
+def test_identical_runs_pass_with_every_delta_unchanged():
+    r = results(row("s1"), row("s2"))
+    cmp = compare.compare(r, copy.deepcopy(r), threshold=0.02)
+    assert cmp["verdict"] == "PASS" and cmp["problems"] == []
+    assert cmp["verdict_line"] == "**PASS**: 0 regressions, 0 faster, 4 unchanged; correctness ok in 2/2 scenarios"
+    assert len(cmp["perf"]) == 4  # one primary metric per workload: tokens/s and latency, not output tokens/s too
+    for p in cmp["perf"]:
+        assert p["delta"]["method"] == "bootstrap" and p["delta"]["ratio"] == pytest.approx(1.0)
+        assert p["delta"]["lo"] < 1.0 < p["delta"]["hi"] and p["delta"]["hi"] - p["delta"]["lo"] < 0.02
+
+
+def test_a_throughput_regression_fails_and_a_gain_passes():
+    base = results(row(tput=1.10))
+    slower = compare.compare(base, results(row(tput=1.03)), threshold=0.02)  # HEAD's kernel gains 3% instead of 10%
+    tp = next(p for p in slower["perf"] if p["kind"] == "throughput")
+    assert tp["delta"]["ratio"] == pytest.approx(1.03 / 1.10, rel=0.005)
+    assert tp["delta"]["lo"] < tp["delta"]["ratio"] < tp["delta"]["hi"] < 0.98 and tp["verdict"] == "slower" and tp["regression"]
+    assert slower["verdict"] == "FAIL" and slower["summary"]["regressions"] == 1
+    assert slower["verdict_line"].startswith("**FAIL**: 1 regression, 0 faster, 1 unchanged")
+    assert any("throughput balanced slower" in p for p in slower["problems"])
+    faster = compare.compare(results(row(tput=1.03)), results(row(tput=1.10)), threshold=0.02)
+    assert faster["verdict"] == "PASS" and faster["summary"]["faster"] == 1
+    # a noise floor wider than the change: not significant either way
+    assert compare.compare(base, results(row(tput=1.03)), noise_floor=0.10)["verdict"] == "PASS"
+    assert compare.compare(base, results(row(tput=1.03)), threshold=0.10)["summary"]["regressions"] == 0
+
+
+def test_latency_is_lower_is_better():
+    cmp = compare.compare(results(row(lat=1.0)), results(row(lat=1.05)), threshold=0.02)
+    lat = next(p for p in cmp["perf"] if p["kind"] == "latency")
+    assert lat["delta"]["lo"] > 1.02 and lat["verdict"] == "slower" and cmp["verdict"] == "FAIL"
+    cmp = compare.compare(results(row(lat=1.05)), results(row(lat=1.0)), threshold=0.02)
+    assert next(p for p in cmp["perf"] if p["kind"] == "latency")["verdict"] == "faster" and cmp["verdict"] == "PASS"
+
+
+def test_a_correctness_regression_fails():
+    head = results(row(status="INCORRECT", max_abs=0.9, failures=["teacher-forced max |Δlogprob| 0.9 > 0.5"]))
+    cmp = compare.compare(results(row()), head)
+    sc = cmp["scenarios"][0]
+    assert cmp["verdict"] == "FAIL" and not sc["correct"] and sc["status_changed"]
+    assert sc["base"]["max_abs_dlogprob"] == 0.01 and sc["head"]["max_abs_dlogprob"] == 0.9
+    assert cmp["summary"]["correct"] == 0 and "correctness ok in 0/1 scenarios" in cmp["verdict_line"]
+    assert "PASSED -> INCORRECT" in cmp["problems"][0] and "0.9 > 0.5" in cmp["problems"][0]
+    # a scenario failing in BASE already still fails HEAD
+    assert compare.compare(head, copy.deepcopy(head))["verdict"] == "FAIL"
+
+
+def test_a_kernel_that_stopped_running_is_flagged_and_fails():
+    head = results(row(slots={"rms_norm": ("exercised", 42), "silu_and_mul": ("not exercised", 0)}))
+    cmp = compare.compare(results(row()), head)
+    sc = cmp["scenarios"][0]
+    assert sc["head_status"] == "PASSED" and sc["stopped"] == ["silu_and_mul"] and not sc["correct"]
+    assert cmp["verdict"] == "FAIL" and cmp["summary"]["stopped_kernels"] == 1
+    assert "silu_and_mul stopped running" in cmp["problems"][0] and "21 calls" in cmp["problems"][0]
+    gone = compare.compare(results(row()), results(row(slots={"rms_norm": ("exercised", 42)})))
+    assert gone["scenarios"][0]["kernels"][1]["change"] == "removed" and gone["verdict"] == "FAIL"
+    started = compare.compare(results(row(slots={"rms_norm": ("n/a", 0)})), results(row()))
+    assert started["verdict"] == "PASS" and {k["change"] for k in started["scenarios"][0]["kernels"]} == {"started"}
+
+
+def test_without_per_repeat_values_the_interval_is_the_range_bound():
+    base, head = results(row(tput=1.10, values=False)), results(row(tput=1.03, values=False))
+    cmp = compare.compare(base, head)
+    tp = next(p for p in cmp["perf"] if p["kind"] == "throughput")
+    b = base["scenarios"][0]["perf"]["throughput"]["balanced"]["tokens_per_s"]
+    h = head["scenarios"][0]["perf"]["throughput"]["balanced"]["tokens_per_s"]
+    assert tp["delta"]["method"] == "range"
+    assert tp["delta"]["lo"] == pytest.approx(h["pair_min"] / b["pair_max"])
+    assert tp["delta"]["hi"] == pytest.approx(h["pair_max"] / b["pair_min"])
+    assert tp["base"]["lo"] == b["pair_min"] and tp["head"]["hi"] == h["pair_max"]
+    assert any("per-repeat values are missing from both files" in x for x in cmp["limitations"])
+
+
+def test_noise_floor_from_an_aa_file():
+    aa_row = row(tput=1.0, lat=1.0)
+    aa_row["perf"]["latency"]["batch1"]["latency_s"] = perf_entry(BASE_LAT, scaled(BASE_LAT, 1.04))
+    aa = results(aa_row, aa=True)
+    floor = compare.noise_floor_from_aa(aa, "aa.json")
+    assert len(floor["intervals"]) == 2
+    assert floor["value"] == pytest.approx(max(iv["half_width"] for iv in floor["intervals"]))
+    assert 0.035 < floor["value"] < 0.06  # the A/A's 4% latency offset sets it
+    cmp = compare.compare(results(row(tput=1.10)), results(row(tput=1.06)), noise_floor=floor)
+    assert cmp["margin"] == floor["value"] and cmp["verdict"] == "PASS"  # a 3.6% drop sits within the floor
+    with pytest.raises(compare.CompareError, match="not an A/A run"):
+        compare.noise_floor_from_aa(results(row()), "x.json")
+
+
+def test_inputs_that_cannot_be_compared():
+    with pytest.raises(compare.CompareError, match="A/A run"):
+        compare.compare(results(row()), results(row(), aa=True))
+    with pytest.raises(compare.CompareError, match="share no scenario"):
+        compare.compare(results(row("a")), results(row("b")))
+    with pytest.raises(compare.CompareError, match="one engine"):
+        compare.compare(results(row()), results(row(), engine="sglang"))
+    with pytest.raises(compare.CompareError, match="not an fk run results file"):
+        compare.compare({"a": 1}, results(row()))
+    with pytest.raises(compare.CompareError, match="side-by-side"):
+        compare.compare(results(row()), {"runs": []})
+    cmp = compare.compare(results(row("a"), row("b")), results(row("b"), row("c")))
+    assert cmp["only_base"] == ["a"] and cmp["only_head"] == ["c"] and cmp["summary"]["scenarios"] == 1
+
+
+def test_markdown_starts_with_the_verdict_and_shows_every_interval():
+    cmp = compare.compare(results(row(tput=1.10)), results(row(tput=1.03)), threshold=0.02)
+    md = compare.to_markdown(cmp)
+    assert md.splitlines()[0] == cmp["verdict_line"] and md.startswith("**FAIL**: 1 regression")
+    assert md.count("<details><summary>") == 4 and md.count("</details>") == 4
+    tp = next(p for p in cmp["perf"] if p["kind"] == "throughput")
+    assert f"{tp['delta']['ratio']:.3f} [{tp['delta']['lo']:.3f}, {tp['delta']['hi']:.3f}]" in md
+    assert f"{tp['base']['ratio']:.3f} [{tp['base']['lo']:.3f}, {tp['base']['hi']:.3f}]" in md
+    assert "**slower**" in md
+    summary_table = md.split("<details>")[0]
+    assert "| s1 " in summary_table and "throughput balanced: " in summary_table
+
+
+def test_csv_has_one_row_per_scenario_workload_metric():
+    cmp = compare.compare(results(row("s1", tput=1.10), row("s2")), results(row("s1", tput=1.03), row("s2")))
+    rows = list(csv.DictReader(io.StringIO(compare.to_csv(cmp))))
+    assert [(r["scenario"], r["kind"], r["workload"]) for r in rows] == [
+        ("s1", "correctness", ""), ("s2", "correctness", ""), ("s1", "throughput", "balanced"),
+        ("s1", "latency", "batch1"), ("s2", "throughput", "balanced"), ("s2", "latency", "batch1")]
+    s1 = rows[2]
+    assert s1["metric"] == "tokens_per_s" and s1["verdict"] == "slower"
+    assert float(s1["delta"]) == pytest.approx(cmp["perf"][0]["delta"]["ratio"]) and float(s1["delta_lo"]) <= float(s1["delta"])
+    assert rows[0]["base"] == rows[0]["head"] == "PASSED" and rows[0]["verdict"] == "ok"
+
+
+def test_a_single_repeat_is_judged_on_its_point_and_says_so():
+    one = {"throughput": {"w": {"tokens_per_s": perf_entry([100.0], [110.0])}}, "latency": {}}
+    two = {"throughput": {"w": {"tokens_per_s": perf_entry([100.0], [90.0])}}, "latency": {}}
+    b, h = row(), row()
+    b["perf"], h["perf"] = one, two
+    cmp = compare.compare(results(b), results(h))
+    d = cmp["perf"][0]["delta"]
+    assert d["note"] == stats.NO_INTERVAL and d["lo"] == d["hi"] == pytest.approx(0.9 / 1.1)
+    assert cmp["perf"][0]["verdict"] == "slower" and "(n=1: no interval)" in compare.to_markdown(cmp)
