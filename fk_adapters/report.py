@@ -160,6 +160,12 @@ def _output_row(row: dict) -> bool:
     return c.get("kind") == "outputs" if c else row.get("family", "llm") != "llm"
 
 
+def _ref_ratio(worst: dict) -> str:
+    if worst.get("ratio_mean_abs") is None:
+        return "-"
+    return f"{worst['ratio_mean_abs']:.3f} ({worst['ratio_max_abs']:.2f})"
+
+
 def _output_table(rows: list[dict], results: dict, after_tokens: bool) -> list[str]:
     table = []
     for r in rows:
@@ -168,18 +174,32 @@ def _output_table(rows: list[dict], results: dict, after_tokens: bool) -> list[s
         table.append([r["scenario"], r["status"], r["dtype"], len(c.get("outputs", {})) or "-",
                       _f(worst.get("max_abs")), _f(worst.get("rel_mean")),
                       _f(None if worst.get("min_cosine") is None else 1 - worst["min_cosine"]),
+                      _f(worst.get("err_b_rel")), _f(worst.get("err_c_rel")), _ref_ratio(worst),
                       _f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
     lines = ["", "Models without tokens: output diffs of one forward on the same seeded batch:", ""] \
         if after_tokens else []
     lines.append(tabulate(table, headers=["scenario", "status", "dtype", "output tensors", "max abs Δ",
                                           "mean abs Δ / mean abs baseline (worst)", "1 - cosine (worst)",
-                                          "baseline start s", "candidate start s"], tablefmt="github"))
+                                          "err_b: baseline vs fp32 ref", "err_c: candidate vs fp32 ref",
+                                          "err_c / err_b: mean (max)", "baseline start s", "candidate start s"],
+                          tablefmt="github"))
     th = results.get("output_thresholds") or {r["dtype"]: r["correctness"]["thresholds"] for r in rows
                                                if r.get("correctness", {}).get("thresholds")}
+    refs = [r["correctness"]["reference"] for r in rows if r.get("correctness", {}).get("reference")]
     if th:
         lines += ["", "Pass (output diffs): every floating output tensor on both sides, same shape, finite, with "
                   "mean |Δ| / mean |baseline| and 1 - cosine similarity at most "
-                  + "; ".join(f"{t['rel_mean']:g} and {1 - t['min_cosine']:.2g} ({d})" for d, t in th.items()) + "."]
+                  + "; ".join(f"{t['rel_mean']:g} and {1 - t['min_cosine']:.2g} ({d})" for d, t in th.items())
+                  + (", where the baseline saved no float32 reference." if refs else ".")]
+    if refs:
+        ref = refs[0]
+        lines += ["", "float16/bfloat16 with the baseline's float32 reference (the stock model's float32 forward of "
+                  "the same batch): err = |output - reference| per tensor of n elements; pass when the candidate's mean "
+                  f"err is at most ({ref['ratio_mean_abs']:g} + {ref.get('slack_mean_abs', 0):g}/sqrt(n)) x the "
+                  f"baseline's and its max err at most {ref['ratio_max_abs']:g} x the baseline's. err_b / err_c: mean "
+                  "err / mean |reference| of the tensor with the worst mean ratio; in parentheses the worst max ratio."]
+    lines += [f"- {r['scenario']}: no float32 reference ({r['correctness']['reference_error']}), fixed thresholds used"
+              for r in rows if r.get("correctness", {}).get("reference_error")]
     return lines
 
 

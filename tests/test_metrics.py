@@ -1,4 +1,5 @@
 import math
+import pytest
 
 from fk_adapters import metrics
 
@@ -121,3 +122,80 @@ def test_performance_of_items_per_second():
     assert p["latency"]["batch4"]["latency_s"]["ratio"] == 0.5
     assert set(metrics.performance({"throughput": {"w": []}}, {})["throughput"]["w"]) == {"tokens_per_s",
                                                                                       "output_tokens_per_s"}
+
+
+def _bf16_run(ref, g, scale=1.0, bias=0.0):
+    """ref run through a noisy bf16-like path: noise of 3% (of mean |ref|), an optional systematic error."""
+    import torch
+
+    return (ref * scale + bias + 0.03 * ref.abs().mean() * torch.randn(ref.shape, generator=g)).bfloat16()
+
+
+def test_bf16_outputs_are_judged_against_the_float32_reference(tmp_path):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ref = {"last_hidden_state": torch.randn(2, 50, 64, generator=g), "pooler_output": torch.randn(2, 64, generator=g)}
+    refp = _save(tmp_path / "r.safetensors", ref)
+    base = _save(tmp_path / "b.safetensors", {k: _bf16_run(v, g) for k, v in ref.items()})
+    # a correct kernel: as far from the float32 truth as the engine, yet as far from the baseline as bf16 noise, which
+    # the fixed bf16 thresholds (2e-2) fail
+    good = _save(tmp_path / "g.safetensors", {k: _bf16_run(v, g) for k, v in ref.items()})
+    assert not metrics.output_correctness(base, good, "bfloat16")["passed"]
+    res = metrics.output_correctness(base, good, "bfloat16", refp)
+    assert res["passed"], res["failures"]
+    r = res["outputs"]["last_hidden_state"]["reference"]
+    assert 0.9 < r["ratio_mean_abs"] < 1.1 and r["allowed_ratio_mean_abs"] == metrics.REF_RATIO + 4.0 / math.sqrt(6400)
+    assert res["outputs"]["last_hidden_state"]["rel_mean"] > 0.02  # the plain diffs are still reported
+    assert res["reference"]["tensors"] == 2 and 0.9 < res["worst"]["ratio_mean_abs"] < 1.2
+    assert res["worst"]["err_b_rel"] == pytest.approx(0.024, rel=0.25)
+    # the engine's own kernel (passthrough): err_c == err_b exactly
+    same = metrics.output_correctness(base, base, "bfloat16", refp)
+    assert same["passed"] and same["worst"]["ratio_mean_abs"] == 1.0 and same["worst"]["ratio_max_abs"] == 1.0
+    # a systematic 5% error on top of the same noise fails, with the numbers in the message
+    wrong = _save(tmp_path / "w.safetensors", {k: _bf16_run(v, g, scale=1.05) for k, v in ref.items()})
+    res = metrics.output_correctness(base, wrong, "bfloat16", refp)
+    assert not res["passed"] and res["worst"]["ratio_mean_abs"] > 1.5
+    assert res["failures"][0].startswith("last_hidden_state: mean |candidate - float32 reference| ")
+    assert "x the baseline's" in res["failures"][0]
+
+
+def test_reference_max_catches_a_localised_error_and_small_tensors_get_slack(tmp_path):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(4, 100, 64, generator=g)
+    refp = _save(tmp_path / "r.safetensors", {"x": ref})
+    base = _save(tmp_path / "b.safetensors", {"x": _bf16_run(ref, g)})
+    spot = _bf16_run(ref, g)
+    spot[0, 0, :4] += 1.0  # 4 of 25600 elements wrong: the mean barely moves, the max does
+    res = metrics.output_correctness(base, _save(tmp_path / "s.safetensors", {"x": spot}), "bfloat16", refp)
+    r = res["outputs"]["x"]["reference"]
+    assert r["ratio_mean_abs"] < r["allowed_ratio_mean_abs"] and r["ratio_max_abs"] > metrics.REF_RATIO_MAX
+    assert res["failures"] == [f"x: max |candidate - float32 reference| {r['err_c_max_abs']:.3g} > 2.5 x the "
+                               f"baseline's {r['err_b_max_abs']:.3g}"]
+    small = metrics._against_reference(ref[0, 0, :16], ref[0, 0, :16] + 0.01, ref[0, 0, :16] + 0.012)
+    assert small["allowed_ratio_mean_abs"] == metrics.REF_RATIO + 1.0  # 16 elements: 4 / sqrt(16)
+    assert small["ratio_mean_abs"] == pytest.approx(1.2)
+
+
+def test_reference_is_not_used_for_float32_nor_where_the_baseline_is_not_finite(tmp_path):
+    import torch
+
+    g = torch.Generator().manual_seed(2)
+    ref = torch.randn(3, 32, generator=g)
+    refp = _save(tmp_path / "r.safetensors", {"x": ref, "y": ref.clone()})
+    base_t = {"x": ref + 1e-3, "y": ref.clone()}
+    base_t["y"][0, 0] = float("inf")  # fp16-style overflow where the float32 forward is finite
+    base = _save(tmp_path / "b.safetensors", base_t)
+    cand = _save(tmp_path / "c.safetensors", {"x": ref + 1e-3, "y": base_t["y"].clone()})
+    res = metrics.output_correctness(base, cand, "float32", refp)
+    assert "reference" not in res and "reference" not in res["outputs"]["x"] and res["passed"]
+    res = metrics.output_correctness(base, cand, "float16", refp)
+    assert "reference" in res["outputs"]["x"] and "reference" not in res["outputs"]["y"]  # y: fixed thresholds
+    assert res["passed"] and res["reference"]["tensors"] == 1
+    exact = _save(tmp_path / "e.safetensors", {"x": ref, "y": ref.clone()})  # the baseline exact: only the floor is allowed
+    res = metrics.output_correctness(exact, _save(tmp_path / "c2.safetensors", {"x": ref + 1e-3, "y": ref.clone()}),
+                                     "bfloat16", refp)
+    assert res["failures"][0].startswith("x: mean |candidate - float32 reference| 0.001 > ")
+    assert metrics.output_correctness(exact, exact, "bfloat16", refp)["passed"]

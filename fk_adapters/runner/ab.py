@@ -140,11 +140,15 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
 
 
 def correctness(base: dict, cand: dict, dtype: str) -> dict:
-    """Token metrics when both runs generated tokens; output diffs when both saved their outputs (no tokens)."""
+    """Token metrics when both runs generated tokens; output diffs when both saved their outputs (no tokens), judged
+    against the baseline's float32 reference forward where it saved one (float16/bfloat16)."""
     if "tokens" in base and "tokens" in cand:
         return metrics.correctness(base, cand, dtype)
     if base.get("outputs_file") and cand.get("outputs_file"):
-        return metrics.output_correctness(base["outputs_file"], cand["outputs_file"], dtype)
+        res = metrics.output_correctness(base["outputs_file"], cand["outputs_file"], dtype, base.get("reference_file"))
+        if base.get("reference_error"):
+            res["reference_error"] = base["reference_error"]
+        return res
     return {"dtype": dtype, "passed": False, "failures": ["the runs carry neither tokens nor saved outputs to compare"]}
 
 

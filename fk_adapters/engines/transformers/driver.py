@@ -6,7 +6,10 @@ The model is built with ``from_pretrained`` and runs eager (cuda when this proce
 plugins are installed into its modules right after it is built, before any forward. LLMs (the job has
 ``correctness``): greedy tokens and teacher-forced logprobs, as the other engines' drivers give them, and
 tokens/s. Other families: one forward on a seeded batch whose floating outputs are saved to
-``outputs.safetensors`` for the runner to diff, and items/s.
+``outputs.safetensors`` for the runner to diff, and items/s. In float16/bfloat16 each side first saves the stock
+model's float32 forward of that batch to ``reference.safetensors``, before any plugin is installed (``_reference``):
+the baseline's is the truth both sides are judged against; the candidate makes its own so that both processes have
+the same history.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from fk_adapters.engines.driver_common import main, measure, phase
 
 TOP_K = 5
 OUTPUTS_FILE = "outputs.safetensors"
+REFERENCE_FILE = "reference.safetensors"
 
 
 def _sync(device: str) -> None:
@@ -55,9 +59,13 @@ def run(job: dict) -> dict:
     phase(f"loading {job['architectures'][0]} on {device}")
     t0 = time.perf_counter()
     model = load_model(job, device)
+    startup = time.perf_counter() - t0
+    if not probe.capturing() and not job.get("correctness") and job["dtype"] != "float32":
+        res.update(_reference(model, job, device))  # the stock model, before any plugin enters it
+    t0 = time.perf_counter()
     if os.environ.get("FK_PLUGINS", "").strip():  # none selected: stock transformers, no fk code in the model
         load_and_install("transformers", device, lambda chosen: install.install(model, chosen), {})
-    res["startup_s"] = time.perf_counter() - t0
+    res["startup_s"] = startup + time.perf_counter() - t0
     res["runtime"] = {"device": device, "mode": "eager",
                       "attention": getattr(model.config, "_attn_implementation", None) or "?"}
     res["probe_after_start"] = [probe.snapshot()]
@@ -139,23 +147,96 @@ def _flatten(obj, name: str, into: dict) -> None:
             _flatten(v, f"{name}.{i}" if name else str(i), into)
 
 
-def _items(model, job: dict, device: str) -> dict:
-    import torch
-    from safetensors.torch import save_file
-
-    from fk_adapters.engines.transformers import inputs
-
-    spec, seed, dtype = job["inputs"], job.get("seed", 0), getattr(torch, job["dtype"])
-    b = job["correctness_batch"]
-    phase(f"correctness: one forward on a seeded batch of {b}")
-    x = inputs.batch(model, spec, b, seed, device, dtype)
+def _outputs(model, x: dict) -> dict:
     tensors: dict = {}
     _flatten(model(**x), "", tensors)
     if not tensors:
         raise ValueError(f"{type(model).__name__} returned no floating tensor to compare")
-    path = os.path.join(os.environ.get("FK_RUN_DIR") or os.getcwd(), OUTPUTS_FILE)
+    return tensors
+
+
+def _save(tensors: dict, name: str) -> str:
+    from safetensors.torch import save_file
+
+    path = os.path.abspath(os.path.join(os.environ.get("FK_RUN_DIR") or os.getcwd(), name))
     save_file(tensors, path)
-    out = {"outputs_file": os.path.abspath(path), "outputs": {k: list(v.shape) for k, v in tensors.items()}}
+    return path
+
+
+def _correctness_batch(model, job: dict, device: str) -> dict:
+    import torch
+
+    from fk_adapters.engines.transformers import inputs
+
+    return inputs.batch(model, job["inputs"], job["correctness_batch"], job.get("seed", 0), device,
+                        getattr(torch, job["dtype"]))
+
+
+def upcast(model, dtype, done: dict) -> None:
+    """Every parameter and buffer of ``dtype`` to float32, in place; ``done`` records each one for ``downcast``."""
+    import torch
+
+    with torch.no_grad():
+        for m in model.modules():
+            for table, is_param in ((m._parameters, True), (m._buffers, False)):
+                for name, t in table.items():
+                    if t is not None and t.dtype == dtype:
+                        if is_param:
+                            t.data = t.data.float()
+                        else:
+                            table[name] = t.float()
+                        done[(m, name, is_param)] = dtype
+
+
+def downcast(done: dict) -> None:
+    """Undo ``upcast``: float32 back to bf16/fp16 is exact for values that came from there."""
+    import torch
+
+    with torch.no_grad():
+        for (m, name, is_param), dtype in done.items():
+            if is_param:
+                m._parameters[name].data = m._parameters[name].data.to(dtype)
+            else:
+                m._buffers[name] = m._buffers[name].to(dtype)
+
+
+def _reference(model, job: dict, device: str) -> dict:
+    """The stock model's float32 forward of the correctness batch (the job dtype's inputs, upcast), saved to
+    ``reference.safetensors``. The model is upcast in place, run without TF32, and cast back bit for bit; on a GPU
+    its float32 weights need twice the job dtype's memory meanwhile (28 GB for a 7B model). A failure (out of memory,
+    say) is recorded as ``reference_error`` and the run goes on: the runner then falls back to fixed thresholds."""
+    import torch
+
+    phase("correctness: float32 reference forward of the stock model")
+    t0 = time.perf_counter()
+    x = {k: v.float() if v.is_floating_point() else v for k, v in _correctness_batch(model, job, device).items()}
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    done: dict = {}
+    try:
+        upcast(model, getattr(torch, job["dtype"]), done)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        torch.manual_seed(job.get("seed", 0))
+        with torch.inference_mode():
+            out = {"reference_file": _save(_outputs(model, x), REFERENCE_FILE)}
+    except Exception as exc:  # noqa: BLE001 - the run goes on without a reference
+        out = {"reference_error": f"{type(exc).__name__}: {exc}"[:500]}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        downcast(done)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    out["reference_s"] = time.perf_counter() - t0
+    return out
+
+
+def _items(model, job: dict, device: str) -> dict:
+    import torch
+
+    spec, seed, dtype = job["inputs"], job.get("seed", 0), getattr(torch, job["dtype"])
+    phase(f"correctness: one forward on a seeded batch of {job['correctness_batch']}")
+    x = _correctness_batch(model, job, device)
+    tensors = _outputs(model, x)
+    out = {"outputs_file": _save(tensors, OUTPUTS_FILE), "outputs": {k: list(v.shape) for k, v in tensors.items()}}
     perf = job.get("perf")
     if perf:
         out["perf"] = _items_perf(model, spec, seed, perf, device, dtype)

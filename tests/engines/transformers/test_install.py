@@ -212,3 +212,47 @@ def test_which_scenarios_transformers_runs(tmp_path):
     f.write_text(text.replace("prompt_len = 16\n", ""))
     with pytest.raises(scenarios.ScenarioError, match="nor an \\[inputs\\] table for transformers with prompt_len"):
         scenarios.check_runnable(scenarios.load(str(f)), "transformers")
+
+
+def test_float32_reference_runs_the_same_weights_and_leaves_the_model_bit_for_bit(tmp_path, monkeypatch):
+    import copy
+    import itertools
+
+    from safetensors.torch import load_file
+
+    from fk_adapters.engines.transformers import driver
+
+    vit = build("DINOv3ViTModel", transformers.DINOv3ViTConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, patch_size=16, image_size=32,
+        use_gated_mlp=True)).to(torch.bfloat16)
+    vit.register_buffer("kept", torch.randn(3, dtype=torch.float64))  # not of the job's dtype: left alone
+
+    def state():
+        return dict(itertools.chain(vit.named_parameters(), vit.named_buffers()))
+
+    before = {k: v.clone() for k, v in state().items()}
+
+    def unchanged():
+        after = state()
+        return set(after) == set(before) and all(after[k].dtype == v.dtype and torch.equal(after[k], v)
+                                                 for k, v in before.items())
+
+    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    job = {"dtype": "bfloat16", "inputs": {"image_size": 32, "channels": 3}, "correctness_batch": 2, "seed": 3}
+    tf32 = torch.backends.cudnn.allow_tf32
+    res = driver._reference(vit, job, "cpu")
+    assert unchanged() and torch.backends.cudnn.allow_tf32 == tf32 and "reference_error" not in res
+    assert res["reference_file"] == str(tmp_path / "reference.safetensors")
+    ref = load_file(res["reference_file"])
+    assert {k: v.dtype for k, v in ref.items()} == {"last_hidden_state": torch.float32, "pooler_output": torch.float32}
+    x = inputs.batch(vit, job["inputs"], 2, 3, "cpu", torch.bfloat16)  # the float32 forward of the bf16 run's inputs
+    with torch.inference_mode():
+        want = copy.deepcopy(vit).float()(pixel_values=x["pixel_values"].float())
+    assert torch.equal(ref["last_hidden_state"], want.last_hidden_state)
+
+    def boom(model, x):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(driver, "_outputs", boom)
+    res = driver._reference(vit, job, "cpu")  # a failure leaves no reference and the model as it was
+    assert res["reference_error"] == "RuntimeError: CUDA out of memory" and "reference_file" not in res and unchanged()

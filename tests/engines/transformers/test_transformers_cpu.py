@@ -7,25 +7,30 @@ import sys
 
 import pytest
 
+
 pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")]
 
 
-def fk(tmp_path, command, *args):
+def fk(tmp_path, command, *args, env=None):
     out = tmp_path / ("out" if command == "run" else "workloads")
     cmd = [sys.executable, "-m", "fk_adapters.cli.main", command, "--engine", "transformers", "--out", str(out),
            "--model-cache", str(tmp_path / "models"), "--device", "cpu", "--quick", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, **(env or {})),
+                       timeout=600)
     results = out / "results.json"
     return p, (json.loads(results.read_text()) if results.exists() else None), out
 
 
 def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
     p, res, out = fk(tmp_path, "run", "--plugins", "triton", "--suite", "tiny-transformers", "--allow-uncovered")
     assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
     assert res["engine"] == "transformers" and res["mode_detail"].startswith("eager")
     rows = {r["scenario"]: r for r in res["scenarios"]}
-    assert set(rows) == {"tiny-bitnet", "tiny-dinov3", "tiny-swinv2"}
+    assert set(rows) == {"tiny-bitnet", "tiny-dinov3", "tiny-dinov3-bf16", "tiny-swinv2"}
     assert all(r["status"] == "PASSED" for r in rows.values())
     bitnet = rows["tiny-bitnet"]
     assert bitnet["correctness"]["teacher_forced"]["max_abs"] <= res["thresholds"]["float32"]["max_abs"]
@@ -42,33 +47,71 @@ def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tm
     assert silu["status"] == "exercised" and silu["layers"] == 2 and silu["calls"] > 0
     assert silu["entered"] == ["DINOv3ViTGatedMLP (gate/up concatenated)"]
     assert set(dino["perf"]["throughput"]["batch2"]) == {"items_per_s"}
+    assert "reference" not in dino["correctness"]  # float32: no float32 reference, the fixed thresholds
+    bf16 = rows["tiny-dinov3-bf16"]["correctness"]
+    assert bf16["reference"]["tensors"] == 2 and bf16["passed"]
+    for r in bf16["outputs"].values():  # as far from the baseline as bf16 is from float32, as close to float32
+        ref = r["reference"]
+        assert r["rel_mean"] > 0.25 * ref["err_b_mean_abs"] / ref["ref_mean_abs"] and ref["ratio_mean_abs"] < 1.2
+    logs = out / "logs" / "tiny-dinov3-bf16"
+    assert bf16["reference"]["file"] == str(logs / "baseline" / "reference.safetensors")
+    refs = [load_file(str(logs / side / "reference.safetensors")) for side in ("baseline", "candidate")]
+    assert all(torch.equal(refs[0][k], refs[1][k]) for k in refs[0])  # the same stock model, before the plugin
+    assert not (out / "logs" / "tiny-dinov3" / "baseline" / "reference.safetensors").exists()  # float32
     swin = rows["tiny-swinv2"]
     assert all(e["status"] == "n/a" for e in swin["evidence"]["slots"].values())
     assert swin["notes"][0].startswith("no selected slot applies to this model")
     assert swin["correctness"]["worst"]["max_abs"] == 0.0
     report = (out / "report.md").read_text()
     assert "items/s" in report and "no selected slot applies" in report and "1 - cosine" in report
+    assert "err_c / err_b" in report and "float32 reference" in report
 
 
 def test_passthrough_gives_the_stock_outputs_bit_for_bit(tmp_path):
     p, res, _ = fk(tmp_path, "run", "--plugins", "passthrough", "--scenario", "tiny-dinov3", "--scenario", "tiny-bitnet",
-                   "--allow-uncovered")
+                   "--scenario", "tiny-dinov3-bf16", "--allow-uncovered")
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     rows = {r["scenario"]: r for r in res["scenarios"]}
     dino, bitnet = rows["tiny-dinov3"], rows["tiny-bitnet"]
     assert dino["correctness"]["worst"]["max_abs"] == 0.0 and dino["evidence"]["slots"]["silu_and_mul"]["calls"] > 0
+    bf16 = rows["tiny-dinov3-bf16"]["correctness"]
+    assert bf16["worst"]["max_abs"] == 0.0 and bf16["worst"]["ratio_mean_abs"] == bf16["worst"]["ratio_max_abs"] == 1.0
+    assert all(r["reference"]["err_c_mean_abs"] == r["reference"]["err_b_mean_abs"] > 0 for r in bf16["outputs"].values())
     assert bitnet["correctness"]["teacher_forced"]["max_abs"] == 0.0
     assert bitnet["correctness"]["tokens"]["identical"] == bitnet["correctness"]["tokens"]["requests"]
     assert bitnet["evidence"]["slots"]["rms_norm"]["calls"] > 0
 
 
-def test_wrong_plugin_fails_the_diff(tmp_path):
-    p, res, _ = fk(tmp_path, "run", "--plugins", "wrong", "--scenario", "tiny-bitnet")
-    assert p.returncode == 1
-    row = res["scenarios"][0]
-    assert row["status"] == "INCORRECT" and res["verdict"] == "FAIL"
-    assert row["evidence"]["slots"]["rms_norm"]["calls"] > 0  # it ran, and the diff caught it
-    assert row["correctness"]["teacher_forced"]["max_abs"] > res["thresholds"]["float32"]["max_abs"]
+TAIL_SILU = """
+import torch.nn.functional as F
+from fk_adapters import Kernel, hookimpl
+
+def tail_silu_and_mul(x):  # a masking bug, like fk-wrong's: the last eighth of each row is left zero
+    d = x.shape[-1] // 2
+    y = F.silu(x[..., :d].float()) * x[..., d:].float()
+    y[..., d - d // 8:] = 0
+    return y.to(x.dtype)
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot="silu_and_mul", fn=tail_silu_and_mul, devices=("cpu", "cuda"))]
+"""
+
+
+def test_wrong_kernels_fail_the_diff_in_float32_and_against_the_bf16_reference(tmp_path, make_plugin):
+    make_plugin("tailsilu", TAIL_SILU)
+    site = str(tmp_path / "site")  # where make_plugin installs it
+    p, res, _ = fk(tmp_path, "run", "--plugins", "wrong,tailsilu", "--scenario", "tiny-bitnet", "--scenario",
+                   "tiny-dinov3-bf16", env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
+    rows = {r["scenario"]: r for r in res["scenarios"]}
+    bitnet, dino = rows["tiny-bitnet"], rows["tiny-dinov3-bf16"]
+    assert bitnet["status"] == dino["status"] == "INCORRECT"
+    assert bitnet["evidence"]["slots"]["rms_norm"]["calls"] > 0  # it ran, and the diff caught it
+    assert bitnet["correctness"]["teacher_forced"]["max_abs"] > res["thresholds"]["float32"]["max_abs"]
+    assert dino["evidence"]["slots"]["silu_and_mul"]["calls"] > 0
+    assert dino["correctness"]["worst"]["ratio_mean_abs"] > 5  # far further from the float32 truth than the engine
+    assert all("float32 reference" in f for f in dino["failures"])
 
 
 def test_capture_records_the_slot_calls(tmp_path):
