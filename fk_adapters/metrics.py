@@ -203,12 +203,12 @@ def output_correctness(base_file: str, cand_file: str, dtype: str, reference_fil
 
 
 def spread(values: list[float]) -> dict:
-    """Median with min, max and relative spread ((max - min) / median)."""
+    """Median with min, max, relative spread ((max - min) / median) and the values in run order."""
     if not values:
         return {"n": 0}
     med = statistics.median(values)
     return {"n": len(values), "median": med, "min": min(values), "max": max(values),
-            "rel_spread": (max(values) - min(values)) / med if med else math.inf}
+            "rel_spread": (max(values) - min(values)) / med if med else math.inf, "values": list(values)}
 
 
 def ratio(base: list[float], cand: list[float]) -> dict:
@@ -217,8 +217,9 @@ def ratio(base: list[float], cand: list[float]) -> dict:
     if not b.get("n") or not c.get("n"):
         return {"ratio": None}
     pairs = [y / x for x, y in zip(base, cand) if x]
+    # "paired": False: each side's repeats ran in one engine process, not as interleaved A B pairs
     return {"ratio": c["median"] / b["median"], "pair_min": min(pairs), "pair_max": max(pairs),
-            "baseline": b, "candidate": c}
+            "baseline": b, "candidate": c, "paired": False}
 
 
 THROUGHPUT_KEYS = ("tokens_per_s", "output_tokens_per_s", "items_per_s")

@@ -16,10 +16,13 @@ def scaled(values, factor):
 
 
 def perf_entry(base, cand, values=True):
-    """What metrics.ratio stores, plus the per-repeat values of interleaved repeats (values=True)."""
+    """What metrics.ratio stores, as if from interleaved repeats (values=True) or from a file written before
+    per-repeat values were stored (values=False)."""
     r = metrics.ratio(base, cand)
     if values:
-        r["baseline"]["values"], r["candidate"]["values"], r["paired"] = list(base), list(cand), True
+        r["paired"] = True
+    else:
+        del r["baseline"]["values"], r["candidate"]["values"]
     return r
 
 

@@ -199,3 +199,9 @@ def test_reference_is_not_used_for_float32_nor_where_the_baseline_is_not_finite(
                                      "bfloat16", refp)
     assert res["failures"][0].startswith("x: mean |candidate - float32 reference| 0.001 > ")
     assert metrics.output_correctness(exact, exact, "bfloat16", refp)["passed"]
+
+
+def test_ratio_keeps_each_sides_values_in_run_order_and_says_they_were_not_interleaved():
+    r = metrics.ratio([100.0, 90.0, 110.0], [103.0, 95.0, 99.0])
+    assert r["baseline"]["values"] == [100.0, 90.0, 110.0] and r["candidate"]["values"] == [103.0, 95.0, 99.0]
+    assert r["paired"] is False and r["ratio"] == 99.0 / 100.0
