@@ -94,9 +94,7 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
     final, at_start = merge(res.get("probe")), merge(res.get("probe_after_start"))
     hooked = capture_slots(cfg.engine.name)
     slots = {s: slot_entries(final[s], at_start.get(s, Counter())) for s in hooked if final.get(s)}
-    not_routed = Counter()
-    for snap in res.get("probe") or []:
-        not_routed.update(snap.get("not_routed", {}))
+    not_routed = probe.merged(res.get("probe"), "not_routed")
     out = {"scenario": sc.name, "engine": cfg.engine.name, "engine_version": res.get("engine_version", "?"),
            "device": cfg.device, "dtype": sc.dtype, "mode": "eager", "mode_note": MODE_NOTE,
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": cfg.command,

@@ -43,6 +43,14 @@ def snapshot() -> dict:
             "signatures": {slot: dict(c) for slot, c in signatures.items()}}
 
 
+def merged(snapshots: list[dict] | None, field: str) -> Counter:
+    """One counter of ``snapshot()`` (calls, constructed, not_routed, traced) summed over per-process snapshots."""
+    out: Counter = Counter()
+    for snap in snapshots or []:
+        out.update(snap.get(field, {}))
+    return out
+
+
 def process_role() -> str:
     try:
         import setproctitle  # vLLM names its processes (EngineCore, Worker)

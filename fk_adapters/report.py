@@ -44,14 +44,11 @@ def _perf_rows(row: dict) -> list[list[str]]:
     out = []
     perf = row.get("perf", {})
     for name, r in perf.get("throughput", {}).items():
-        if "items_per_s" in r:  # a model without tokens
-            t = r["items_per_s"]
-            out.append([row["scenario"], f"throughput {name}", "items/s", _spread(t.get("baseline")),
-                        _spread(t.get("candidate")), _ratio(t), ""])
-            continue
-        t = r["tokens_per_s"]
-        out.append([row["scenario"], f"throughput {name}", "tokens/s", _spread(t.get("baseline")),
-                    _spread(t.get("candidate")), _ratio(t), _ratio(r["output_tokens_per_s"])])
+        key, unit = ("items_per_s", "items/s") if "items_per_s" in r else ("tokens_per_s", "tokens/s")  # no tokens
+        t = r[key]
+        out.append([row["scenario"], f"throughput {name}", unit, _spread(t.get("baseline")),
+                    _spread(t.get("candidate")), _ratio(t),
+                    _ratio(r["output_tokens_per_s"]) if "output_tokens_per_s" in r else ""])
     for name, r in perf.get("latency", {}).items():
         t = r["latency_s"]
         out.append([row["scenario"], f"latency {name}", "s", _spread(t.get("baseline")), _spread(t.get("candidate")),

@@ -6,7 +6,6 @@ import json
 import os
 import platform
 import sys
-from collections import Counter
 from dataclasses import dataclass, field
 
 from fk_adapters import __version__, evidence, metrics, probe
@@ -159,9 +158,7 @@ def _notes(ev: dict, cand: dict) -> list[str]:
     if slots and all(e["status"] == "n/a" for e in slots.values()):
         notes.append(f"no selected slot applies to this model (no layer for {', '.join(slots)}): "
                      "the candidate ran the stock model")
-    left = Counter()
-    for p in cand.get("probe") or []:
-        left.update(p.get("not_routed", {}))
+    left = probe.merged(cand.get("probe"), "not_routed")
     if left:
         notes.append("left stock: " + "; ".join(f"{k} x{n}" for k, n in sorted(left.items())))
     return notes
