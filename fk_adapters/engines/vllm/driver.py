@@ -8,11 +8,13 @@ timings and the evidence read from the workers.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
 from fk_adapters.engines.driver_common import main, measure, phase
+from fk_adapters.engines.vllm import compat
 
 
 def _params(SamplingParams, max_tokens: int, **kw):
@@ -56,7 +58,18 @@ def engine_args(job: dict) -> dict:
             cfg["model"] = spec["draft_dir"]
         args.setdefault("speculative_config", cfg)
         args.setdefault("disable_log_stats", False)  # LLM.get_metrics() then has the drafts and acceptances
+    overrides = compat.hf_overrides_for(_model_type(job.get("model_dir")))
+    if overrides is not None:
+        args.setdefault("hf_overrides", overrides)
     return args
+
+
+def _model_type(model_dir: str | None) -> str | None:
+    path = os.path.join(model_dir or "", "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("model_type")
 
 
 SPEC_METRICS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
