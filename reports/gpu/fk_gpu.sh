@@ -3,7 +3,7 @@
 # after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
 #   ENGINE: vllm | sglang | transformers (steps setup, tfx, pack)
-#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 tfx pack
+#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 tfx tfxab pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
@@ -77,6 +77,16 @@ for step in "$@"; do
         $TR --plugins triton --out "$ROOT/tfx-ab/$s/triton"
         $TR --plugins wrong --out "$ROOT/tfx-ab/$s/wrong" --baseline-from "$ROOT/tfx-ab/$s/triton" --allow-uncovered
         $TR --plugins passthrough --out "$ROOT/tfx-ab/$s/passthrough" --baseline-from "$ROOT/tfx-ab/$s/triton"
+        rm -rf "${MODELS:?}"/*
+      done ;;
+    tfxab)  # only the A/B of the tfx step, at full size ($AB_SIZE to shrink): triton, then wrong and passthrough
+            # against triton's baseline runs, for each of $TFX_AB
+      for s in ${TFX_AB:-fk46-bitnet-b1.58 fk46-dinov3}; do
+        TR="$FK run --engine transformers --scenario $s ${AB_SIZE:-} --model-cache $MODELS --timeout 900"
+        D=$ROOT/tfx-ab-full/$s
+        $TR --plugins triton --out "$D/triton"
+        $TR --plugins wrong --out "$D/wrong" --baseline-from "$D/triton" --allow-uncovered
+        $TR --plugins passthrough --out "$D/passthrough" --baseline-from "$D/triton"
         rm -rf "${MODELS:?}"/*
       done ;;
     pack)
