@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -67,7 +68,8 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
 
     cfg = dict(config, torch_dtype=dtype)
     generic = (cfg.get("architectures") or [""])[0] not in FAMILIES
-    made_by = [seed] + ([_transformers_version(), device] if generic else [])  # their bytes depend on both
+    fixes = CHECKPOINT_KEY_FIXES.get(cfg.get("model_type"))
+    made_by = [seed] + ([_transformers_version(), device, fixes] if generic else [])  # their bytes depend on these
     key = hashlib.sha256(json.dumps([cfg, *made_by], sort_keys=True).encode()).hexdigest()[:16]
     stamp = os.path.join(out_dir, "fk-weights.json")
     if os.path.exists(stamp):
@@ -155,6 +157,51 @@ def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: s
                 scale = std if name.endswith("bias") else 0.1
                 p.add_((scale * torch.randn(p.shape, generator=gen)).to(p.device, p.dtype))
     model.save_pretrained(out_dir)
+    rename_checkpoint_keys(out_dir, CHECKPOINT_KEY_FIXES.get(config.get("model_type"), ()))
+
+
+# model_type -> (pattern, replacement) on saved tensor names, where transformers saves a layout the
+# checkpoints (and so the engines) do not use. Kimi-Linear: transformers writes the dense first layer's
+# MLP under block_sparse_moe, the checkpoint and vLLM have it under mlp.
+CHECKPOINT_KEY_FIXES = {
+    "kimi_linear": ((r"^(.*layers\.\d+)\.block_sparse_moe\.(gate_proj|up_proj|down_proj)\.", r"\1.mlp.\2."),),
+}
+
+
+def rename_checkpoint_keys(out_dir: str, fixes) -> int:
+    """Rename tensors of the safetensors files in out_dir (and the shard index); return how many."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    if not fixes:
+        return 0
+
+    def fixed(name):
+        for pattern, repl in fixes:
+            name = re.sub(pattern, repl, name)
+        return name
+
+    renamed = {}
+    for fname in sorted(os.listdir(out_dir)):
+        if not fname.endswith(".safetensors"):
+            continue
+        path = os.path.join(out_dir, fname)
+        with safe_open(path, "pt") as f:
+            names = list(f.keys())
+            if all(fixed(n) == n for n in names):
+                continue
+            meta = f.metadata()
+            tensors = {fixed(n): f.get_tensor(n) for n in names}
+        renamed.update({n: fixed(n) for n in names if fixed(n) != n})
+        save_file(tensors, path, metadata=meta)
+    index = os.path.join(out_dir, "model.safetensors.index.json")
+    if renamed and os.path.exists(index):
+        with open(index) as f:
+            idx = json.load(f)
+        idx["weight_map"] = {fixed(k): v for k, v in idx["weight_map"].items()}
+        with open(index, "w") as f:
+            json.dump(idx, f, indent=1)
+    return len(renamed)
 
 
 def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:

@@ -113,3 +113,23 @@ def test_scenario_checkpoint_writes_a_seeded_draft_head(tmp_path):
                                                                              model=dict(spec, rms_norm_eps=1e-6))}))
     assert weights.scenario_checkpoint(changed, str(tmp_path / "a"))[1] != key  # rewritten
     assert json.loads((draft / "config.json").read_text())["rms_norm_eps"] == 1e-6
+
+
+def test_checkpoint_key_fixes_rename_tensors_and_the_shard_index(tmp_path):
+    import json
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    names = ["model.layers.0.block_sparse_moe.gate_proj.weight", "model.layers.1.block_sparse_moe.experts.0.w1.weight",
+             "model.layers.1.block_sparse_moe.shared_experts.up_proj.weight"]
+    save_file({n: torch.zeros(2) for n in names}, str(tmp_path / "model-00001.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {n: "model-00001.safetensors" for n in names}}))
+    assert weights.rename_checkpoint_keys(str(tmp_path), weights.CHECKPOINT_KEY_FIXES["kimi_linear"]) == 1
+    want = ["model.layers.0.mlp.gate_proj.weight", *names[1:]]  # experts and shared experts keep their names
+    with safe_open(str(tmp_path / "model-00001.safetensors"), "pt") as f:
+        assert sorted(f.keys()) == sorted(want)
+    assert sorted(json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]) == sorted(want)
+    assert weights.rename_checkpoint_keys(str(tmp_path), ()) == 0
