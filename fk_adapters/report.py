@@ -16,6 +16,18 @@ def _ratio(r: dict) -> str:
     return f"{r['ratio']:.3f} [{r['pair_min']:.3f}, {r['pair_max']:.3f}]"
 
 
+def _interval(r: dict) -> str:
+    """The ratio's 95% bootstrap interval (as fk compare computes it), or why there is none."""
+    from fk_adapters.compare import side_interval
+
+    iv = side_interval(r) if r else None
+    if not iv:
+        return "-"
+    if iv.get("note") or iv.get("method") != "bootstrap":
+        return iv.get("note") or "no per-repeat values"
+    return f"[{iv['lo']:.3f}, {iv['hi']:.3f}]" + (" paired" if iv.get("paired") else "")
+
+
 def _spread(s: dict) -> str:
     if not s or not s.get("n"):
         return "-"
@@ -47,12 +59,12 @@ def _perf_rows(row: dict) -> list[list[str]]:
         key, unit = ("items_per_s", "items/s") if "items_per_s" in r else ("tokens_per_s", "tokens/s")  # no tokens
         t = r[key]
         out.append([row["scenario"], f"throughput {name}", unit, _spread(t.get("baseline")),
-                    _spread(t.get("candidate")), _ratio(t),
+                    _spread(t.get("candidate")), _ratio(t), _interval(t),
                     _ratio(r["output_tokens_per_s"]) if "output_tokens_per_s" in r else ""])
     for name, r in perf.get("latency", {}).items():
         t = r["latency_s"]
         out.append([row["scenario"], f"latency {name}", "s", _spread(t.get("baseline")), _spread(t.get("candidate")),
-                    _ratio(t), ""])
+                    _ratio(t), _interval(t), ""])
     return out
 
 
@@ -142,12 +154,30 @@ def render(results: dict) -> str:
                                    tablefmt="github")]
     perf_rows = [p for r in rows for p in _perf_rows(r)]
     if perf_rows:
+        rounds = results.get("interleave") or 1
+        how = (f"{rounds} interleaved rounds (baseline then candidate, each a fresh engine process); one value per "
+               "process (the median of its repeats), medians over rounds" if rounds > 1 else
+               "Medians over repeats in one engine process per side")
         lines += ["", "## Performance (candidate / baseline)", "",
-                  "Medians over repeats in one engine process per side; ± is half the min-max range. Ratio: "
-                  "candidate median / baseline median [range of repeat-by-repeat ratios]. Throughput: >1 is faster; "
+                  f"{how}; ± is half the min-max range. Ratio: candidate median / baseline median [range of "
+                  f"{'round' if rounds > 1 else 'repeat'}-by-{'round' if rounds > 1 else 'repeat'} ratios]; 95% CI: "
+                  "percentile bootstrap of that ratio (paired by round when interleaved). Throughput: >1 is faster; "
                   "latency: <1 is faster.", "",
                   tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
-                                               "ratio (total)", "ratio (output tokens/s)"], tablefmt="github")]
+                                               "ratio (total) [range]", "95% CI", "ratio (output tokens/s)"],
+                           tablefmt="github")]
+    nf = results.get("noise_floor")
+    if nf:
+        w = nf["widest"]
+        lines += ["", "## Noise floor of this machine (A/A)", "",
+                  f"**{nf['value']:.2%}**: the farthest any of the {nf['intervals']} A/A ratio intervals reaches from 1 "
+                  f"(widest: {w['scenario']} {w['kind']} {w['workload']}, ratio {w['ratio']:.3f} "
+                  f"[{w['lo']:.3f}, {w['hi']:.3f}], n={w['n']}). Give this file to `fk compare --aa` to call a "
+                  "delta significant only when its interval clears it."]
+    if perf_rows and not results.get("aa"):
+        from fk_adapters import aggregates
+
+        lines += ["", aggregates.markdown(aggregates.summarize(results)).rstrip()]
     return "\n".join(lines) + "\n"
 
 

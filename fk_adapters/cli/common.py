@@ -107,12 +107,25 @@ def command_line() -> str:
     return "fk " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+def plots_section(out: str, results: dict, kind: str | None = None, floor: float | None = None) -> str:
+    """The PNG plots of ``results`` written into ``out``, as a markdown section linking them ('' if none)."""
+    from fk_adapters import plots
+
+    try:
+        names = plots.write_plots(results, out, kind, floor=floor)
+    except ImportError as exc:  # matplotlib missing: the report still stands without its plots
+        return f"\n## Plots\n\nnot drawn: {exc}\n"
+    if not names:
+        return ""
+    return "\n## Plots\n\n" + "\n".join(plots.markdown_images(names)) + "\n"
+
+
 def write_report(out: str, results: dict) -> None:
     """report.md beside results.json (fk run or fk check results), and the verdict line."""
     from fk_adapters.report import render
 
     md_path = os.path.join(out, "report.md")
     with open(md_path, "w") as f:
-        f.write(render(results))
+        f.write(render(results) + plots_section(out, results))
     print(f"{results['verdict']}: results {os.path.join(out, 'results.json')}, report {md_path}")
 

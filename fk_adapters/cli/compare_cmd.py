@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+from fk_adapters.cli import common
+
 
 def add_parser(sub):
     p = sub.add_parser("compare", help="compare two fk run results (e.g. main vs. a PR's kernel): markdown, JSON or "
@@ -50,6 +52,7 @@ def run(args) -> int:
             "csv": cmp_mod.to_csv(cmp)}
     if args.out:
         os.makedirs(args.out, exist_ok=True)
+        docs["md"] += common.plots_section(args.out, cmp, "compare")  # deltas.png beside compare.md
         for fmt, text in docs.items():
             with open(os.path.join(args.out, f"compare.{fmt}"), "w") as f:
                 f.write(text)

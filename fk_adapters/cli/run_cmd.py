@@ -7,7 +7,7 @@ import os
 from fk_adapters import engines
 from fk_adapters.cli import common
 from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist
-from fk_adapters.runner.ab import RunConfig, run_suite
+from fk_adapters.runner.ab import ResumeMismatch, RunConfig, run_suite
 
 
 def add_parser(sub):
@@ -22,6 +22,11 @@ def add_parser(sub):
     p.add_argument("--baseline-from", default="", metavar="DIR",
                    help="reuse the baseline runs of an earlier fk run's --out DIR (same scenarios and job)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
+    p.add_argument("--interleave", type=int, default=0, metavar="N",
+                   help="N rounds of baseline then candidate (A B A B ...), each in a fresh engine process; the ratios "
+                        "pair round by round (N >= 2; default: one process per side)")
+    p.add_argument("--force", action="store_true",
+                   help="run every scenario again, even those an interrupted earlier run finished in --out")
     common.add_quick_args(p)
     p.add_argument("--profile", action=argparse_bool(), default=None,
                    help="profile a few steps for kernel names (default: on for cuda)")
@@ -64,6 +69,10 @@ def run(args) -> int:
     specs = [engines.get(e) for e in dict.fromkeys(args.engine or ["vllm"])]
     if args.aa and args.plugins:
         raise UsageError("--aa runs baseline against baseline: give no --plugins")
+    if args.interleave < 0 or args.interleave == 1:
+        raise UsageError("--interleave N needs N >= 2 rounds (or leave it out)")
+    if args.interleave and args.baseline_from:
+        raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
     plugins = [] if args.aa else (parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env() or [])
     if not args.aa and not plugins:
         raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
@@ -86,10 +95,14 @@ def run(args) -> int:
                         allow_uncovered=args.allow_uncovered, aa=args.aa, quick=args.quick,
                         profile=device == "cuda" if args.profile is None else args.profile,
                         multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
-                        baseline_from=base_from, command=common.command_line())
+                        baseline_from=base_from, interleave=args.interleave, force=args.force,
+                        command=common.command_line())
         print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({spec.describe_mode(mode, device)}), "
               f"{len(chosen)} scenario(s) -> {out}", flush=True)
-        results = run_suite(cfg, chosen, versions[spec.name], echo=lambda m: print(f"  {m}", flush=True))
+        try:
+            results = run_suite(cfg, chosen, versions[spec.name], echo=lambda m: print(f"  {m}", flush=True))
+        except ResumeMismatch as exc:
+            raise UsageError(str(exc)) from None
         common.write_report(out, results)
         all_results.append(results)
     if multi:

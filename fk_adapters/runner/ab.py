@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+import time
 from dataclasses import dataclass, field
 
 from fk_adapters import __version__, evidence, metrics, probe
@@ -35,6 +36,8 @@ class RunConfig:
     multiprocessing: bool = True
     model_cache: str = ""
     baseline_from: str = ""
+    interleave: int = 0  # N >= 2: N rounds of baseline then candidate, each a fresh engine process
+    force: bool = False  # start over even where out_dir holds finished scenarios of this same run
     command: str = ""
     extra_env: dict = field(default_factory=dict)
 
@@ -90,48 +93,102 @@ def _summary(res: dict) -> dict:
     return out
 
 
+def _rounds(cfg: RunConfig) -> int:
+    return max(1, cfg.interleave)
+
+
+def _run_dir(cfg: RunConfig, sc: Scenario, side: str, rnd: int) -> str:
+    """Round 1 keeps the plain side folder (what --baseline-from reads); later rounds get -r2, -r3, ..."""
+    return os.path.join(cfg.out_dir, "logs", sc.name, side if rnd == 1 else f"{side}-r{rnd}")
+
+
+def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, dict]:
+    """Every engine process of a scenario: {side: [round 1, round 2, ...]}, in run order (A B A B ...).
+
+    Round 1 runs the whole job (correctness, profile, perf); later rounds the same job without the profile.
+    Stops after a round in which a run did not end ok, and returns those runs as (side, result) pairs."""
+    runs: dict = {"baseline": [], "candidate": []}
+    if cfg.baseline_from:
+        runs["baseline"].append(reuse_baseline(cfg.baseline_from, sc.name, job))
+        echo(f"{sc.name} [baseline] reused from {runs['baseline'][0]['reused_from']}")
+    n = _rounds(cfg)
+    later = {k: v for k, v in job.items() if k != "profile"}
+    for rnd in range(1, n + 1):
+        for side, plugins in (("baseline", []), ("candidate", [] if cfg.aa else cfg.plugins)):
+            if len(runs[side]) >= rnd:
+                continue
+            tag = side if n == 1 else f"{side} {rnd}/{n}"
+            run_dir = _run_dir(cfg, sc, side, rnd)
+            res = run_job(cfg.engine.python, cfg.engine.driver, job if rnd == 1 else later, run_dir,
+                          _env(cfg, sc, plugins), cfg.timeout_s, echo=lambda m, t=tag: echo(f"{sc.name} [{t}] {m}"))
+            res["loads"] = probe.read_loads(run_dir)
+            runs[side].append(res)
+            echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
+        bad = [(side, r[-1]) for side, r in runs.items() if r[-1]["status"] != "ok"]
+        if bad:
+            return runs, bad
+    return runs, []
+
+
+def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict) -> list[str]:
+    """Rounds after the first must be what they claim: stock baselines, candidates whose kernels ran where
+    round 1's did."""
+    out = []
+    want = {s for s, e in first_ev.get("slots", {}).items() if e["status"] == "exercised"}
+    for i, (b, c) in enumerate(zip(runs["baseline"][1:], runs["candidate"][1:]), 2):
+        if b["loads"]:
+            out.append(f"round {i}: the baseline loaded fk plugins")
+        if cfg.aa:
+            continue
+        ev = evidence.judge(c, c["loads"], evidence_mode(cfg))
+        missed = sorted(s for s in want if ev["slots"].get(s, {}).get("status") != "exercised")
+        if missed:
+            out.append(f"round {i}: the plugin kernel did not run for {', '.join(missed)}")
+    return out
+
+
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     echo(f"{sc.name}: writing seeded weights")
     model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg))
     job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}
-    runs = {}
-    if cfg.baseline_from:
-        runs["baseline"] = reuse_baseline(cfg.baseline_from, sc.name, job)
-        echo(f"{sc.name} [baseline] reused from {runs['baseline']['reused_from']}")
-    for side, plugins in (("baseline", []), ("candidate", [] if cfg.aa else cfg.plugins)):
-        if side in runs:
-            continue
-        run_dir = os.path.join(cfg.out_dir, "logs", sc.name, side)
-        runs[side] = run_job(cfg.engine.python, cfg.engine.driver, job, run_dir, _env(cfg, sc, plugins),
-                             cfg.timeout_s, echo=lambda m, s=side: echo(f"{sc.name} [{s}] {m}"))
-        runs[side]["loads"] = probe.read_loads(run_dir)
-        echo(f"{sc.name} [{side}] {runs[side]['status']} in {runs[side]['wall_s']:.0f} s")
-    base, cand = runs["baseline"], runs["candidate"]
+    runs, bad = _engine_runs(cfg, sc, job, echo)
+    base, cand = runs["baseline"][0], runs["candidate"][0]
     row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": weights_key,
            "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")
                      if k in sc.model},
            "baseline": _summary(base), "candidate": _summary(cand), "failures": []}
+    if _rounds(cfg) > 1:
+        row["rounds"] = {"planned": _rounds(cfg), "order": "baseline, candidate per round (A B A B ...)",
+                         "runs": [[_summary(r) for r in runs["baseline"]], [_summary(r) for r in runs["candidate"]]]}
     if base["loads"]:
         row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
-    bad = [(s, r) for s, r in (("baseline", base), ("candidate", cand)) if r["status"] != "ok"]
     if bad:
         row["status"] = TIMEOUT if any(r["status"] == "timeout" for _, r in bad) else RUNTIME_ERROR
-        row["failures"] += [f"{s}: {r.get('error', r['status'])}" for s, r in bad]
+        rnd = len(runs["baseline"])
+        row["failures"] += [f"{s}{f' (round {rnd})' if rnd > 1 else ''}: {r.get('error', r['status'])}" for s, r in bad]
         return row
     if sc.family != "llm":
         row["family"] = sc.family
     row["correctness"] = correctness(base, cand, sc.dtype)
-    row["perf"] = metrics.performance(base.get("perf", {}), cand.get("perf", {}))
+    if _rounds(cfg) > 1:
+        row["perf"] = metrics.performance_rounds([r.get("perf", {}) for r in runs["baseline"]],
+                                                 [r.get("perf", {}) for r in runs["candidate"]])
+    else:
+        row["perf"] = metrics.performance(base.get("perf", {}), cand.get("perf", {}))
     row["failures"] += row["correctness"]["failures"]
     if cfg.aa:
+        row["failures"] += _round_checks(cfg, runs, {})
         row["status"] = PASSED if not row["failures"] else INCORRECT
         return row
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg))
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
     row["status"], more = _verdict(row, cand["loads"], cfg.allow_unexercised)
-    row["failures"] += more
+    unproven = _round_checks(cfg, runs, row["evidence"])
+    row["failures"] += more + unproven
+    if unproven and row["status"] == PASSED:
+        row["status"] = NOT_EXERCISED
     notes = _notes(row["evidence"], cand)
     if notes:
         row["notes"] = notes
@@ -201,25 +258,86 @@ def coverage(rows: list[dict]) -> dict:
     return cov
 
 
+class ResumeMismatch(ValueError):
+    """out_dir holds results of a different run."""
+
+
+def run_key(cfg: RunConfig) -> dict:
+    """What must match for a re-run to reuse an earlier run's finished scenarios."""
+    return {"engine": cfg.engine.name, "plugins": [] if cfg.aa else list(cfg.plugins), "aa": cfg.aa,
+            "device": cfg.device, "mode": cfg.mode, "quick": cfg.quick, "interleave": _rounds(cfg),
+            "baseline_from": cfg.baseline_from, "profile": cfg.profile}
+
+
+def finished_rows(cfg: RunConfig, path: str) -> dict:
+    """The scenario rows an interrupted earlier run of this same configuration wrote to ``path``."""
+    if cfg.force or not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            prev = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if prev.get("run_key") != run_key(cfg):
+        raise ResumeMismatch(f"{path} holds a different run ({_key_diff(prev.get('run_key') or {}, run_key(cfg))}): "
+                             "give --force to replace it, or another --out")
+    return {r["scenario"]: r for r in prev.get("scenarios", [])}
+
+
+def _key_diff(old: dict, new: dict) -> str:
+    diff = [f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in new.items() if old.get(k) != v]
+    return "; ".join(diff) or "no run key"
+
+
+def _duration(s: float) -> str:
+    m, sec = divmod(int(round(s)), 60)
+    return f"{m}m{sec:02d}s" if m else f"{sec}s"
+
+
 def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, echo=print) -> dict:
+    """Run each scenario, writing results.json after every one; scenarios this same run already finished in
+    out_dir (an interrupted suite) are kept, not run again, unless ``cfg.force``."""
     os.makedirs(cfg.out_dir, exist_ok=True)
+    path = os.path.join(cfg.out_dir, "results.json")
+    done = finished_rows(cfg, path)
     results = {"fk_version": __version__, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
                "device": cfg.device, "host": platform.node(), "python": sys.version.split()[0], "mode": cfg.mode,
                "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
                "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
-               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "thresholds": metrics.THRESHOLDS,
+               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "interleave": _rounds(cfg),
+               "run_key": run_key(cfg), "thresholds": metrics.THRESHOLDS,
                "output_thresholds": metrics.OUTPUT_THRESHOLDS, "scenarios": []}
-    path = os.path.join(cfg.out_dir, "results.json")
+    kept = [sc.name for sc in scenarios if sc.name in done]
+    if kept:
+        echo(f"resuming: {len(kept)} of {len(scenarios)} scenario(s) already finished in {path} "
+             f"({', '.join(kept)}); --force runs them again")
+    n, ran, t0 = len(scenarios), 0, time.monotonic()
     for i, sc in enumerate(scenarios, 1):
-        echo(f"[{i}/{len(scenarios)}] {sc.name}")
-        row = run_scenario(cfg, sc, echo)
+        tag = f"[{i}/{n}] {sc.name} ({cfg.engine.name})"
+        if sc.name in done:
+            row = done[sc.name]
+            echo(f"{tag}: {row['status']} (kept from the earlier run)")
+        else:
+            echo(tag)
+            row = run_scenario(cfg, sc, echo)
+            ran += 1
+            left = sum(1 for s in scenarios[i:] if s.name not in done)
+            took = time.monotonic() - t0
+            eta = f", about {_duration(took / ran * left)} left" if left else ""
+            echo(f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
+                 + f" [{_duration(took)} so far{eta}]")
         results["scenarios"].append(row)
-        echo(f"[{i}/{len(scenarios)}] {sc.name}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else ""))
         finish(results, cfg)
-        with open(path, "w") as f:  # written after every scenario: an interrupted suite keeps what finished
-            json.dump(results, f, indent=1, default=str)
+        _write_atomic(path, results)  # after every scenario: an interrupted suite keeps what finished
     return results
+
+
+def _write_atomic(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    os.replace(tmp, path)
 
 
 def finish(results: dict, cfg: RunConfig) -> None:
@@ -237,3 +355,19 @@ def finish(results: dict, cfg: RunConfig) -> None:
                         "(add a scenario that uses them, or --allow-uncovered)")
     results["verdict"] = "PASS" if not problems else "FAIL"
     results["problems"] = problems
+    if cfg.aa:
+        results["noise_floor"] = measured_noise_floor(results)
+
+
+def measured_noise_floor(results: dict) -> dict | None:
+    """This machine's noise floor from an A/A run (``compare.noise_floor_from_aa``), stored with the results:
+    the value, how many ratio intervals it comes from, and the widest one."""
+    from fk_adapters.compare import CompareError, noise_floor_from_aa
+
+    try:
+        nf = noise_floor_from_aa(results)
+    except CompareError:
+        return None
+    widest = max(nf["intervals"], key=lambda iv: iv["half_width"])
+    return {"value": nf["value"], "intervals": len(nf["intervals"]), "paired": all(iv.get("paired") for iv in nf["intervals"]),
+            "widest": {k: widest.get(k) for k in ("scenario", "kind", "workload", "metric", "ratio", "lo", "hi", "n")}}

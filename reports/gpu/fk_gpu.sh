@@ -27,7 +27,7 @@ for step in "$@"; do
   case $step in
     setup)
       (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \
-        --target "/tmp/fk-site/$ENGINE" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong 2>&1 \
+        --target "/tmp/fk-site/$ENGINE" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong plugins/fk-slow 2>&1 \
         | grep -v -i warning)
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
       $FK doctor --engine "$ENGINE" | tee "$WORK/doctor.txt"

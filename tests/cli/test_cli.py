@@ -215,7 +215,8 @@ def test_fk_compare_exit_codes(capsys, tmp_path):
                  "--out", str(tmp_path / "out")]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "FAIL" and out["noise_floor"]["source"].endswith("aa.json")
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"compare.md", "compare.json", "compare.csv"}
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"compare.md", "compare.json", "compare.csv", "deltas.png"}
+    assert "![" in (tmp_path / "out" / "compare.md").read_text()  # the plot is linked from the comment
     assert (tmp_path / "out" / "compare.md").read_text().startswith("**FAIL**")
     (tmp_path / "notjson.json").write_text("{")
     for argv, message in (

@@ -1,0 +1,172 @@
+"""FastKernels-style aggregates over an ``fk run`` results JSON.
+
+The paper's rule (shared/reference/fastkernels-46.md): "per model geomean over workloads, blended 0.5 throughput /
+0.5 latency; per category geomean; overall geomean over categories x correctness x coverage".
+
+Direction: every figure here is a speedup, > 1 means the candidate is faster. A throughput ratio (candidate /
+baseline items or tokens per s) is one as it stands; a latency ratio (candidate / baseline seconds) is inverted.
+
+Definitions
+-----------
+scenario
+    throughput = geomean of its throughput workloads' speedups, latency = geomean of its latency workloads'; blend =
+    throughput^0.5 * latency^0.5 (a weighted geomean, like every other step), or the one side that was measured.
+    One metric per throughput workload: the first of ``metrics.THROUGHPUT_KEYS`` it has (tokens/s and output
+    tokens/s give the same ratio when lengths are fixed).
+outcome
+    "failed": the run did not give a valid candidate (RUNTIME_ERROR, TIMEOUT, LOAD_ERROR, or no correctness
+    verdict); "incorrect": INCORRECT or its correctness did not pass; "correct" otherwise (PASSED, NOT_EXERCISED).
+covered
+    at least one selected slot was exercised (runner evidence); None where no evidence was taken (A/A).
+scored
+    correct, not uncovered, and with a speedup. Only scored scenarios enter the geomeans; the others count against
+    the correctness and coverage factors instead (a model with a wrong or stock candidate has no speedup to claim).
+category / overall
+    category geomean over its scored scenarios; overall geomean over the categories that have one (each category
+    weighs the same); score = overall x correctness x coverage, where correctness = correct / scenarios and
+    coverage = covered / scenarios (left out of the product for an A/A run).
+"""
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from fk_adapters import scenarios
+from fk_adapters.check.runner import weighted_geomean
+from fk_adapters.metrics import THROUGHPUT_KEYS
+from fk_adapters.runner.ab import INCORRECT, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT
+
+THROUGHPUT_WEIGHT = 0.5
+UNCATEGORIZED = "uncategorized"
+CORRECT, WRONG, FAILED = "correct", "incorrect", "failed"
+
+
+def geomean(values) -> float | None:
+    """Geometric mean of the positive finite values; None when there are none."""
+    return weighted_geomean([(v, 1) for v in values if v is not None])
+
+
+def blend(throughput: float | None, latency: float | None, w: float = THROUGHPUT_WEIGHT) -> float | None:
+    """throughput^w * latency^(1 - w); the side present when the other is None."""
+    if throughput is None or latency is None:
+        return throughput if latency is None else latency
+    return weighted_geomean([(throughput, w), (latency, 1.0 - w)])
+
+
+def speedups(perf: dict) -> dict:
+    """{"throughput": {workload: speedup}, "latency": {workload: speedup}} from a row's ``perf`` ratios."""
+    out: dict = {"throughput": {}, "latency": {}}
+    for name, m in (perf or {}).get("throughput", {}).items():
+        r = next((m[k].get("ratio") for k in THROUGHPUT_KEYS if m.get(k, {}).get("ratio") is not None), None)
+        if r is not None:
+            out["throughput"][name] = r
+    for name, m in (perf or {}).get("latency", {}).items():
+        r = m.get("latency_s", {}).get("ratio")
+        if r is not None:
+            out["latency"][name] = 1.0 / r if r else float("inf")
+    return out
+
+
+def outcome(row: dict) -> str:
+    """"correct", "incorrect" or "failed" (see the module docstring)."""
+    if row.get("status") in (RUNTIME_ERROR, TIMEOUT, LOAD_ERROR) or "passed" not in row.get("correctness", {}):
+        return FAILED
+    if row.get("status") == INCORRECT or not row["correctness"]["passed"]:
+        return WRONG
+    return CORRECT
+
+
+def per_scenario(row: dict) -> dict:
+    """Speedups, blend, correctness and kernel evidence of one results row."""
+    sp = speedups(row.get("perf", {}))
+    tp, lat = geomean(sp["throughput"].values()), geomean(sp["latency"].values())
+    slots = {s: e.get("status") for s, e in row.get("evidence", {}).get("slots", {}).items()}
+    exercised = sum(st == "exercised" for st in slots.values())
+    applicable = sum(st != "n/a" for st in slots.values())
+    covered = (exercised > 0) if "evidence" in row else None
+    out = outcome(row)
+    speed = blend(tp, lat)
+    return {"scenario": row.get("scenario"), "status": row.get("status"), "outcome": out,
+            "throughput": sp["throughput"], "latency": sp["latency"], "throughput_geomean": tp,
+            "latency_geomean": lat, "speedup": speed,
+            "correctness_failures": row.get("correctness", {}).get("failures", []),
+            "covered": covered, "slots": slots, "exercised": exercised, "applicable": applicable,
+            "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
+            "scored": out == CORRECT and covered is not False and speed is not None}
+
+
+def category_of(name: str) -> str:
+    """The scenario's FastKernels category ([catalog] category), else "uncategorized"."""
+    try:
+        return scenarios.load(name).catalog.get("category") or UNCATEGORIZED
+    except (scenarios.ScenarioError, OSError):
+        return UNCATEGORIZED
+
+
+def _fraction(k: int, n: int) -> float | None:
+    return k / n if n else None
+
+
+def summarize(results: dict, categories: dict[str, str] | None = None) -> dict:
+    """Per scenario, per category and overall aggregates; ``categories`` overrides ``category_of`` by name."""
+    rows = [per_scenario(r) for r in results.get("scenarios", [])]
+    for r in rows:
+        r["category"] = (categories or {}).get(r["scenario"]) or category_of(r["scenario"])
+    aa = bool(results.get("aa"))
+    cats = {}
+    for name in sorted({r["category"] for r in rows}):
+        members = [r for r in rows if r["category"] == name]
+        scored = [r for r in members if r["scored"]]
+        cats[name] = {"scenarios": len(members), "scored": len(scored),
+                      "correct": sum(r["outcome"] == CORRECT for r in members),
+                      "covered": sum(r["covered"] is True for r in members),
+                      "throughput": geomean(r["throughput_geomean"] for r in scored),
+                      "latency": geomean(r["latency_geomean"] for r in scored),
+                      "speedup": geomean(r["speedup"] for r in scored)}
+    n = len(rows)
+    counts = {k: sum(r["outcome"] == k for r in rows) for k in (CORRECT, WRONG, FAILED)}
+    correctness = _fraction(counts[CORRECT], n)
+    coverage = None if aa else _fraction(sum(r["covered"] is True for r in rows), n)
+    overall = geomean(c["speedup"] for c in cats.values())
+    score = None
+    if overall is not None and correctness is not None:
+        score = overall * correctness * (1.0 if coverage is None else coverage)
+    statuses: dict[str, int] = {}
+    for r in rows:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    return {"candidate": results.get("candidate"), "engine": results.get("engine"), "aa": aa, "scenarios": rows,
+            "categories": cats, "counts": dict(counts, scenarios=n, scored=sum(r["scored"] for r in rows)),
+            "statuses": statuses,
+            "overall": {"throughput": geomean(c["throughput"] for c in cats.values()),
+                        "latency": geomean(c["latency"] for c in cats.values()), "speedup": overall,
+                        "correctness": correctness, "coverage": coverage, "score": score}}
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def markdown(summary: dict) -> str:
+    """Scenario, category and overall tables (GitHub markdown)."""
+    srows = [[r["scenario"], r["category"], r["status"], _x(r["throughput_geomean"]), _x(r["latency_geomean"]),
+              _x(r["speedup"]), r["outcome"],
+              "-" if r["covered"] is None else f"{r['exercised']}/{r['applicable']}", "yes" if r["scored"] else "no"]
+             for r in summary["scenarios"]]
+    crows = [[name, _x(c["throughput"]), _x(c["latency"]), _x(c["speedup"]), f"{c['scored']}/{c['scenarios']}",
+              f"{c['correct']}/{c['scenarios']}", "-" if summary["aa"] else f"{c['covered']}/{c['scenarios']}"]
+             for name, c in summary["categories"].items()]
+    o, k = summary["overall"], summary["counts"]
+    pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"  # noqa: E731
+    lines = ["## Aggregates (FastKernels-style)", "",
+             "Speedups: > 1 means the candidate is faster (latency ratios inverted). Per scenario the geomean over "
+             "its workloads, blended 0.5 throughput / 0.5 latency (geometric); per category the geomean of its "
+             "correct, covered scenarios; overall the geomean over categories.", "",
+             tabulate(srows, headers=["scenario", "category", "status", "throughput", "latency", "blend", "outcome",
+                                      "slots exercised", "scored"], tablefmt="github", disable_numparse=True), "",
+             tabulate(crows, headers=["category", "throughput", "latency", "blend", "scored", "correct", "covered"],
+                      tablefmt="github", disable_numparse=True), "",
+             f"- overall geomean: {_x(o['speedup'])} (throughput {_x(o['throughput'])}, latency {_x(o['latency'])})",
+             f"- correctness: {pct(o['correctness'])} ({k[CORRECT]} correct, {k[WRONG]} incorrect, "
+             f"{k[FAILED]} failed of {k['scenarios']})",
+             f"- coverage: {pct(o['coverage'])}" + (" (A/A: not applicable)" if summary["aa"] else ""),
+             f"- score (overall x correctness x coverage): {_x(o['score'])}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,115 @@
+"""Interleaved rounds, resuming an interrupted suite: the runner with a fake engine."""
+import json
+import os
+
+import pytest
+
+from fk_adapters import engines, scenarios
+from fk_adapters.runner import ab
+
+
+class FakeEngine:
+    """Stands in for run_job: records the order of runs; baseline 100 tok/s, candidate ``speed`` x that."""
+
+    def __init__(self, speed=1.0, fail=None, silent_round=None):
+        self.calls, self.speed, self.fail, self.silent_round = [], speed, fail, silent_round
+
+    def __call__(self, python, driver, job, run_dir, env, timeout, echo=None):
+        side = os.path.basename(run_dir)
+        self.calls.append((side, "profile" in job))
+        cand = side.startswith("candidate")
+        rnd = len([c for c in self.calls if c[0].startswith(side.split("-")[0])])
+        tps = 100.0 * (self.speed if cand else 1.0) * (1 + 0.01 * rnd)  # drift shared by both sides of a round
+        res = {"status": "ok", "wall_s": 1.0, "run_dir": run_dir,
+               "calls": 0 if (cand and rnd == self.silent_round) else (10 if cand else 0),
+               "perf": {"throughput": {"w": [{"tokens_per_s": tps}, {"tokens_per_s": tps}]},
+                        "latency": {"b1": [{"latency_s": 1.0 / tps}]}}}
+        if self.fail and side == self.fail:
+            res.update(status="error", error="boom")
+        return res
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    eng = FakeEngine()
+    monkeypatch.setattr(ab, "run_job", lambda *a, **k: eng(*a, **k))
+    monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root: (str(tmp_path / "m"), "key"))
+    monkeypatch.setattr(ab.probe, "read_loads", lambda d: [{"pid": 1}] if "candidate" in os.path.basename(d) else [])
+    monkeypatch.setattr(ab, "correctness", lambda b, c, dtype: {"passed": True, "failures": []})
+    monkeypatch.setattr(ab.evidence, "plugin_code", lambda loads: {})
+
+    def judge(cand, loads, mode):
+        st = "exercised" if cand["calls"] else "not exercised"
+        return {"workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
+                "slots": {"rms_norm": {"plugin": "p", "status": st, "calls": cand["calls"]}}}
+    monkeypatch.setattr(ab.evidence, "judge", judge)
+    return eng
+
+
+def _cfg(tmp_path, **kw):
+    args = dict(engine=engines.get("vllm"), plugins=["p"], device="cpu", mode="eager", out_dir=str(tmp_path / "out"),
+                profile=True, allow_uncovered=True)
+    return ab.RunConfig(**{**args, **kw})
+
+
+def test_rounds_alternate_baseline_and_candidate_and_pair_their_medians(fake, tmp_path):
+    fake.speed = 0.97
+    row = ab.run_scenario(_cfg(tmp_path, interleave=3), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "baseline-r2", "candidate-r2",
+                                          "baseline-r3", "candidate-r3"]
+    assert [c[1] for c in fake.calls] == [True, True, False, False, False, False]  # profile in round 1 only
+    r = row["perf"]["throughput"]["w"]["tokens_per_s"]
+    assert r["paired"] is True and r["rounds"] == 3 and r["ratio"] == pytest.approx(0.97)
+    assert r["baseline"]["values"] == pytest.approx([101.0, 102.0, 103.0])  # one value (the median) per process
+    assert r["pair_min"] == pytest.approx(0.97) and r["pair_max"] == pytest.approx(0.97)
+    assert row["status"] == "PASSED" and len(row["rounds"]["runs"][1]) == 3
+
+
+def test_one_process_per_side_stays_unpaired(fake, tmp_path):
+    row = ab.run_scenario(_cfg(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate"] and "rounds" not in row
+    assert row["perf"]["throughput"]["w"]["tokens_per_s"]["paired"] is False
+
+
+def test_a_round_whose_candidate_kernel_did_not_run_is_not_a_pass(fake, tmp_path):
+    fake.silent_round = 2
+    row = ab.run_scenario(_cfg(tmp_path, interleave=3), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert row["status"] == "NOT_EXERCISED"
+    assert row["failures"] == ["round 2: the plugin kernel did not run for rms_norm"]
+
+
+def test_a_failed_later_round_stops_the_scenario_with_its_round(fake, tmp_path):
+    fake.fail = "candidate-r2"
+    row = ab.run_scenario(_cfg(tmp_path, interleave=4), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert row["status"] == "RUNTIME_ERROR" and row["failures"] == ["candidate (round 2): boom"]
+    assert len(fake.calls) == 4
+
+
+def test_an_interrupted_suite_resumes_and_force_starts_over(fake, tmp_path):
+    cfg = _cfg(tmp_path)
+    suite = [scenarios.load("tiny-llama"), scenarios.load("tiny-qwen2")]
+    ab.run_suite(cfg, suite[:1], "0", echo=lambda m: None)  # "interrupted" after the first scenario
+    fake.calls.clear()
+    lines = []
+    res = ab.run_suite(cfg, suite, "0", echo=lines.append)
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate"]  # only tiny-qwen2 ran
+    assert [r["scenario"] for r in res["scenarios"]] == ["tiny-llama", "tiny-qwen2"]
+    assert any(line.startswith("resuming: 1 of 2") for line in lines)
+    with open(os.path.join(cfg.out_dir, "results.json")) as f:
+        assert len(json.load(f)["scenarios"]) == 2
+    fake.calls.clear()
+    ab.run_suite(_cfg(tmp_path, force=True), suite, "0", echo=lambda m: None)
+    assert len(fake.calls) == 4
+
+
+def test_resuming_a_different_run_is_refused(fake, tmp_path):
+    ab.run_suite(_cfg(tmp_path), [scenarios.load("tiny-llama")], "0", echo=lambda m: None)
+    with pytest.raises(ab.ResumeMismatch, match="interleave: 1 there, 3 now"):
+        ab.run_suite(_cfg(tmp_path, interleave=3), [scenarios.load("tiny-llama")], "0", echo=lambda m: None)
+
+
+def test_an_aa_run_stores_its_noise_floor(fake, tmp_path):
+    res = ab.run_suite(_cfg(tmp_path, aa=True, plugins=[], interleave=3), [scenarios.load("tiny-llama")], "0",
+                       echo=lambda m: None)
+    nf = res["noise_floor"]
+    assert nf["paired"] is True and nf["intervals"] == 2 and nf["value"] == pytest.approx(0.0, abs=1e-9)
