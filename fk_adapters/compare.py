@@ -25,7 +25,8 @@ Verdict per delta (``stats.significant``) against margin = max(noise floor, thre
 only when the whole interval lies beyond 1 - margin (throughput) / 1 + margin (latency); "faster" the other way;
 otherwise "no change". The noise floor comes from ``--noise-floor`` or an A/A results file (``noise_floor_from_aa``:
 the largest distance from 1 reached by any of its ratio intervals, ``stats.noise_floor``); without one, the threshold
-alone is the margin (said in the output).
+alone is the margin (said in the output). With an A/A file, a workload the A/A run measured is held to that
+workload's own A/A reach (``margins``): a noisy batch-1 latency does not widen the margin of a steady throughput.
 
 Correctness, per shared scenario: HEAD's status must be PASSED (an INCORRECT, NOT_EXERCISED, LOAD_ERROR,
 RUNTIME_ERROR or TIMEOUT scenario in HEAD fails, even when BASE failed the same way), and no kernel may stop running:
@@ -227,7 +228,17 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
             "problems": problems, "notes": notes}
 
 
-def _perf(b_row: dict, h_row: dict, margin: float) -> tuple[list[dict], list[str]]:
+def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
+    """The margin each delta must clear: max(threshold, the A/A half-width of that same scenario x workload x
+    metric) where the A/A run measured it, else max(threshold, the floor's value: its widest interval)."""
+    default = max(threshold, floor["value"] if floor else 0.0)
+    by = {}
+    for iv in (floor or {}).get("intervals") or []:
+        by[(iv["scenario"], iv["kind"], iv["workload"], iv["metric"])] = max(threshold, iv["half_width"])
+    return by, default
+
+
+def _perf(b_row: dict, h_row: dict, margin_of) -> tuple[list[dict], list[str]]:
     rows, notes = [], []
     b_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(b_row)}
     h_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(h_row)}
@@ -238,6 +249,7 @@ def _perf(b_row: dict, h_row: dict, margin: float) -> tuple[list[dict], list[str
             notes.append(f"{kind} {workload}: BASE measured {bm}, HEAD {hm}: not compared")
             continue
         delta = delta_interval(br, hr)
+        margin = margin_of(h_row["scenario"], kind, workload, hm)
         row = {"scenario": h_row["scenario"], "kind": kind, "workload": workload, "metric": hm,
                "higher_is_better": hib, "base": side_interval(br), "head": side_interval(hr), "delta": delta,
                "margin": margin}
@@ -291,7 +303,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
         None if noise_floor is None else {"value": float(noise_floor), "source": "given (--noise-floor)"})
     if floor is not None and not 0 <= floor["value"] < 1:
         raise CompareError(f"noise floor {floor['value']} is not a fraction in [0, 1)")
-    margin = max(threshold, floor["value"] if floor else 0.0)
+    by_workload, margin = margins(floor, threshold)
     b_rows = {r["scenario"]: r for r in base["scenarios"]}
     h_rows = {r["scenario"]: r for r in head["scenarios"]}
     shared = [s for s in h_rows if s in b_rows]
@@ -301,7 +313,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     scenarios, perf = [], []
     for name in shared:
         sc = _scenario(b_rows[name], h_rows[name])
-        rows, notes = _perf(b_rows[name], h_rows[name], margin)
+        rows, notes = _perf(b_rows[name], h_rows[name], lambda *key: by_workload.get(key, margin))
         sc["notes"] += notes
         scenarios.append(sc)
         perf += rows
@@ -333,7 +345,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     }
     problems = [p for s in scenarios for p in s["problems"]]
     problems += [f"{r['scenario']}: {r['kind']} {r['workload']} slower: delta {_ci(r['delta'])} beyond "
-                 f"{'-' if r['higher_is_better'] else '+'}{margin:.1%}" for r in perf if r["regression"]]
+                 f"{'-' if r['higher_is_better'] else '+'}{r['margin']:.1%}" for r in perf if r["regression"]]
     verdict = "FAIL" if problems else "PASS"
     line = (f"**{verdict}**: {_plural(summary['regressions'], 'regression')}, {summary['faster']} faster, "
             f"{summary['unchanged']} unchanged" + (f", {summary['not_compared']} not compared"
@@ -407,8 +419,11 @@ def _status_cell(sc: dict) -> str:
 def _margin_text(cmp: dict) -> str:
     floor = cmp["noise_floor"]
     f = (f"noise floor {floor['value']:.1%} from {floor['source']}" if floor else "no noise floor given")
+    per = floor and floor.get("intervals")
     return (f"a delta counts only when its interval lies entirely beyond ±{cmp['margin']:.1%} "
-            f"(the larger of threshold {cmp['threshold']:.1%} and {f})")
+            f"(the larger of threshold {cmp['threshold']:.1%} and {f})"
+            + ("; a workload the A/A run measured: beyond the larger of the threshold and its own A/A reach "
+               "(column margin)" if per else ""))
 
 
 def to_markdown(cmp: dict) -> str:
@@ -446,13 +461,13 @@ def to_markdown(cmp: dict) -> str:
         perf_table = [[r["scenario"], f"{r['kind']} {r['workload']}", UNITS.get(r["metric"], r["metric"]),
                        "higher" if r["higher_is_better"] else "lower", _ci(r["base"]), _ci(r["head"]),
                        _ci(r["delta"]), r["delta"]["n"] if r["delta"] else "-",
-                       r["delta"]["method"] if r["delta"] else "-",
+                       r["delta"]["method"] if r["delta"] else "-", f"±{r['margin']:.1%}",
                        f"**{r['verdict']}**" if r["verdict"] != stats.NO_CHANGE else r["verdict"]]
                       for r in cmp["perf"]]
         lines += _details(f"Performance: {len(cmp['perf'])} comparisons", [
             tabulate(perf_table, headers=["scenario", "workload", "unit", "better", "BASE cand/base [interval]",
                                           "HEAD cand/base [interval]", "delta HEAD/BASE [interval]", "n", "interval",
-                                          "verdict"], tablefmt="github"), "",
+                                          "margin", "verdict"], tablefmt="github"), "",
             "Intervals: `bootstrap` = percentile bootstrap of the per-repeat values; `range` = from the range of "
             "repeat-by-repeat ratios (the files hold no per-repeat values): a bound, not a confidence interval. "
             "Throughput: delta > 1 is faster; latency: delta < 1 is faster. Significance: " + _margin_text(cmp) + "."])

@@ -131,8 +131,15 @@ def test_noise_floor_from_an_aa_file():
     assert len(floor["intervals"]) == 2
     assert floor["value"] == pytest.approx(max(iv["half_width"] for iv in floor["intervals"]))
     assert 0.035 < floor["value"] < 0.06  # the A/A's 4% latency offset sets it
+    # the floor as one number (--noise-floor): a 3.6% throughput drop sits within the latency's 4% reach
+    cmp = compare.compare(results(row(tput=1.10)), results(row(tput=1.06)), noise_floor=floor["value"])
+    assert cmp["margin"] == floor["value"] and cmp["verdict"] == "PASS"
+    # the A/A file (--aa): throughput is held to its own A/A reach, which is tight here, so the drop is caught
     cmp = compare.compare(results(row(tput=1.10)), results(row(tput=1.06)), noise_floor=floor)
-    assert cmp["margin"] == floor["value"] and cmp["verdict"] == "PASS"  # a 3.6% drop sits within the floor
+    tput = [r for r in cmp["perf"] if r["kind"] == "throughput"]
+    lat = [r for r in cmp["perf"] if r["kind"] == "latency"]
+    assert cmp["margin"] == floor["value"] and cmp["verdict"] == "FAIL"
+    assert all(r["margin"] < floor["value"] for r in tput) and all(r["margin"] == floor["value"] for r in lat)
     with pytest.raises(compare.CompareError, match="not an A/A run"):
         compare.noise_floor_from_aa(results(row()), "x.json")
 

@@ -30,7 +30,7 @@ def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tm
     assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
     assert res["engine"] == "transformers" and res["mode_detail"].startswith("eager")
     rows = {r["scenario"]: r for r in res["scenarios"]}
-    assert set(rows) == {"tiny-bitnet", "tiny-dinov3", "tiny-dinov3-bf16", "tiny-swinv2"}
+    assert set(rows) == {"tiny-bitnet", "tiny-dinov3", "tiny-dinov3-bf16", "tiny-swinv2", "tiny-colbertv2"}
     assert all(r["status"] == "PASSED" for r in rows.values())
     bitnet = rows["tiny-bitnet"]
     assert bitnet["correctness"]["teacher_forced"]["max_abs"] <= res["thresholds"]["float32"]["max_abs"]
@@ -62,6 +62,9 @@ def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tm
     assert all(e["status"] == "n/a" for e in swin["evidence"]["slots"].values())
     assert swin["notes"][0].startswith("no selected slot applies to this model")
     assert swin["correctness"]["worst"]["max_abs"] == 0.0
+    colbert = rows["tiny-colbertv2"]  # the checkpoint's own class (BERT + linear head), built by fk
+    assert set(colbert["correctness"]["outputs"]) == {"last_hidden_state", "embeddings"}
+    assert colbert["correctness"]["outputs"]["embeddings"]["shape"] == [2, 32, 16]
     report = (out / "report.md").read_text()
     assert "items/s" in report and "no selected slot applies" in report and "1 - cosine" in report
     assert "err_c / err_b" in report and "float32 reference" in report

@@ -1,0 +1,58 @@
+"""ColBERTv2 (``HF_ColBERT``): a BERT body and a bias-free linear head to ``dim`` per token, L2-normalised.
+
+It is the checkpoint's own class (``colbert-ir/colbertv2.0``, tensors ``bert.*`` and ``linear.weight``), not
+a transformers class, so fk builds it here from transformers' ``BertModel``: the weights writer seeds and
+saves it, the transformers host loads and serves it like any other model.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+
+class HFColBERT(torch.nn.Module):
+    def __init__(self, config):
+        from transformers import BertModel
+
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.linear = torch.nn.Linear(config.hidden_size, int(getattr(config, "dim", 128)), bias=False)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                           token_type_ids=token_type_ids).last_hidden_state
+        return {"last_hidden_state": hidden, "embeddings": torch.nn.functional.normalize(self.linear(hidden), dim=-1)}
+
+    @classmethod
+    def _from_config(cls, config, dtype=None):
+        model = cls(config)
+        return model.to(dtype) if dtype is not None else model
+
+    def save_pretrained(self, out_dir: str) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(out_dir, exist_ok=True)
+        cfg = self.config.to_dict()
+        cfg["architectures"] = ["HF_ColBERT"]
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()},
+                  os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, dtype=None):
+        from safetensors.torch import load_file
+        from transformers import BertConfig
+
+        model = cls._from_config(BertConfig.from_pretrained(model_dir), dtype)
+        missing, unexpected = model.load_state_dict(load_file(os.path.join(model_dir, "model.safetensors")),
+                                                    strict=False)
+        if missing or unexpected:
+            raise ValueError(f"HF_ColBERT checkpoint {model_dir}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        return model
+
+
+CLASSES = {"HF_ColBERT": HFColBERT}  # checkpoint classes fk builds itself, by architecture name
