@@ -3,7 +3,7 @@
 # after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
 #   ENGINE: vllm | sglang | transformers (steps setup, tfx, pack)
-#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 tfx tfxab pack
+#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 tfx tfxab deltas pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
@@ -88,6 +88,20 @@ for step in "$@"; do
         $TR --plugins wrong --out "$D/wrong" --baseline-from "$D/triton" --allow-uncovered
         $TR --plugins passthrough --out "$D/passthrough" --baseline-from "$D/triton"
         rm -rf "${MODELS:?}"/*
+      done ;;
+    deltas)  # trustworthy deltas: interleaved A/A (the noise floor), passthrough twice (an A/A pair of plugin runs)
+             # and fk-slow at each $SLOW_US (a known delay per norm call), then fk compare of each against passthrough
+      IL="--scenario $SC --interleave ${ROUNDS:-5} ${DELTA_SIZE:---quick} --model-cache $MODELS --timeout 900"
+      D=$ROOT/deltas
+      $FK run --engine "$ENGINE" --aa $IL --out "$D/aa"
+      $FK run --engine "$ENGINE" --plugins passthrough $IL --out "$D/passthrough"
+      $FK run --engine "$ENGINE" --plugins passthrough $IL --out "$D/passthrough-2"
+      $FK compare "$D/passthrough/results.json" "$D/passthrough-2/results.json" --aa "$D/aa/results.json" \
+        --out "$D/compare-passthrough-2" > /dev/null; echo "compare passthrough-2: exit $?"
+      for us in ${SLOW_US:-3 10}; do
+        FK_SLOW_US=$us $FK run --engine "$ENGINE" --plugins slow $IL --out "$D/slow-${us}us"
+        $FK compare "$D/passthrough/results.json" "$D/slow-${us}us/results.json" --aa "$D/aa/results.json" \
+          --out "$D/compare-slow-${us}us" > /dev/null; echo "compare slow-${us}us: exit $?"
       done ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \

@@ -62,6 +62,18 @@ def test_passthrough_loads_in_every_engine_process(tmp_path):
     assert len(res["problems"]) == 1 and "no scenario of this suite has a layer for: gelu_and_mul" in res["problems"][0]
 
 
+def test_passthrough_is_exact_where_norms_take_strided_q_k_slices(tmp_path):
+    """Gemma-4 normalises q and k sliced out of the fused qkv projection: rows with a stride, which vLLM's CPU
+    rms_norm kernel does not follow (it did not: max |Δlogprob| 0.8 before the passthrough made them contiguous)."""
+    p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-gemma-4", "--quick", "--allow-uncovered",
+                    "--no-multiprocessing")
+    assert res is not None, p.stderr[-3000:]
+    row = res["scenarios"][0]
+    assert row["status"] == "PASSED", row["failures"]
+    assert row["correctness"]["tokens"]["identical"] == row["correctness"]["tokens"]["requests"]
+    assert row["evidence"]["slots"]["rms_norm"]["calls"] > 0
+
+
 def test_triton_plugin_agrees_on_the_tiny_suite(tmp_path):
     p, res = fk_run(tmp_path, "--plugins", "triton", "--suite", "tiny", "--no-multiprocessing", "--quick")
     assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
