@@ -102,7 +102,7 @@ def _run_dir(cfg: RunConfig, sc: Scenario, side: str, rnd: int) -> str:
     return os.path.join(cfg.out_dir, "logs", sc.name, side if rnd == 1 else f"{side}-r{rnd}")
 
 
-def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, dict]:
+def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, list]:
     """Every engine process of a scenario: {side: [round 1, round 2, ...]}, in run order (A B A B ...).
 
     Round 1 runs the whole job (correctness, profile, perf); later rounds the same job without the profile.

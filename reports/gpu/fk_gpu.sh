@@ -89,20 +89,9 @@ for step in "$@"; do
         $TR --plugins passthrough --out "$D/passthrough" --baseline-from "$D/triton"
         rm -rf "${MODELS:?}"/*
       done ;;
-    deltas)  # trustworthy deltas: interleaved A/A (the noise floor), passthrough twice (an A/A pair of plugin runs)
-             # and fk-slow at each $SLOW_US (a known delay per norm call), then fk compare of each against passthrough
-      IL="--scenario $SC --interleave ${ROUNDS:-5} ${DELTA_SIZE:---quick} --model-cache $MODELS --timeout 900"
-      D=$ROOT/deltas
-      $FK run --engine "$ENGINE" --aa $IL --out "$D/aa"
-      $FK run --engine "$ENGINE" --plugins passthrough $IL --out "$D/passthrough"
-      $FK run --engine "$ENGINE" --plugins passthrough $IL --out "$D/passthrough-2"
-      $FK compare "$D/passthrough/results.json" "$D/passthrough-2/results.json" --aa "$D/aa/results.json" \
-        --out "$D/compare-passthrough-2" > /dev/null; echo "compare passthrough-2: exit $?"
-      for us in ${SLOW_US:-3 10}; do
-        FK_SLOW_US=$us $FK run --engine "$ENGINE" --plugins slow $IL --out "$D/slow-${us}us"
-        $FK compare "$D/passthrough/results.json" "$D/slow-${us}us/results.json" --aa "$D/aa/results.json" \
-          --out "$D/compare-slow-${us}us" > /dev/null; echo "compare slow-${us}us: exit $?"
-      done ;;
+    deltas)  # trustworthy deltas (reports/deltas.sh): interleaved A/A, fk-slow at 0 us twice and at each $SLOW_US
+      OUT=$ROOT/deltas SC=$SC ENGINE=$ENGINE FK="$FK" EXTRA="--model-cache $MODELS" SIZE=${DELTA_SIZE:---quick} \
+        bash "$REPO/reports/deltas.sh" ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
         && mv evidence.tmp.tgz evidence.tgz && ls -la evidence.tgz ;;
