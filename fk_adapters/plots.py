@@ -42,7 +42,8 @@ def _interval_row(iv: dict, label: str, **extra) -> dict:
     interval is only its point (n < 2)."""
     no_interval = iv.get("note") == stats.NO_INTERVAL
     return dict(extra, label=label, ratio=iv["ratio"], lo=None if no_interval else iv.get("lo"),
-                hi=None if no_interval else iv.get("hi"), n=iv.get("n"), method=iv.get("method"))
+                hi=None if no_interval else iv.get("hi"), n=iv.get("n"), method=iv.get("method"),
+                paired=bool(iv.get("paired") or (iv.get("paired_base") and iv.get("paired_head"))))
 
 
 def _runs(results: dict) -> list[dict]:
@@ -304,7 +305,11 @@ def _methods_note(rows: list[dict], conf: float = compare.CONF) -> str:
     methods = {r.get("method") for r in rows if r.get("lo") is not None}
     parts = []
     if "bootstrap" in methods:
-        parts.append(f"{conf:.0%} percentile bootstrap of the per-repeat values")
+        boot = [r for r in rows if r.get("method") == "bootstrap" and r.get("lo") is not None]
+        what = ("the interleaved rounds, resampled in pairs" if all(r.get("paired") for r in boot) else
+                "the per-repeat values" if not any(r.get("paired") for r in boot) else
+                "the per-repeat values (interleaved rounds resampled in pairs)")
+        parts.append(f"{conf:.0%} percentile bootstrap of {what}")
     if "range" in methods:
         parts.append("range of the repeat-by-repeat ratios (a bound, not a confidence interval)")
     return ("Intervals: " + "; ".join(parts) + ".") if parts else ""
