@@ -28,7 +28,8 @@ def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str]]:
     parts, figures = [], []
     for host in sc.hosts:
         s = seen.get((sc.name, host))
-        parts.append(f"{host}: {s.status if s and s.status else 'not run yet'}")
+        scope = " (language model only)" if host == "vllm" and (sc.engine or {}).get("language_model_only") else ""
+        parts.append(f"{host}: {s.status if s and s.status else 'not run yet'}{scope}")
         if s:
             figures += [f"{host}: {f}" for f in s.figures]
             if s.slots:
