@@ -145,13 +145,24 @@ def _x(v) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _span(values) -> str:
+    """[min, max] of the finite values: the spread behind a geomean."""
+    vals = [v for v in values if v is not None and v == v and v not in (float("inf"), float("-inf"))]
+    return f"[{min(vals):.3f}, {max(vals):.3f}]" if len(vals) > 1 else "-"
+
+
 def markdown(summary: dict) -> str:
     """Scenario, category and overall tables (GitHub markdown)."""
     srows = [[r["scenario"], r["category"], r["status"], _x(r["throughput_geomean"]), _x(r["latency_geomean"]),
-              _x(r["speedup"]), r["outcome"],
+              _x(r["speedup"]), _span([*r["throughput"].values(), *r["latency"].values()]), r["outcome"],
               "-" if r["covered"] is None else f"{r['exercised']}/{r['applicable']}", "yes" if r["scored"] else "no"]
              for r in summary["scenarios"]]
-    crows = [[name, _x(c["throughput"]), _x(c["latency"]), _x(c["speedup"]), f"{c['scored']}/{c['scenarios']}",
+    blends = {}
+    for r in summary["scenarios"]:
+        if r["scored"]:
+            blends.setdefault(r["category"], []).append(r["speedup"])
+    crows = [[name, _x(c["throughput"]), _x(c["latency"]), _x(c["speedup"]), _span(blends.get(name, [])),
+              f"{c['scored']}/{c['scenarios']}",
               f"{c['correct']}/{c['scenarios']}", "-" if summary["aa"] else f"{c['covered']}/{c['scenarios']}"]
              for name, c in summary["categories"].items()]
     o, k = summary["overall"], summary["counts"]
@@ -160,10 +171,11 @@ def markdown(summary: dict) -> str:
              "Speedups: > 1 means the candidate is faster (latency ratios inverted). Per scenario the geomean over "
              "its workloads, blended 0.5 throughput / 0.5 latency (geometric); per category the geomean of its "
              "correct, covered scenarios; overall the geomean over categories.", "",
-             tabulate(srows, headers=["scenario", "category", "status", "throughput", "latency", "blend", "outcome",
-                                      "slots exercised", "scored"], tablefmt="github", disable_numparse=True), "",
-             tabulate(crows, headers=["category", "throughput", "latency", "blend", "scored", "correct", "covered"],
+             tabulate(srows, headers=["scenario", "category", "status", "throughput", "latency", "blend",
+                                      "workloads [min, max]", "outcome", "slots exercised", "scored"],
                       tablefmt="github", disable_numparse=True), "",
+             tabulate(crows, headers=["category", "throughput", "latency", "blend", "scenarios [min, max]", "scored",
+                                      "correct", "covered"], tablefmt="github", disable_numparse=True), "",
              f"- overall geomean: {_x(o['speedup'])} (throughput {_x(o['throughput'])}, latency {_x(o['latency'])})",
              f"- correctness: {pct(o['correctness'])} ({k[CORRECT]} correct, {k[WRONG]} incorrect, "
              f"{k[FAILED]} failed of {k['scenarios']})",
