@@ -162,6 +162,10 @@ def test_fk_scenarios_lists_filters_and_refuses_unknown_hosts(capsys, tmp_path):
     assert all("transformers" in r["hosts"] for r in json.loads(capsys.readouterr().out))
     assert main(["scenarios", "--engine", "trt"]) == 2
     assert "unknown host" in capsys.readouterr().err
+    assert main(["scenarios", "--json", "--engine", "vllm", "--results", str(tmp_path)]) == 0
+    status = {r["scenario"]: r["status"] for r in json.loads(capsys.readouterr().out)}
+    assert "vllm: not run yet (language model only)" in status["fk46-qwen2-vl"]  # the towers are not served
+    assert "language model only" not in status["fk46-llama-3.1"]
 
 
 def test_a_scenario_whose_weights_cannot_be_written_is_recorded_as_failed(monkeypatch, capsys, tmp_path):
