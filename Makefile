@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml plugins/*/pyproject.toml
 	$(BIN)/pip install -q --no-build-isolation -e . -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong -e plugins/fk-slow
 	touch $(STAMP)
 
-# The main job: the example Triton plugin vs. stock vLLM (CPU) on the tiny suite.
+# The main job: the example Triton plugin vs. stock vLLM (CPU) on the tiny suite (--force: always a fresh run,
+# not a resume of the committed results).
 demo: setup
 	$(BIN)/fk doctor --engine vllm
-	$(BIN)/fk run --plugins triton --suite tiny --out reports/cpu-tiny-triton
+	$(BIN)/fk run --plugins triton --suite tiny --out reports/cpu-tiny-triton --force
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -6,7 +6,7 @@ import os
 
 from fk_adapters import engines
 from fk_adapters.cli import common
-from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist
+from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, source_digest
 from fk_adapters.runner.ab import ResumeMismatch, RunConfig, run_suite
 
 
@@ -76,7 +76,9 @@ def run(args) -> int:
     plugins = [] if args.aa else (parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env() or [])
     if not args.aa and not plugins:
         raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
-    load_plugins(plugins, strict=True)  # unknown or broken plugins stop here, before any engine starts
+    loaded = load_plugins(plugins, strict=True)  # unknown or broken plugins stop here, before any engine starts
+    code = {"fk_adapters": source_digest("fk_adapters"),
+            **{p.name: {"source_sha256": p.source_sha256, "info": p.info} for p in loaded}}
     chosen = common.chosen_scenarios(args, [s.name for s in specs])
     device = common.device(args.device)
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
@@ -95,7 +97,7 @@ def run(args) -> int:
                         allow_uncovered=args.allow_uncovered, aa=args.aa, quick=args.quick,
                         profile=device == "cuda" if args.profile is None else args.profile,
                         multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
-                        baseline_from=base_from, interleave=args.interleave, force=args.force,
+                        baseline_from=base_from, interleave=args.interleave, force=args.force, code=code,
                         command=common.command_line())
         print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({spec.describe_mode(mode, device)}), "
               f"{len(chosen)} scenario(s) -> {out}", flush=True)

@@ -38,6 +38,7 @@ class RunConfig:
     baseline_from: str = ""
     interleave: int = 0  # N >= 2: N rounds of baseline then candidate, each a fresh engine process
     force: bool = False  # start over even where out_dir holds finished scenarios of this same run
+    code: dict = field(default_factory=dict)  # fk's and the plugins' source digests (and plugin info): part of the run key
     command: str = ""
     extra_env: dict = field(default_factory=dict)
 
@@ -264,9 +265,10 @@ class ResumeMismatch(ValueError):
 
 def run_key(cfg: RunConfig) -> dict:
     """What must match for a re-run to reuse an earlier run's finished scenarios."""
-    return {"engine": cfg.engine.name, "plugins": [] if cfg.aa else list(cfg.plugins), "aa": cfg.aa,
+    key = {"engine": cfg.engine.name, "plugins": [] if cfg.aa else list(cfg.plugins), "aa": cfg.aa,
             "device": cfg.device, "mode": cfg.mode, "quick": cfg.quick, "interleave": _rounds(cfg),
-            "baseline_from": cfg.baseline_from, "profile": cfg.profile}
+            "baseline_from": cfg.baseline_from, "profile": cfg.profile, "code": cfg.code}
+    return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 
 def finished_rows(cfg: RunConfig, path: str) -> dict:
@@ -278,6 +280,9 @@ def finished_rows(cfg: RunConfig, path: str) -> dict:
             prev = json.load(f)
     except (OSError, json.JSONDecodeError):
         return {}
+    if "run_key" not in prev:
+        raise ResumeMismatch(f"{path} holds results of an earlier fk that did not record what it ran: "
+                             "give --force to replace them, or another --out")
     if prev.get("run_key") != run_key(cfg):
         raise ResumeMismatch(f"{path} holds a different run ({_key_diff(prev.get('run_key') or {}, run_key(cfg))}): "
                              "give --force to replace it, or another --out")
@@ -285,7 +290,8 @@ def finished_rows(cfg: RunConfig, path: str) -> dict:
 
 
 def _key_diff(old: dict, new: dict) -> str:
-    diff = [f"{k}: {old.get(k)!r} there, {v!r} now" for k, v in new.items() if old.get(k) != v]
+    diff = [f"{k}: {old.get(k)!r} there, {v!r} now" if k != "code" else "the code of fk or of a plugin changed"
+            for k, v in new.items() if old.get(k) != v]
     return "; ".join(diff) or "no run key"
 
 

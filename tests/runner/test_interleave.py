@@ -108,6 +108,22 @@ def test_resuming_a_different_run_is_refused(fake, tmp_path):
         ab.run_suite(_cfg(tmp_path, interleave=3), [scenarios.load("tiny-llama")], "0", echo=lambda m: None)
 
 
+def test_changed_code_or_an_older_results_file_is_not_resumed(fake, tmp_path):
+    sc = [scenarios.load("tiny-llama")]
+    ab.run_suite(_cfg(tmp_path, code={"p": {"source_sha256": "a", "info": {"delay": (1, 2)}}}), sc, "0",
+                 echo=lambda m: None)
+    ab.run_suite(_cfg(tmp_path, code={"p": {"source_sha256": "a", "info": {"delay": (1, 2)}}}), sc, "0",
+                 echo=lambda m: None)  # the same code: resumed (nothing left to run)
+    assert len(fake.calls) == 2
+    with pytest.raises(ab.ResumeMismatch, match="the code of fk or of a plugin changed"):
+        ab.run_suite(_cfg(tmp_path, code={"p": {"source_sha256": "b", "info": {}}}), sc, "0", echo=lambda m: None)
+    path = os.path.join(_cfg(tmp_path).out_dir, "results.json")
+    with open(path, "w") as f:
+        json.dump({"scenarios": [{"scenario": "tiny-llama"}]}, f)  # written by an fk before run keys
+    with pytest.raises(ab.ResumeMismatch, match="did not record what it ran"):
+        ab.run_suite(_cfg(tmp_path), sc, "0", echo=lambda m: None)
+
+
 def test_an_aa_run_stores_its_noise_floor(fake, tmp_path):
     res = ab.run_suite(_cfg(tmp_path, aa=True, plugins=[], interleave=3), [scenarios.load("tiny-llama")], "0",
                        echo=lambda m: None)
