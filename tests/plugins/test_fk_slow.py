@@ -15,6 +15,8 @@ import torch
 
 from fk_adapters.tasks import SLOTS
 
+from _cuda_graph import capture_and_replay, clone_args  # noqa: E402
+
 _PLUGIN_SRC = Path(__file__).resolve().parents[2] / "plugins" / "fk-slow"
 if importlib.util.find_spec("fk_slow") is None:  # not installed: use the source tree
     sys.path.insert(0, str(_PLUGIN_SRC))
@@ -38,10 +40,6 @@ def _installed() -> bool:
 needs_install = pytest.mark.skipif(not _installed(), reason="fk-slow is not installed (tested from the source tree)")
 
 
-def _clone(args):
-    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-
-
 def _results(out, args):
     """The return value (if any) followed by every tensor argument as it is after the call."""
     return ((out,) if out is not None else ()) + tuple(a for a in args if isinstance(a, torch.Tensor))
@@ -57,7 +55,7 @@ def _assert_identical(got, want):
 def _run_both(name, fn, args, native=None):
     slot = SLOTS[name]
     native = native or slot.reference
-    mine, ref = _clone(args), _clone(args)
+    mine, ref = clone_args(args), clone_args(args)
     got = fn(*mine)
     want = native(*ref)
     if slot.in_place:
@@ -68,7 +66,7 @@ def _run_both(name, fn, args, native=None):
 def _median_s(fn, args, n=7):
     times = []
     for _ in range(n):
-        a = _clone(args)
+        a = clone_args(args)
         t0 = time.perf_counter()
         fn(*a)
         times.append(time.perf_counter() - t0)
@@ -330,25 +328,7 @@ def test_gpu_output_identical_and_delay_on_device(name, dtype):
 def test_gpu_graph_capture_replays_the_delay(name):
     slot, delay_us = SLOTS[name], 100.0
     slow = fk_slow.slowed(slot.reference, delay_us)
-    static = slot.make_inputs(slot.cases[-1], torch.float32, "cuda", torch.Generator().manual_seed(0))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        slow(*_clone(static))  # warm up (and read the clock) outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = slow(*static)
-    fresh = slot.make_inputs(slot.cases[-1], torch.float32, "cuda", torch.Generator().manual_seed(1))
-    tensors = [i for i, a in enumerate(static) if isinstance(a, torch.Tensor)]
-    for i in tensors:
-        static[i].copy_(fresh[i])
-    graph.replay()
-    torch.cuda.synchronize()
-    ref = _clone(fresh)
-    ref_out = slot.reference(*ref)
-    got = tuple(static[i] for i in tensors) if slot.in_place else (out,)
-    want = tuple(ref[i] for i in tensors) if slot.in_place else (ref_out,)
+    graph, got, want = capture_and_replay(slot, slow, slot.cases[-1])
     _assert_identical(got, want)
     assert _cuda_ms(graph.replay) * 1000 >= 0.9 * delay_us
 

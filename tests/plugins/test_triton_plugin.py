@@ -20,6 +20,8 @@ triton = pytest.importorskip("triton")
 
 from fk_adapters.tasks import SLOTS  # noqa: E402
 
+from _cuda_graph import capture_and_replay, clone_args  # noqa: E402
+
 _PLUGIN_SRC = Path(__file__).resolve().parents[2] / "plugins" / "fk-triton"
 if importlib.util.find_spec("fk_triton_kernels") is None:  # not installed: use the source tree
     sys.path.insert(0, str(_PLUGIN_SRC))
@@ -38,17 +40,13 @@ def _kernels():
     return kernels
 
 
-def _clone(args):
-    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-
-
 def _run_both(slot, fn, args):
     """Run kernel and reference on separate clones; return (kernel result, reference result).
 
     A result is the return value followed by every tensor argument as it is after the call, so
     in-place writes are compared and so is the guarantee that nothing else was written.
     """
-    mine, ref = _clone(args), _clone(args)
+    mine, ref = clone_args(args), clone_args(args)
     got = fn(*mine)
     want = slot.reference(*ref)
     if slot.in_place:
@@ -274,29 +272,8 @@ def test_low_precision_on_gpu(name, index, dtype):
 @pytest.mark.parametrize("name", SLOT_NAMES)
 def test_cuda_graph_capture_and_replay(name):
     """Captured once, replayed on new data: the graph must give the reference answer for that data."""
-    slot, fn = SLOTS[name], getattr(_kernels(), name)
-    case = slot.cases[-1]
-    static = slot.make_inputs(case, torch.float32, "cuda", torch.Generator().manual_seed(0))
-    tensors = [i for i, a in enumerate(static) if isinstance(a, torch.Tensor)]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn(*_clone(static))  # warm up: compile outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn(*static)
-    fresh = slot.make_inputs(case, torch.float32, "cuda", torch.Generator().manual_seed(1))
-    for i in tensors:
-        static[i].copy_(fresh[i])
-    graph.replay()
-    torch.cuda.synchronize()
-    ref_args = _clone(fresh)
-    ref_out = slot.reference(*ref_args)
-    if slot.in_place:
-        got, want = tuple(static[i] for i in tensors), tuple(ref_args[i] for i in tensors)
-    else:
-        got, want = (out,), (ref_out,)
+    slot = SLOTS[name]
+    _, got, want = capture_and_replay(slot, getattr(_kernels(), name), slot.cases[-1])
     _assert_same(got, want)
 
 
@@ -310,9 +287,9 @@ def test_profiler_shows_declared_kernel_names():
     for kern in plugin.fk_kernels(engine="vllm", device="cuda"):
         slot = SLOTS[kern.slot]
         args = slot.make_inputs(slot.cases[0], torch.float32, "cuda", torch.Generator().manual_seed(0))
-        kern.fn(*_clone(args))  # compile outside the profile
+        kern.fn(*clone_args(args))  # compile outside the profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            kern.fn(*_clone(args))
+            kern.fn(*clone_args(args))
             torch.cuda.synchronize()
         names = {e.name for e in prof.events()}
         assert any(kern.kernel_names[0] in n for n in names), (kern.slot, sorted(names))
