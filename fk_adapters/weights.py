@@ -140,10 +140,10 @@ def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: s
     import torch
     import transformers
 
-    from fk_adapters.engines.transformers.colbert import CLASSES
+    from fk_adapters.engines.transformers.colbert import model_class
 
     arch = config["architectures"][0]
-    cls = getattr(transformers, arch, None) or CLASSES.get(arch)
+    cls = model_class(arch)
     if cls is None:
         raise WeightsError(f"no weight writer for {arch!r}: not a class of transformers {transformers.__version__}")
     cfg = _hf_config(config)

@@ -56,3 +56,10 @@ class HFColBERT(torch.nn.Module):
 
 
 CLASSES = {"HF_ColBERT": HFColBERT}  # checkpoint classes fk builds itself, by architecture name
+
+
+def model_class(arch: str):
+    """transformers' class of that name, else fk's own (CLASSES), else None."""
+    import transformers
+
+    return getattr(transformers, arch, None) or CLASSES.get(arch)

@@ -36,10 +36,10 @@ def load_model(job: dict, device: str):
     import torch
     import transformers
 
-    from fk_adapters.engines.transformers.colbert import CLASSES
+    from fk_adapters.engines.transformers.colbert import model_class
 
     arch = job["architectures"][0]
-    cls = getattr(transformers, arch, None) or CLASSES.get(arch)
+    cls = model_class(arch)
     if cls is None:
         raise ValueError(f"transformers {transformers.__version__} has no class {arch}")
     model = cls.from_pretrained(job["model_dir"], dtype=getattr(torch, job["dtype"]))
