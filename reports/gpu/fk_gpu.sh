@@ -3,7 +3,7 @@
 # after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
 #   ENGINE: vllm | sglang | transformers (steps setup, tfx, pack)
-#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 tfx tfxab deltas pack
+#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 fk46ab tfx tfxab deltas pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
@@ -89,9 +89,17 @@ for step in "$@"; do
         $TR --plugins passthrough --out "$D/passthrough" --baseline-from "$D/triton"
         rm -rf "${MODELS:?}"/*
       done ;;
-    deltas)  # trustworthy deltas (reports/deltas.sh): interleaved A/A, fk-slow at 0 us twice and at each $SLOW_US
-      OUT=$ROOT/deltas SC=$SC ENGINE=$ENGINE FK="$FK" EXTRA="--model-cache $MODELS" SIZE=${DELTA_SIZE:---quick} \
-        bash "$REPO/reports/deltas.sh" ;;
+    deltas)  # trustworthy deltas (reports/deltas.sh) on $DELTA_SC (default llama31-8b-4l-prefill, GPU-bound): interleaved
+             # A/A, fk-slow at 0 us, at each $SLOW_US, at 0 us again; $DELTA_SIZE (default: the scenario's full size)
+      OUT=$ROOT/deltas SC=${DELTA_SC:-llama31-8b-4l-prefill} ENGINE=$ENGINE FK="$FK" EXTRA="--model-cache $MODELS" \
+        SIZE=${DELTA_SIZE-} bash "$REPO/reports/deltas.sh" ;;
+    fk46ab)  # the Triton plugin against the stock engine on each of $FK46_AB (fk46 LLMs this engine hosts):
+             # correctness diff, throughput ratio, kernel hits; $AB_MODE (default eager), $FK46_SIZE (default --smoke)
+      for s in ${FK46_AB:?FK46_AB: the scenarios to run}; do
+        $FK run --engine "$ENGINE" --plugins triton --scenario "$s" --mode ${AB_MODE:-eager} ${FK46_SIZE:---smoke} \
+          --model-cache $MODELS --timeout ${FK46_TIMEOUT:-900} --allow-uncovered --out "$ROOT/fk46-ab/$ENGINE/$s"
+        rm -rf "${MODELS:?}"/*
+      done ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
         && mv evidence.tmp.tgz evidence.tgz && ls -la evidence.tgz ;;
