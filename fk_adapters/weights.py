@@ -159,7 +159,19 @@ def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: s
                 scale = std if name.endswith("bias") else 0.1
                 p.add_((scale * torch.randn(p.shape, generator=gen)).to(p.device, p.dtype))
     model.save_pretrained(out_dir)
+    _keep_architecture(out_dir, arch)
     rename_checkpoint_keys(out_dir, CHECKPOINT_KEY_FIXES.get(config.get("model_type"), ()))
+
+
+def _keep_architecture(out_dir: str, arch: str) -> None:
+    """config.json names the checkpoint's architecture, not the class that wrote it (they differ for an alias)."""
+    path = os.path.join(out_dir, "config.json")
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    if cfg.get("architectures") != [arch]:
+        cfg["architectures"] = [arch]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=1)
 
 
 # model_type -> (pattern, replacement) on saved tensor names, where transformers saves a layout the

@@ -57,6 +57,17 @@ def test_other_architectures_are_built_by_transformers_in_checkpoint_names(tmp_p
         assert 0.05 < float(norm.std()) < 0.2 and abs(float(norm.mean()) - 1) < 0.1  # not all ones
 
 
+def test_an_alias_is_written_by_its_transformers_class_under_the_checkpoints_name(tmp_path, monkeypatch):
+    import transformers
+
+    from fk_adapters.engines.transformers import colbert
+
+    assert colbert.model_class("Qwen2_5OmniModel") is transformers.Qwen2_5OmniForConditionalGeneration
+    monkeypatch.setitem(colbert.ALIASES, "TinyMoeAlias", "MixtralForCausalLM")
+    weights.write_checkpoint(dict(TINY_MOE, architectures=["TinyMoeAlias"]), str(tmp_path), 0, "float32")
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["TinyMoeAlias"]
+
+
 def test_an_architecture_transformers_lacks_is_one_clear_error(tmp_path):
     with pytest.raises(weights.WeightsError, match="not a class of transformers"):
         weights.write_checkpoint(dict(TINY_MOE, architectures=["NoSuchForCausalLM"]), str(tmp_path), 0, "float32")

@@ -37,6 +37,8 @@ def engine_kwargs(job: dict) -> tuple[dict, list[str]]:
     args = dict(job.get("engine_args", {}))
     kw = dict(args.pop("sglang", {}) or {})
     ignored = []
+    # Same prompts every repeat: the radix (prefix) cache would skip the timed prefills; off unless the scenario asks
+    kw.setdefault("disable_radix_cache", not args.pop("enable_prefix_caching", False))
     for k, v in args.items():
         if k in _ARG_MAP:
             kw.setdefault(_ARG_MAP[k], v)

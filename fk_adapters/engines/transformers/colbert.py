@@ -56,10 +56,12 @@ class HFColBERT(torch.nn.Module):
 
 
 CLASSES = {"HF_ColBERT": HFColBERT}  # checkpoint classes fk builds itself, by architecture name
+# checkpoint architecture names that are not a transformers class name -> the transformers class that holds them
+ALIASES = {"Qwen2_5OmniModel": "Qwen2_5OmniForConditionalGeneration"}
 
 
 def model_class(arch: str):
-    """transformers' class of that name, else fk's own (CLASSES), else None."""
+    """transformers' class of that name (or of its ALIASES entry), else fk's own (CLASSES), else None."""
     import transformers
 
-    return getattr(transformers, arch, None) or CLASSES.get(arch)
+    return getattr(transformers, ALIASES.get(arch, arch), None) or CLASSES.get(arch)

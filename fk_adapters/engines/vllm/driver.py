@@ -51,6 +51,9 @@ def engine_args(job: dict) -> dict:
     args = dict(job.get("engine_args", {}))
     args.pop("sglang", None)  # SGLang's own arguments
     args.setdefault("enforce_eager", job.get("mode", "eager") == "eager")
+    # Every repeat sends the same prompts: with prefix caching a timed repeat would skip its prefills (FastKernels
+    # measures with it off too). A scenario may turn it on in its [engine] table.
+    args.setdefault("enable_prefix_caching", False)
     spec = job.get("speculative")
     if spec:  # keys of vLLM's SpeculativeConfig (0.26 and 0.32 alike)
         cfg = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}

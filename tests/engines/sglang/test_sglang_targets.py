@@ -288,6 +288,13 @@ def test_driver_engine_kwargs_translate_and_pass_through():
     assert "disable_cuda_graph" not in kw
 
 
+def test_driver_turns_the_radix_cache_off_unless_the_scenario_turns_prefix_caching_on():
+    job = {"model_dir": "/m", "dtype": "bfloat16"}
+    assert driver.engine_kwargs(job)[0]["disable_radix_cache"] is True  # repeats send the same prompts
+    on = dict(job, engine_args={"enable_prefix_caching": True})
+    assert driver.engine_kwargs(on)[0]["disable_radix_cache"] is False
+
+
 def test_driver_maps_a_speculative_job_to_eagle3_server_args():
     from fk_adapters import scenarios
 

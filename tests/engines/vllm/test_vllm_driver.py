@@ -7,8 +7,13 @@ from fk_adapters.engines.vllm import driver
 
 def test_engine_args_leave_sglang_args_out_and_follow_the_mode():
     job = {"mode": "eager", "engine_args": {"max_model_len": 256, "sglang": {"disable_radix_cache": True}}}
-    assert driver.engine_args(job) == {"max_model_len": 256, "enforce_eager": True}
+    assert driver.engine_args(job) == {"max_model_len": 256, "enforce_eager": True, "enable_prefix_caching": False}
     assert driver.engine_args(dict(job, mode="compiled"))["enforce_eager"] is False
+
+
+def test_prefix_caching_is_off_unless_the_scenario_turns_it_on():
+    assert driver.engine_args({})["enable_prefix_caching"] is False  # repeats send the same prompts
+    assert driver.engine_args({"engine_args": {"enable_prefix_caching": True}})["enable_prefix_caching"] is True
 
 
 def test_a_speculative_job_is_vllms_eagle3_speculative_config():
