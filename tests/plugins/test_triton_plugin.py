@@ -177,6 +177,40 @@ def test_rotary_on_slices_of_qkv(is_neox, rot):
     assert not torch.equal(heads[..., :rot], before[:, :(hq + hk) * d].reshape(tokens, hq + hk, d)[..., :rot])
 
 
+def _yarn_cache(rot, base, factor, orig_max, beta_fast=32.0, beta_slow=1.0):
+    """vLLM's YaRNScalingRotaryEmbedding cache (truncate=False), mscale folded into cos and sin."""
+    import math
+
+    def corr(n_rot):
+        return rot * math.log(orig_max / (n_rot * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = max(corr(beta_fast), 0), min(corr(beta_slow), rot - 1)
+    pos_freqs = base ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot)
+    ramp = ((torch.arange(rot // 2, dtype=torch.float32) - low) / (high - low if high > low else 0.001)).clamp(0, 1)
+    keep = 1 - ramp  # 1: extrapolate (high frequencies), 0: interpolate
+    inv_freq = (1 / (factor * pos_freqs)) * (1 - keep) + (1 / pos_freqs) * keep
+    freqs = torch.outer(torch.arange(int(orig_max * factor), dtype=torch.float32), inv_freq)
+    mscale = 0.1 * math.log(factor) + 1.0
+    return torch.cat((freqs.cos() * mscale, freqs.sin() * mscale), dim=-1).to(DEVICE)
+
+
+def test_rotary_gpt_oss_yarn_on_qkv_slices():
+    """GPT-OSS (fk46-gpt-oss): YaRN cache (factor 32, mscale 1.35, 131072 rows), neox, 64 q / 8 kv heads of 64
+    sliced out of one qkv row of 5120; positions anywhere in the cache. v must stay untouched."""
+    k, tokens, hq, hk, d = _kernels(), 9, 64, 8, 64
+    cache = _yarn_cache(d, 150000.0, 32.0, 4096)
+    assert cache.shape == (131072, d) and abs(cache[0, 0].item() - 1.3465736) < 1e-6
+    positions = torch.cat((torch.tensor([0, 1, 4095, 131071]),
+                           torch.randint(0, 131072, (tokens - 4,), generator=_gen(12)))).to(DEVICE)
+    qkv = _randn(tokens, (hq + 2 * hk) * d, seed=13)
+    q, key = qkv[:, :hq * d], qkv[:, hq * d:(hq + hk) * d]
+    ref_q, ref_k, v_before = q.clone(), key.clone(), qkv[:, (hq + hk) * d:].clone()
+    SLOTS["rotary_embedding"].reference(positions, ref_q, ref_k, d, cache, True)
+    assert k.rotary_embedding(positions, q, key, d, cache, True) is None
+    _assert_same((q, key), (ref_q, ref_k))
+    assert torch.equal(qkv[:, (hq + hk) * d:], v_before)
+
+
 def test_rotary_without_key_and_3d_query():
     k, tokens, heads, d = _kernels(), 5, 3, 32
     cache = _rope_cache(d)
