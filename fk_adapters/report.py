@@ -155,7 +155,7 @@ def render(results: dict) -> str:
     perf_rows = [p for r in rows for p in _perf_rows(r)]
     if perf_rows:
         rounds = results.get("interleave") or 1
-        how = (f"{rounds} interleaved rounds (baseline then candidate, each a fresh engine process); one value per "
+        how = (f"{rounds} interleaved rounds (A B, B A, ...: each a fresh engine process); one value per "
                "process (the median of its repeats), medians over rounds" if rounds > 1 else
                "Medians over repeats in one engine process per side")
         lines += ["", "## Performance (candidate / baseline)", "",

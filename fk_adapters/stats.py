@@ -11,7 +11,7 @@ interval
     The percentile bootstrap of that ratio: ``n_boot`` resamples with replacement, the ratio of medians of each,
     and the ``(1 - conf) / 2`` and ``(1 + conf) / 2`` quantiles of those (linear interpolation). *Paired*
     resampling draws repeat indices and keeps baseline_i and candidate_i together: right for interleaved
-    A B A B repeats, where the two runs of a pair share the machine's state at that moment. *Independent*
+    rounds (A B, B A, ...), where the two runs of a pair share the machine's state at that moment. *Independent*
     resampling draws each side on its own: right when the sides ran apart (one process per side, repeats in it).
     With fewer than 2 values on a side there is no interval: it is [ratio, ratio] and ``note`` says
     "n<2: no interval". With 3 to 5 repeats the percentile bootstrap of a median is coarse and tends to be narrow

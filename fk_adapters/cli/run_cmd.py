@@ -23,7 +23,7 @@ def add_parser(sub):
                    help="reuse the baseline runs of an earlier fk run's --out DIR (same scenarios and job)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
     p.add_argument("--interleave", type=int, default=0, metavar="N",
-                   help="N rounds of baseline then candidate (A B A B ...), each in a fresh engine process; the ratios "
+                   help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the ratios "
                         "pair round by round (N >= 2; default: one process per side)")
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")

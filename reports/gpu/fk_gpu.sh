@@ -91,8 +91,12 @@ for step in "$@"; do
       done ;;
     deltas)  # trustworthy deltas (reports/deltas.sh) on $DELTA_SC (default llama31-8b-4l-prefill, GPU-bound): interleaved
              # A/A, fk-slow at 0 us, at each $SLOW_US, at 0 us again; $DELTA_SIZE (default: the scenario's full size)
+      mkdir -p "$ROOT/deltas"  # the GPU's clocks, power and throttle reasons every 250 ms beside the runs
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 250 > "$ROOT/deltas/gpu-clocks.csv" 2>&1 & SMI=$!
       OUT=$ROOT/deltas SC=${DELTA_SC:-llama31-8b-4l-prefill} ENGINE=$ENGINE FK="$FK" EXTRA="--model-cache $MODELS" \
-        SIZE=${DELTA_SIZE-} bash "$REPO/reports/deltas.sh" ;;
+        SIZE=${DELTA_SIZE-} bash "$REPO/reports/deltas.sh"
+      kill $SMI ;;
     fk46ab)  # the Triton plugin against the stock engine on each of $FK46_AB (fk46 LLMs this engine hosts):
              # correctness diff, throughput ratio, kernel hits; $AB_MODE (default eager), $FK46_SIZE (default --smoke)
       for s in ${FK46_AB:?FK46_AB: the scenarios to run}; do

@@ -55,14 +55,29 @@ def _cfg(tmp_path, **kw):
 def test_rounds_alternate_baseline_and_candidate_and_pair_their_medians(fake, tmp_path):
     fake.speed = 0.97
     row = ab.run_scenario(_cfg(tmp_path, interleave=3), scenarios.load("tiny-llama"), echo=lambda m: None)
-    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "baseline-r2", "candidate-r2",
-                                          "baseline-r3", "candidate-r3"]
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "candidate-r2", "baseline-r2",
+                                          "baseline-r3", "candidate-r3"]  # each side first in alternate rounds
     assert [c[1] for c in fake.calls] == [True, True, False, False, False, False]  # profile in round 1 only
     r = row["perf"]["throughput"]["w"]["tokens_per_s"]
     assert r["paired"] is True and r["rounds"] == 3 and r["ratio"] == pytest.approx(0.97)
     assert r["baseline"]["values"] == pytest.approx([101.0, 102.0, 103.0])  # one value (the median) per process
     assert r["pair_min"] == pytest.approx(0.97) and r["pair_max"] == pytest.approx(0.97)
     assert row["status"] == "PASSED" and len(row["rounds"]["runs"][1]) == 3
+
+
+def test_alternating_the_order_cancels_a_position_effect(fake, monkeypatch, tmp_path):
+    """The second process of every round runs 5% faster (as on the H100): an A/A with A B, B A ... stays at 1."""
+    def second_is_faster(python, driver, job, run_dir, env, timeout, echo=None):
+        fake.calls.append((os.path.basename(run_dir), False))
+        tps = 105.0 if len(fake.calls) % 2 == 0 else 100.0
+        return {"status": "ok", "wall_s": 1.0, "run_dir": run_dir, "calls": 0,
+                "perf": {"throughput": {"w": [{"tokens_per_s": tps}]}}}
+    monkeypatch.setattr(ab, "run_job", second_is_faster)
+    row = ab.run_scenario(_cfg(tmp_path, aa=True, plugins=[], interleave=4), scenarios.load("tiny-llama"),
+                          echo=lambda m: None)
+    r = row["perf"]["throughput"]["w"]["tokens_per_s"]
+    assert r["ratio"] == pytest.approx(1.0) and r["pair_min"] == pytest.approx(100 / 105)
+    assert row["rounds"]["order"] == ab.ORDER
 
 
 def test_one_process_per_side_stays_unpaired(fake, tmp_path):
