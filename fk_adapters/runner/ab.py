@@ -103,7 +103,7 @@ ORDER = "A B, B A, A B, ... (each side first in alternate rounds)"
 
 def _round_order(rnd: int) -> tuple[str, str]:
     """Which side runs first in round ``rnd``: baseline in odd rounds, candidate in even ones. On the H100 the second
-    process of an A/A pair ran 2-9% faster in every round of A B A B (reports/gpu/deltas-h100): alternating the order
+    process of an A/A pair ran 0.7-9.5% faster in every round of A B A B (reports/gpu/deltas-h100): alternating the order
     spreads any such position effect over both sides instead of adding it to the ratio."""
     return ("baseline", "candidate") if rnd % 2 else ("candidate", "baseline")
 
