@@ -199,7 +199,17 @@ def _correctness_figures(row: dict) -> dict:
     if worst:
         out.update(output_rel_mean=worst.get("rel_mean"), output_min_cosine=worst.get("min_cosine"),
                    output_ref_ratio=worst.get("ratio_mean_abs"))
+    ref = (c.get("reference") or {}).get("teacher_forced")
+    if ref and tf:  # a token verdict re-judged against the float32 run
+        out.update(logprob_ref_ratio=ref.get("ratio_mean_abs"), logprob_ref_ratio_max=ref.get("ratio_max_abs"),
+                   fixed_passed=(c.get("fixed") or {}).get("passed"))
     return out
+
+
+def _ref_ratio_cell(b: dict, h: dict) -> str:
+    """err_c / err_b against the float32 reference: of the outputs, else of the teacher-forced logprobs (mean)."""
+    key = "output_ref_ratio" if "output_ref_ratio" in b or "output_ref_ratio" in h else "logprob_ref_ratio"
+    return _arrow(b.get(key), h.get(key))
 
 
 def _scenario(b_row: dict, h_row: dict) -> dict:
@@ -480,12 +490,12 @@ def to_markdown(cmp: dict) -> str:
                      _arrow(bf.get("max_abs_dlogprob"), hf.get("max_abs_dlogprob")) + (
                          f" (≤ {hf['limit_max_abs']:g})" if hf.get("limit_max_abs") is not None else ""),
                      greedy, _arrow(bf.get("output_rel_mean"), hf.get("output_rel_mean")),
-                     _arrow(bf.get("output_ref_ratio"), hf.get("output_ref_ratio")),
+                     _ref_ratio_cell(bf, hf),
                      "; ".join(sc["head_failures"])[:300] or "-"])
     lines += _details(f"Correctness: ok in {cmp['summary']['correct']}/{cmp['summary']['scenarios']} scenarios", [
         tabulate(corr, headers=["scenario", "dtype", "status (BASE → HEAD)", "max abs Δlogprob (limit)",
                                 "greedy identical/near tie/parted", "outputs: mean abs Δ / mean abs baseline",
-                                "outputs: err_c / err_b vs fp32 ref", "HEAD failures"], tablefmt="github")]
+                                "err_c / err_b vs fp32 ref", "HEAD failures"], tablefmt="github")]
         + [f"- {sc['scenario']}: {n}" for sc in cmp["scenarios"] for n in sc["notes"]])
     kern = [[sc["scenario"], k["slot"], k["head_kernel"] or "-",
              f"{k['base_status']} ({_num(k['base_calls'], 'd')} calls"

@@ -97,23 +97,34 @@ def render(results: dict) -> str:
     tok_rows = [r for r in rows if not _output_row(r)]
     show_tokens = bool(tok_rows) or not out_rows
     table = []
+    refs = [r["correctness"]["reference"] for r in tok_rows if r.get("correctness", {}).get("reference")]
+    ref_col = any("fixed" in r.get("correctness", {}) for r in tok_rows)  # a float32 run was tried
     for r in tok_rows:
         c = r.get("correctness", {})
         tok, tf = c.get("tokens", {}), c.get("teacher_forced", {})
         table.append([r["scenario"], r["status"], r["dtype"],
                       _tokens_cell(tok),
-                      _f(tf.get("max_abs")), _f(tf.get("mean_abs")),
-                      _f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
+                      _f(tf.get("max_abs")), _f(tf.get("mean_abs"))] + ([_token_ref_cell(c)] if ref_col else [])
+                     + [_f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
     if show_tokens:
         lines.append(tabulate(table, headers=["scenario", "status", "dtype",
                                               "greedy streams: identical / near tie / parted", "max abs Δlogprob",
-                                              "mean abs Δlogprob", "baseline start s", "candidate start s"],
-                              tablefmt="github"))
+                                              "mean abs Δlogprob"]
+                              + (["vs fp32 run: err_c / err_b mean (max), parted c/b"] if ref_col else [])
+                              + ["baseline start s", "candidate start s"], tablefmt="github"))
     th = results.get("thresholds", {})
     if th and show_tokens:
         lines += ["", "Pass: every greedy stream identical or parting at a near tie (each side's token in the "
                   "other's top 5 there), and teacher-forced |Δlogprob| on identical sequences within "
                   + "; ".join(f"{d}: max {t['max_abs']:g}, mean {t['mean_abs']:g}" for d, t in th.items()) + "."]
+    if refs:
+        rule = refs[0]["rule"]
+        lines += ["", "float16/bfloat16 runs that fail those get a float32 run of the stock engine (same job) as the "
+                  "reference: err = |teacher-forced logprob - float32's|; pass when the candidate's mean err is at "
+                  f"most {rule['ratio_mean_abs']:g} x the baseline's, its max err at most {rule['ratio_max_abs']:g} x "
+                  f"the baseline's (each + {rule['slack']:g}), and its greedy streams part from float32's outside a "
+                  f"near tie in at most max({rule['min_partings']}, {rule['extra_partings']:g} x requests) more "
+                  "requests than the baseline's."]
     if out_rows:
         lines += _output_table(out_rows, results, show_tokens)
     notes = [(r["scenario"], n) for r in rows for n in r.get("notes", [])]
@@ -123,8 +134,8 @@ def render(results: dict) -> str:
     if failures:
         lines += ["", "### Failures", ""] + [f"- **{s}**: {f}" for s, f in failures]
         for r in rows:
-            for side in ("baseline", "candidate"):
-                tail = r[side].get("log_tail")
+            for side in ("baseline", "candidate", "reference"):
+                tail = r.get(side, {}).get("log_tail")
                 if tail:
                     lines += ["", f"<details><summary>{r['scenario']} {side} log tail</summary>", "", "```",
                               tail[-1500:], "```", "</details>"]
@@ -185,6 +196,15 @@ def _output_row(row: dict) -> bool:
     """A model without tokens: judged on output diffs (its row says so, or its family does before it ran)."""
     c = row.get("correctness")
     return c.get("kind") == "outputs" if c else row.get("family", "llm") != "llm"
+
+
+def _token_ref_cell(c: dict) -> str:
+    """err_c / err_b of the teacher-forced logprobs against the float32 run, and greedy partings from it."""
+    ref = c.get("reference")
+    if not ref:
+        return "no float32 run (see notes)" if c.get("reference_error") else "-"
+    tf, tok = ref["teacher_forced"], ref["tokens"]
+    return f"{tf['ratio_mean_abs']:.2f} ({tf['ratio_max_abs']:.2f}), {tok['parted_c']}/{tok['parted_b']}"
 
 
 def _ref_ratio(worst: dict) -> str:

@@ -193,3 +193,14 @@ def test_a_single_repeat_is_judged_on_its_point_and_says_so():
     d = cmp["perf"][0]["delta"]
     assert d["note"] == stats.NO_INTERVAL and d["lo"] == d["hi"] == pytest.approx(0.9 / 1.1)
     assert cmp["perf"][0]["verdict"] == "slower" and "(n=1: no interval)" in compare.to_markdown(cmp)
+
+
+def test_a_token_verdict_rejudged_by_its_float32_run_shows_its_ratio():
+    head = results(row(max_abs=0.7))
+    ref = {"teacher_forced": {"ratio_mean_abs": 1.14, "ratio_max_abs": 1.36}, "tokens": {}, "passed": True}
+    head["scenarios"][0]["correctness"].update(fixed={"passed": False, "failures": ["max 0.7 > 0.5"]}, reference=ref)
+    cmp = compare.compare(results(row()), head)
+    h = cmp["scenarios"][0]["head"]
+    assert (h["logprob_ref_ratio"], h["logprob_ref_ratio_max"], h["fixed_passed"]) == (1.14, 1.36, False)
+    assert "logprob_ref_ratio" not in cmp["scenarios"][0]["base"] and cmp["verdict"] == "PASS"
+    assert "| - → 1.14 " in compare.to_markdown(cmp)

@@ -205,3 +205,91 @@ def test_ratio_keeps_each_sides_values_in_run_order_and_says_they_were_not_inter
     r = metrics.ratio([100.0, 90.0, 110.0], [103.0, 95.0, 99.0])
     assert r["baseline"]["values"] == [100.0, 90.0, 110.0] and r["candidate"]["values"] == [103.0, 95.0, 99.0]
     assert r["paired"] is False and r["ratio"] == 99.0 / 100.0
+
+
+# Token models against the stock engine's float32 run (metrics.reference_correctness)
+
+def _noisy(ref: list[list[float]], sigma: float, seed: int, shift: float = 0.0) -> list[list[float]]:
+    """A bf16 run's teacher-forced logprobs: the float32 run's plus rounding noise (and a wrong kernel's shift)."""
+    import random
+
+    rng = random.Random(seed)
+    return [[x + shift + rng.gauss(0.0, sigma) for x in row] for row in ref]
+
+
+def _ref_runs(sigma=0.15, shift=0.0):
+    import random
+
+    rng = random.Random(0)
+    truth = [[-rng.uniform(0.5, 8.0) for _ in range(100)] for _ in range(4)]
+    tokens = [[1, 2, 3, 4]] * 4
+    return (_run(tokens, truth), _run(tokens, _noisy(truth, sigma, 1)), _run(tokens, _noisy(truth, sigma, 2, shift)))
+
+
+def test_a_rounding_only_candidate_fails_fixed_thresholds_but_passes_against_float32():
+    ref, base, cand = _ref_runs()
+    fixed = metrics.correctness(base, cand, "bfloat16")
+    assert not fixed["passed"] and fixed["teacher_forced"]["max_abs"] > 0.5
+    judged = metrics.reference_correctness(base, cand, ref)
+    assert judged["passed"], judged["failures"]
+    assert 0.8 < judged["teacher_forced"]["ratio_mean_abs"] < 1.2
+    res = metrics.with_reference(fixed, judged)
+    assert res["passed"] and res["failures"] == [] and res["fixed"] == {"passed": False, "failures": fixed["failures"]}
+    assert res["teacher_forced"] == fixed["teacher_forced"]  # the baseline-vs-candidate figures stay
+    assert res["summary"].startswith("fixed thresholds: failed (teacher-forced max |Δlogprob| ")
+    assert "; float32 reference: passed (mean ratio " in res["summary"]
+
+
+def test_a_wrong_candidate_fails_against_float32_with_both_verdicts():
+    ref, base, cand = _ref_runs(shift=0.3)  # every logprob 0.3 off on top of the same rounding noise
+    fixed = metrics.correctness(base, cand, "bfloat16")
+    res = metrics.with_reference(fixed, metrics.reference_correctness(base, cand, ref))
+    assert not res["passed"] and res["reference"]["teacher_forced"]["ratio_mean_abs"] > metrics.TOKEN_REF_RATIO
+    assert res["failures"][:len(fixed["failures"])] == fixed["failures"]
+    assert res["failures"][len(fixed["failures"])].startswith("float32 reference: teacher-forced mean |candidate - "
+                                                              "float32| ")
+    assert "; float32 reference: failed (" in res["summary"]
+
+
+def test_a_localised_error_fails_the_max_against_float32():
+    ref, base, cand = _ref_runs(sigma=0.02)
+    cand["teacher_logprobs"][0][7] -= 2.0  # one position of 400
+    judged = metrics.reference_correctness(base, cand, ref)
+    tf = judged["teacher_forced"]
+    assert tf["ratio_mean_abs"] < metrics.TOKEN_REF_RATIO and tf["ratio_max_abs"] > metrics.TOKEN_REF_RATIO_MAX
+    assert [f.split(" |")[0] for f in judged["failures"]] == ["teacher-forced max"]
+
+
+def test_greedy_partings_from_float32_count_against_the_baselines():
+    ref, base, cand = _ref_runs(sigma=0.01)
+    top = [[[t, 90, 91, 92, 93] for t in row] for row in ref["tokens"]]  # 9 is in no side's top 5
+    ref["token_top_ids"] = base["token_top_ids"] = cand["token_top_ids"] = top
+    base["tokens"] = [[1, 2, 3, 4]] * 4
+    cand["tokens"] = [[1, 9, 3, 4]] * 2 + [[1, 2, 3, 4]] * 2  # two more than the baseline: the least allowance
+    judged = metrics.reference_correctness(base, cand, ref)
+    assert (judged["tokens"]["parted_b"], judged["tokens"]["parted_c"], judged["tokens"]["allowed_c"]) == (0, 2, 2)
+    assert judged["passed"]
+    cand["tokens"] = [[1, 9, 3, 4]] * 3 + [[1, 2, 3, 4]]
+    assert metrics.reference_correctness(base, cand, ref)["failures"] == [
+        "greedy tokens part from float32's outside a near tie in 3/4 requests (baseline: 0; allowed 2)"]
+    base["tokens"] = [[1, 9, 3, 4]] + [[1, 2, 3, 4]] * 3  # the baseline parts too: one more allowed
+    assert metrics.reference_correctness(base, cand, ref)["passed"]
+    cand["tokens"] = [[1, 90, 3, 4]] * 4  # partings at a near tie of the float32 run are free
+    assert metrics.reference_correctness(base, cand, ref)["tokens"]["parted_c"] == 0
+    many = [[1, 2, 3, 4]] * 16
+    assert metrics.reference_correctness(_run(many, ref["teacher_logprobs"]), _run(many, cand["teacher_logprobs"]),
+                                         _run(many, ref["teacher_logprobs"]))["tokens"]["allowed_c"] == 4  # 16 / 4
+
+
+def test_both_sides_at_float32_pass_on_the_slack_and_a_missing_reference_leaves_the_verdict():
+    ref, base, cand = _ref_runs()
+    assert metrics.reference_correctness(ref, ref, ref)["passed"]
+    fixed = metrics.correctness(base, cand, "bfloat16")
+    res = metrics.with_reference(fixed, None, "the float32 run ended error: no float32 attention backend")
+    assert not res["passed"] and res["failures"] == fixed["failures"] and "reference" not in res
+    assert res["reference_error"] == "the float32 run ended error: no float32 attention backend"
+    assert res["summary"].endswith("float32 reference: none (the float32 run ended error: no float32 attention "
+                                   "backend), the fixed verdict stands")
+    empty = _run(ref["tokens"], [[None] * 100] * 4)
+    assert metrics.reference_correctness(base, cand, empty)["failures"] == [
+        "no teacher-forced logprobs to compare with the float32 run"]

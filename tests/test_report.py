@@ -60,3 +60,26 @@ def test_side_by_side_says_whether_each_engine_ran_the_same_plugin_code():
     assert "p: the same code in every engine" in render(combined)
     b["scenarios"][0]["plugin_code"]["p"]["source_sha256"] = "cd" * 32
     assert "p: **NOT the same code in every engine**" in render(combined)
+
+
+def test_a_token_verdict_rejudged_by_its_float32_run_shows_both_verdicts():
+    res = results()
+    row = res["scenarios"][0]
+    row["dtype"] = "bfloat16"
+    summary = ("fixed thresholds: failed (teacher-forced max |Δlogprob| 0.614 > 0.5); float32 reference: passed "
+               "(mean ratio 1.14 (<= 1.8), ...)")
+    row["correctness"].update(fixed={"passed": False, "failures": ["teacher-forced max |Δlogprob| 0.614 > 0.5"]},
+                              summary=summary, reference={
+                                  "teacher_forced": {"ratio_mean_abs": 1.14, "ratio_max_abs": 1.36},
+                                  "tokens": {"parted_c": 1, "parted_b": 3}, "passed": True,
+                                  "rule": {"ratio_mean_abs": 1.8, "ratio_max_abs": 2.5, "slack": 1e-3,
+                                           "extra_partings": 0.25, "min_partings": 2}})
+    row["notes"] = [summary]
+    md = render(res)
+    assert "vs fp32 run: err_c / err_b mean (max), parted c/b" in md and "| 1.14 (1.36), 1/3 " in md
+    assert "get a float32 run of the stock engine (same job) as the reference" in md and "at most 1.8 x" in md
+    assert f"- **x**: {summary}" in md
+    del row["correctness"]["reference"]
+    row["correctness"]["reference_error"] = "the float32 run ended error: boom"
+    md = render(res)
+    assert "no float32 run (see notes)" in md and "as the reference" not in md

@@ -69,16 +69,21 @@ class BaselineMismatch(ValueError):
 
 def reuse_baseline(prev_out: str, scenario: str, job: dict) -> dict:
     """The baseline run of an earlier `fk run` (same job: model, prompts, mode, engine args)."""
-    run_dir = os.path.abspath(os.path.join(prev_out, "logs", scenario, "baseline"))
+    return reuse_run(prev_out, scenario, job, "baseline")
+
+
+def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
+    """The ``side`` run (baseline, reference) of an earlier `fk run` of the same job."""
+    run_dir = os.path.abspath(os.path.join(prev_out, "logs", scenario, side))
     try:
         with open(os.path.join(run_dir, "job.json")) as f:
             prev_job = json.load(f)
         with open(os.path.join(run_dir, "result.json")) as f:
             res = json.load(f)
     except FileNotFoundError:
-        raise BaselineMismatch(f"no baseline run of {scenario} under {prev_out}") from None
+        raise BaselineMismatch(f"no {side} run of {scenario} under {prev_out}") from None
     if prev_job != job:
-        raise BaselineMismatch(f"the baseline of {scenario} under {prev_out} ran a different job "
+        raise BaselineMismatch(f"the {side} of {scenario} under {prev_out} ran a different job "
                                "(model, prompts, mode or engine arguments differ)")
     res.update(reused_from=run_dir, log=os.path.join(run_dir, "engine.log"), loads=probe.read_loads(run_dir))
     res.setdefault("wall_s", 0.0)
@@ -185,6 +190,9 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if sc.family != "llm":
         row["family"] = sc.family
     row["correctness"] = correctness(base, cand, sc.dtype)
+    if wants_reference(row["correctness"], sc.dtype):
+        row["correctness"], row["reference"] = _judge_by_reference(cfg, sc, job, row["correctness"], base, cand, echo)
+        row["notes"] = [row["correctness"]["summary"]]
     if _rounds(cfg) > 1:
         row["perf"] = metrics.performance_rounds([r.get("perf", {}) for r in runs["baseline"]],
                                                  [r.get("perf", {}) for r in runs["candidate"]])
@@ -204,8 +212,59 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         row["status"] = NOT_EXERCISED
     notes = _notes(row["evidence"], cand)
     if notes:
-        row["notes"] = notes
+        row["notes"] = row.get("notes", []) + notes
     return row
+
+
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def wants_reference(c: dict, dtype: str) -> bool:
+    """A float16/bfloat16 token verdict that failed the fixed thresholds: the float32 reference run re-judges it."""
+    return dtype in HALF_DTYPES and "teacher_forced" in c and not c["passed"]
+
+
+def reference_job(job: dict) -> dict:
+    """The same job in float32, correctness only (no perf, no profile)."""
+    out = {k: v for k, v in job.items() if k not in ("perf", "profile")}
+    out["dtype"] = "float32"
+    return out
+
+
+def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> dict:
+    """The stock engine on ``reference_job`` in its own process (logs/<scenario>/reference), or the one
+    --baseline-from's run made for the same job."""
+    ref_job = reference_job(job)
+    if cfg.baseline_from:
+        try:
+            res = reuse_run(cfg.baseline_from, sc.name, ref_job, "reference")
+        except BaselineMismatch:
+            res = {}
+        if res.get("status") == "ok":
+            echo(f"{sc.name} [reference] reused from {res['reused_from']}")
+            return res
+    run_dir = os.path.join(cfg.out_dir, "logs", sc.name, "reference")
+    res = run_job(cfg.engine.python, cfg.engine.driver, ref_job, run_dir, _env(cfg, sc, []), cfg.timeout_s,
+                  echo=lambda m: echo(f"{sc.name} [reference] {m}"))
+    res["loads"] = probe.read_loads(run_dir)
+    echo(f"{sc.name} [reference] {res['status']} in {res['wall_s']:.0f} s")
+    return res
+
+
+def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, base: dict, cand: dict,
+                        echo) -> tuple[dict, dict]:
+    """``fixed`` re-judged against the stock engine's float32 run (``metrics.with_reference``), and that run's
+    summary."""
+    echo(f"{sc.name}: {sc.dtype} correctness failed the fixed thresholds: the stock engine runs it in float32 "
+         "as the reference")
+    ref = _reference_run(cfg, sc, job, echo)
+    error = ""
+    if ref["status"] != "ok":
+        error = f"the float32 run ended {ref['status']}: {ref.get('error', '')}"
+    elif ref["loads"]:
+        error = "the float32 run loaded fk plugins: it is not a stock engine"
+    judged = None if error else metrics.reference_correctness(base, cand, ref)
+    return metrics.with_reference(fixed, judged, error), _summary(ref)
 
 
 def correctness(base: dict, cand: dict, dtype: str) -> dict:

@@ -30,20 +30,14 @@ class FakeEngine:
 
 
 @pytest.fixture
-def fake(monkeypatch, tmp_path):
-    eng = FakeEngine()
-    monkeypatch.setattr(ab, "run_job", lambda *a, **k: eng(*a, **k))
-    monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root: (str(tmp_path / "m"), "key"))
-    monkeypatch.setattr(ab.probe, "read_loads", lambda d: [{"pid": 1}] if "candidate" in os.path.basename(d) else [])
+def fake(fake_runner, monkeypatch):
     monkeypatch.setattr(ab, "correctness", lambda b, c, dtype: {"passed": True, "failures": []})
-    monkeypatch.setattr(ab.evidence, "plugin_code", lambda loads: {})
 
     def judge(cand, loads, mode):
         st = "exercised" if cand["calls"] else "not exercised"
         return {"workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
                 "slots": {"rms_norm": {"plugin": "p", "status": st, "calls": cand["calls"]}}}
-    monkeypatch.setattr(ab.evidence, "judge", judge)
-    return eng
+    return fake_runner(FakeEngine(), judge)
 
 
 def _cfg(tmp_path, **kw):

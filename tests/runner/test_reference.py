@@ -1,0 +1,98 @@
+"""The float32 reference run of the stock engine: when the runner starts it, and how it re-judges a token verdict."""
+import dataclasses
+import json
+import os
+
+import pytest
+
+from fk_adapters import engines, scenarios
+from fk_adapters.runner import ab
+
+TRUTH = [[-1.0 - 0.01 * i for i in range(100)]] * 2  # the float32 run's teacher-forced logprobs
+
+
+class FakeEngine:
+    """Stands in for run_job (and writes its job.json, result.json): teacher-forced logprobs are the reference
+    run's plus a per-side offset (baseline ``base``, candidate ``cand``, alternating in sign); records
+    (run dir, dtype, plugins, perf or profile?)."""
+
+    def __init__(self, base=0.0, cand=0.0, ref_status="ok"):
+        self.calls, self.base, self.cand, self.ref_status = [], base, cand, ref_status
+
+    def __call__(self, python, driver, job, run_dir, env, timeout, echo=None):
+        side = os.path.basename(run_dir)
+        self.calls.append((side, job["dtype"], env["FK_PLUGINS"], "perf" in job or "profile" in job))
+        off = 0.0 if side == "reference" else self.cand if side.startswith("candidate") else self.base
+        teacher = [[x + (off if i % 2 else -off) for i, x in enumerate(row)] for row in TRUTH]
+        res = {"status": "ok", "wall_s": 1.0, "tokens": [[1, 2, 3]] * 4, "teacher_logprobs": teacher}
+        if side == "reference" and self.ref_status != "ok":
+            res = {"status": self.ref_status, "wall_s": 1.0, "error": "no float32 attention backend"}
+        os.makedirs(run_dir, exist_ok=True)
+        for name, data in (("job.json", job), ("result.json", res)):
+            with open(os.path.join(run_dir, name), "w") as f:
+                json.dump(data, f)
+        return res
+
+
+@pytest.fixture
+def fake(fake_runner):
+    return fake_runner(FakeEngine(), lambda cand, loads, mode: {
+        "workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
+        "slots": {"rms_norm": {"plugin": "p", "status": "exercised", "calls": 1}}})
+
+
+def _run(tmp_path, dtype="bfloat16", **kw):
+    cfg = ab.RunConfig(**{**dict(engine=engines.get("vllm"), plugins=["p"], device="cpu", mode="eager",
+                                 out_dir=str(tmp_path / "out"), profile=True, allow_uncovered=True), **kw})
+    return ab.run_scenario(cfg, dataclasses.replace(scenarios.load("tiny-llama"), dtype=dtype), echo=lambda m: None)
+
+
+def test_a_failing_bf16_verdict_gets_one_float32_stock_run_that_can_pass_it(fake, tmp_path):
+    fake.base, fake.cand = 0.3, -0.3  # each 0.3 from float32, 0.6 apart: past bf16's fixed max 0.5
+    row = _run(tmp_path)
+    assert fake.calls[2:] == [("reference", "float32", "", False)]  # stock, correctness only
+    c = row["correctness"]
+    assert row["status"] == "PASSED" and row["failures"] == [] and row["reference"]["status"] == "ok"
+    assert c["fixed"]["passed"] is False and c["reference"]["teacher_forced"]["ratio_mean_abs"] == pytest.approx(1.0)
+    assert row["notes"][0].startswith("fixed thresholds: failed (") and "float32 reference: passed" in row["notes"][0]
+
+
+def test_a_candidate_farther_from_float32_stays_incorrect(fake, tmp_path):
+    fake.base, fake.cand = 0.1, 0.7
+    row = _run(tmp_path)
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "reference"]
+    assert row["status"] == "INCORRECT" and row["correctness"]["reference"]["passed"] is False
+    assert any(f.startswith("float32 reference: teacher-forced mean") for f in row["failures"])
+
+
+def test_a_passing_verdict_or_a_float32_scenario_starts_no_reference_run(fake, tmp_path):
+    fake.base, fake.cand = 0.01, -0.01
+    assert _run(tmp_path)["status"] == "PASSED" and [c[0] for c in fake.calls] == ["baseline", "candidate"]
+    fake.calls.clear()
+    fake.base, fake.cand = 0.3, -0.3
+    row = _run(tmp_path, dtype="float32")  # float32's own verdict has nothing finer to turn to
+    assert row["status"] == "INCORRECT" and [c[0] for c in fake.calls] == ["baseline", "candidate"]
+    assert "fixed" not in row["correctness"]
+
+
+def test_a_failed_float32_run_leaves_the_fixed_verdict_with_its_reason(fake, tmp_path):
+    fake.base, fake.cand, fake.ref_status = 0.3, -0.3, "error"
+    row = _run(tmp_path)
+    assert row["status"] == "INCORRECT" and row["failures"] == row["correctness"]["fixed"]["failures"]
+    assert row["correctness"]["reference_error"] == "the float32 run ended error: no float32 attention backend"
+    assert "the fixed verdict stands" in row["notes"][0]
+
+
+def test_interleaved_rounds_still_get_a_single_reference_run(fake, tmp_path):
+    fake.base, fake.cand = 0.3, -0.3
+    row = _run(tmp_path, interleave=3)
+    assert [c[0] for c in fake.calls].count("reference") == 1 and row["status"] == "PASSED"
+
+
+def test_baseline_from_reuses_its_reference_run(fake, tmp_path):
+    fake.base, fake.cand = 0.3, -0.3
+    _run(tmp_path / "first")
+    fake.calls.clear()
+    row = _run(tmp_path, baseline_from=str(tmp_path / "first" / "out"))
+    assert [c[0] for c in fake.calls] == ["candidate"] and row["status"] == "PASSED"
+    assert row["reference"]["reused_from"].endswith(os.path.join("tiny-llama", "reference"))
