@@ -53,3 +53,20 @@ GOOD_PLUGIN = """
     def fk_kernels(engine, device):
         return [Kernel(slot="rms_norm", fn=my_rms_norm, devices=("cuda", "cpu"))]
 """
+
+
+@pytest.fixture
+def fake_runner(monkeypatch, tmp_path):
+    """The runner with a fake engine: fake_runner(engine, judge) puts ``engine`` in place of run_job and ``judge`` of
+    evidence.judge; candidates' run dirs show a plugin load, baselines' none; no checkpoint is written."""
+    from fk_adapters.runner import ab
+
+    def install(engine, judge):
+        monkeypatch.setattr(ab, "run_job", lambda *a, **k: engine(*a, **k))
+        monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root: (str(tmp_path / "m"), "key"))
+        monkeypatch.setattr(ab.probe, "read_loads",
+                            lambda d: [{"pid": 1}] if "candidate" in os.path.basename(d) else [])
+        monkeypatch.setattr(ab.evidence, "plugin_code", lambda loads: {})
+        monkeypatch.setattr(ab.evidence, "judge", judge)
+        return engine
+    return install
