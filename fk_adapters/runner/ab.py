@@ -118,6 +118,16 @@ def _run_dir(cfg: RunConfig, sc: Scenario, side: str, rnd: int) -> str:
     return os.path.join(cfg.out_dir, "logs", sc.name, side if rnd == 1 else f"{side}-r{rnd}")
 
 
+def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugins: list, tag: str, echo) -> dict:
+    """One engine process on ``job`` with ``plugins`` (none: stock), its progress tagged ``[tag]``; its result with
+    the plugin loads it recorded."""
+    res = run_job(cfg.engine.python, cfg.engine.driver, job, run_dir, _env(cfg, sc, plugins), cfg.timeout_s,
+                  echo=lambda m: echo(f"{sc.name} [{tag}] {m}"))
+    res["loads"] = probe.read_loads(run_dir)
+    echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
+    return res
+
+
 def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, list]:
     """Every engine process of a scenario: {side: [round 1, round 2, ...]}, run in ORDER.
 
@@ -132,16 +142,11 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
     plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins}
     for rnd in range(1, n + 1):
         for side in _round_order(rnd):
-            plugins = plugins_of[side]
             if len(runs[side]) >= rnd:
                 continue
             tag = side if n == 1 else f"{side} {rnd}/{n}"
-            run_dir = _run_dir(cfg, sc, side, rnd)
-            res = run_job(cfg.engine.python, cfg.engine.driver, job if rnd == 1 else later, run_dir,
-                          _env(cfg, sc, plugins), cfg.timeout_s, echo=lambda m, t=tag: echo(f"{sc.name} [{t}] {m}"))
-            res["loads"] = probe.read_loads(run_dir)
-            runs[side].append(res)
-            echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
+            runs[side].append(_engine_process(cfg, sc, job if rnd == 1 else later, _run_dir(cfg, sc, side, rnd),
+                                              plugins_of[side], tag, echo))
         bad = [(side, r[-1]) for side, r in runs.items() if r[-1]["status"] != "ok"]
         if bad:
             return runs, bad
@@ -243,12 +248,8 @@ def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> dict:
         if res.get("status") == "ok":
             echo(f"{sc.name} [reference] reused from {res['reused_from']}")
             return res
-    run_dir = os.path.join(cfg.out_dir, "logs", sc.name, "reference")
-    res = run_job(cfg.engine.python, cfg.engine.driver, ref_job, run_dir, _env(cfg, sc, []), cfg.timeout_s,
-                  echo=lambda m: echo(f"{sc.name} [reference] {m}"))
-    res["loads"] = probe.read_loads(run_dir)
-    echo(f"{sc.name} [reference] {res['status']} in {res['wall_s']:.0f} s")
-    return res
+    return _engine_process(cfg, sc, ref_job, os.path.join(cfg.out_dir, "logs", sc.name, "reference"), [],
+                           "reference", echo)
 
 
 def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, base: dict, cand: dict,
