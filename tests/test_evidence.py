@@ -35,6 +35,15 @@ def test_compiled_mode_needs_profiler_names_not_counts():
     assert ev["slots"]["silu_and_mul"]["status"] == "not exercised"
 
 
+def test_compiled_mode_accepts_a_graph_from_the_compile_cache():
+    """A later round (or run) loads the compiled graph its variant cached: nothing is traced, the op still runs."""
+    ev = evidence.judge(_result({"p:silu_and_mul": 3}), [LOAD], "compiled")
+    s = ev["slots"]["silu_and_mul"]
+    assert s["status"] == "exercised" and "compile cache" in s["proof"]
+    ev = evidence.judge(_result({}, {"p:silu_and_mul": 1}), [LOAD], "compiled")
+    assert ev["slots"]["silu_and_mul"]["status"] == "not exercised"  # traced but never run
+
+
 def test_worker_without_load_record_is_visible():
     ev = evidence.judge(_result({"p:rms_norm": 1}, pid=99), [LOAD], "eager")
     assert ev["workers"] == [{"pid": 99, "plugins_loaded": False}]

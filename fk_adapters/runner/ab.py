@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -47,8 +48,17 @@ class RunConfig:
         return "baseline (A/A)" if self.aa else "+".join(self.plugins)
 
 
+def _variant(cfg: RunConfig, plugins: list[str]) -> str:
+    """The compile-cache folder of one side: the stock engine, or these plugins at this code (fk's and theirs)."""
+    if not plugins:
+        return "baseline"
+    sources = {k: v.get("source_sha256", "") if isinstance(v, dict) else v for k, v in cfg.code.items()}
+    digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{'-'.join(plugins)}-{digest}"
+
+
 def _env(cfg: RunConfig, sc: Scenario, plugins: list[str]) -> dict:
-    variant = "-".join(plugins) or "baseline"
+    variant = _variant(cfg, plugins)
     env = cfg.engine.env(cfg.device, os.path.join(_cache_root(cfg), f"{cfg.engine.name}-cache", variant))
     env.update(sc.engine_env)
     env.update(cfg.extra_env)

@@ -1,4 +1,6 @@
 """Suite-level verdicts of the A/B runner, without an engine."""
+from types import SimpleNamespace
+
 from fk_adapters import engines
 from fk_adapters.runner.ab import RunConfig, evidence_mode, finish
 
@@ -35,3 +37,18 @@ def test_evidence_mode_follows_the_engine():
     assert evidence_mode(_cfg()) == "compiled"
     assert evidence_mode(_cfg(engine=engines.get("sglang"))) == "graphs"
     assert evidence_mode(_cfg(mode="eager")) == "eager"
+
+
+def test_compile_cache_folder_follows_the_plugin_code_not_its_settings():
+    from fk_adapters.runner.ab import _variant
+
+    def cfg(code):
+        return SimpleNamespace(code=code)
+
+    base = {"fk_adapters": "f1", "slow": {"source_sha256": "s1", "info": {"delay_us": 0}}}
+    assert _variant(cfg(base), []) == "baseline"
+    same = _variant(cfg(base), ["slow"])
+    assert same.startswith("slow-")
+    assert _variant(cfg(dict(base, slow={"source_sha256": "s1", "info": {"delay_us": 60}})), ["slow"]) == same
+    assert _variant(cfg(dict(base, slow={"source_sha256": "s2", "info": {}})), ["slow"]) != same
+    assert _variant(cfg(dict(base, fk_adapters="f2")), ["slow"]) != same
