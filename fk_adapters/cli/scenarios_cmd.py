@@ -22,6 +22,15 @@ def add_parser(sub):
     return p
 
 
+def _pending(sc: scenarios.Scenario, host: str) -> str:
+    """What a host with no result yet means: still to run, or a model fk cannot drive in that host."""
+    try:
+        scenarios.check_runnable(sc, host)
+    except scenarios.ScenarioError:
+        return f"not driven by fk ({sc.family} model: fk's {host} driver runs token generation only)"
+    return "not run yet"
+
+
 def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str]]:
     if not sc.hosts:
         return f"not hosted: {sc.catalog.get('not_hosted', '')}", []
@@ -29,7 +38,7 @@ def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str]]:
     for host in sc.hosts:
         s = seen.get((sc.name, host))
         scope = " (language model only)" if host == "vllm" and (sc.engine or {}).get("language_model_only") else ""
-        parts.append(f"{host}: {s.status if s and s.status else 'not run yet'}{scope}")
+        parts.append(f"{host}: {s.status if s and s.status else _pending(sc, host)}{scope}")
         if s:
             figures += [f"{host}: {f}" for f in s.figures]
             if s.slots:

@@ -166,6 +166,8 @@ def test_fk_scenarios_lists_filters_and_refuses_unknown_hosts(capsys, tmp_path):
     status = {r["scenario"]: r["status"] for r in json.loads(capsys.readouterr().out)}
     assert "vllm: not run yet (language model only)" in status["fk46-qwen2-vl"]  # the towers are not served
     assert "language model only" not in status["fk46-llama-3.1"]
+    assert "vllm: not driven by fk (embedding model" in status["fk46-colbertv2"]  # no token workloads to serve
+    assert "transformers: not run yet" in status["fk46-colbertv2"]
 
 
 def test_a_scenario_whose_weights_cannot_be_written_is_recorded_as_failed(monkeypatch, capsys, tmp_path):
