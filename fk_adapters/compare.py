@@ -27,13 +27,18 @@ otherwise "no change". The noise floor comes from ``--noise-floor`` or an A/A re
 the largest distance from 1 reached by any of its ratio intervals, ``stats.noise_floor``); without one, the threshold
 alone is the margin (said in the output). With an A/A file, a workload the A/A run measured is held to that
 workload's own A/A reach (``margins``): a noisy batch-1 latency does not widen the margin of a steady throughput.
+A scenario whose BASE or HEAD timings ``fk run`` marked disturbed (``perf.disturbed``: another process used the GPU
+during a timed engine run) gets no delta: its workloads are "not compared", with the reason in its notes; an A/A
+file's disturbed scenarios are left out of its noise floor.
 
 Correctness, per shared scenario: HEAD's status must be PASSED (an INCORRECT, NOT_EXERCISED, LOAD_ERROR,
 RUNTIME_ERROR or TIMEOUT scenario in HEAD fails, even when BASE failed the same way), and no kernel may stop running:
 a slot exercised in BASE and not exercised (or absent) in HEAD fails. Teacher-forced max |Δlogprob|, greedy streams
 and output diffs are shown BASE -> HEAD.
 
-Overall: FAIL when any delta is a regression or any shared scenario fails correctness; otherwise PASS.
+Overall: FAIL when any delta is a regression or any shared scenario fails correctness; INCOMPLETE (also exit 1)
+when a shared scenario measured something but got no delta at all (e.g. BASE ended RUNTIME_ERROR, or its timings
+were disturbed): a check that could not be made is not a pass; otherwise PASS.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ from tabulate import tabulate
 from fk_adapters import stats
 
 PASSED = "PASSED"
+INCOMPLETE = "INCOMPLETE"  # nothing wrong found, but a shared scenario's performance could not be compared at all
 PRIMARY_THROUGHPUT = ("tokens_per_s", "items_per_s")
 UNITS = {"tokens_per_s": "tokens/s", "items_per_s": "items/s", "latency_s": "s"}
 N_BOOT = 2000
@@ -145,21 +151,28 @@ def delta_interval(b: dict, h: dict, seed: int = 0) -> dict | None:
 
 def noise_floor_from_aa(aa: dict, path: str = "") -> dict:
     """The noise floor of an A/A results file (``fk run --aa``): ``stats.noise_floor`` over the interval of every
-    scenario x workload primary-metric ratio in it (``side_interval``). Returns {"value", "source", "intervals"}."""
+    scenario x workload primary-metric ratio in it (``side_interval``), leaving out disturbed scenarios (another
+    process used the GPU). Returns {"value", "source", "intervals"} (and "disturbed": the scenarios left out)."""
     check_results(aa, path, "A/A")
     if not aa.get("aa"):
         raise CompareError(f"--aa {path} is not an A/A run (fk run --aa): its candidate is {aa.get('candidate')!r}")
-    intervals = []
+    intervals, skipped = [], [row["scenario"] for row in aa["scenarios"] if disturbed(row)]
     for row in aa["scenarios"]:
+        if disturbed(row):  # another process on the GPU: not this machine's noise
+            continue
         for kind, name, metric, _, r in _ratio_dicts(row):
             iv = side_interval(r)
             if iv is not None and all(math.isfinite(iv[k]) for k in ("lo", "hi")):
                 intervals.append(dict(iv, scenario=row["scenario"], kind=kind, workload=name, metric=metric,
                                       half_width=stats.half_width(iv)))
     if not intervals:
-        raise CompareError(f"--aa {path} holds no performance ratio to derive a noise floor from")
-    return {"value": stats.noise_floor(intervals), "source": f"A/A results {path}".strip(), "intervals": intervals,
-            "meta": _meta(aa, path)}
+        raise CompareError(f"--aa {path} holds no performance ratio to derive a noise floor from"
+                           + (f" (left out, another process used the GPU: {', '.join(skipped)})" if skipped else ""))
+    out = {"value": stats.noise_floor(intervals), "source": f"A/A results {path}".strip(), "intervals": intervals,
+           "meta": _meta(aa, path)}
+    if skipped:
+        out["disturbed"] = skipped
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------- compare
@@ -248,21 +261,31 @@ def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
     return by, default
 
 
+def disturbed(row: dict) -> list[str]:
+    """Why a row's timings are not comparable (``fk run`` saw another process on the GPU), empty when clean."""
+    return (row.get("perf") or {}).get("disturbed") or []
+
+
 def _perf(b_row: dict, h_row: dict, margin_of) -> tuple[list[dict], list[str]]:
     rows, notes = [], []
     b_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(b_row)}
     h_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(h_row)}
+    unclean = [f"{label} {why}" for label, r in (("BASE", b_row), ("HEAD", h_row)) for why in disturbed(r)]
+    if unclean and any(k in b_perf for k in h_perf):
+        notes.append("performance not compared: " + "; ".join(unclean))
     for key in [k for k in h_perf if k in b_perf]:
         kind, workload = key
         (bm, hib, br), (hm, _, hr) = b_perf[key], h_perf[key]
         if bm != hm:
             notes.append(f"{kind} {workload}: BASE measured {bm}, HEAD {hm}: not compared")
             continue
-        delta = delta_interval(br, hr)
+        delta = None if unclean else delta_interval(br, hr)
         margin = margin_of(h_row["scenario"], kind, workload, hm)
         row = {"scenario": h_row["scenario"], "kind": kind, "workload": workload, "metric": hm,
                "higher_is_better": hib, "base": side_interval(br), "head": side_interval(hr), "delta": delta,
                "margin": margin}
+        if unclean:
+            row["disturbed"] = unclean
         if delta is None:
             row["verdict"] = "not compared"
         else:
@@ -320,13 +343,16 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     if not shared:
         raise CompareError(f"BASE and HEAD share no scenario (BASE: {', '.join(b_rows) or 'none'}; "
                            f"HEAD: {', '.join(h_rows) or 'none'})")
-    scenarios, perf = [], []
+    scenarios, perf, uncompared = [], [], []
     for name in shared:
         sc = _scenario(b_rows[name], h_rows[name])
         rows, notes = _perf(b_rows[name], h_rows[name], lambda *key: by_workload.get(key, margin))
         sc["notes"] += notes
         scenarios.append(sc)
         perf += rows
+        why = _uncompared(b_rows[name], h_rows[name], rows)
+        if why:
+            uncompared.append(f"{name}: no performance compared ({why})")
     methods = sorted({r["delta"]["method"] for r in perf if r["delta"]})
     limitations = []
     if "range" in methods:
@@ -342,6 +368,9 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
            and not (r["delta"]["paired_base"] and r["delta"]["paired_head"]) for r in perf):
         limitations.append("some repeats were not interleaved (no \"paired\" flag): their sides were resampled "
                            "independently")
+    if any(r.get("disturbed") for r in perf):
+        limitations.append("some workloads were not compared: another process used the GPU during their timed "
+                           "runs in BASE or HEAD (scenario notes say which); run them again on an idle GPU")
     if floor is None:
         limitations.append(f"no noise floor given (--noise-floor or --aa): deltas judged against the threshold "
                            f"({threshold:.1%}) alone")
@@ -356,19 +385,30 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     problems = [p for s in scenarios for p in s["problems"]]
     problems += [f"{r['scenario']}: {r['kind']} {r['workload']} slower: delta {_ci(r['delta'])} beyond "
                  f"{'-' if r['higher_is_better'] else '+'}{r['margin']:.1%}" for r in perf if r["regression"]]
-    verdict = "FAIL" if problems else "PASS"
+    verdict = "FAIL" if problems else INCOMPLETE if uncompared else "PASS"
     line = (f"**{verdict}**: {_plural(summary['regressions'], 'regression')}, {summary['faster']} faster, "
             f"{summary['unchanged']} unchanged" + (f", {summary['not_compared']} not compared"
                                                     if summary["not_compared"] else "")
             + f"; correctness ok in {summary['correct']}/{summary['scenarios']} scenarios"
             + (f"; {_plural(summary['stopped_kernels'], 'kernel')} no longer running"
-               if summary["stopped_kernels"] else ""))
+               if summary["stopped_kernels"] else "")
+            + "".join(f"; {u}" for u in uncompared))
     return {"kind": "compare", "verdict": verdict, "verdict_line": line, "summary": summary, "problems": problems,
+            "uncompared": uncompared,
             "base": _meta(base, base_path), "head": _meta(head, head_path), "threshold": threshold,
             "noise_floor": floor, "margin": margin, "conf": CONF, "methods": methods, "limitations": limitations,
             "warnings": _warnings(base, head, floor.get("meta") if floor else None),
             "only_base": [s for s in b_rows if s not in h_rows], "only_head": [s for s in h_rows if s not in b_rows],
             "scenarios": scenarios, "perf": perf}
+
+
+def _uncompared(b_row: dict, h_row: dict, rows: list[dict]) -> str:
+    """Why a shared scenario that measured something got no delta at all ('' when some delta was computed)."""
+    if any(r["delta"] for r in rows) or not (list(_ratio_dicts(b_row)) or list(_ratio_dicts(h_row))):
+        return ""
+    empty = [f"{label} {r.get('status', '?')}: no measurements" for label, r in (("BASE", b_row), ("HEAD", h_row))
+             if not list(_ratio_dicts(r))]
+    return "; ".join(empty) or "its workloads could not be compared (scenario notes say why)"
 
 
 def _has_values(data: dict) -> bool:

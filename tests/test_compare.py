@@ -204,3 +204,44 @@ def test_a_token_verdict_rejudged_by_its_float32_run_shows_its_ratio():
     assert (h["logprob_ref_ratio"], h["logprob_ref_ratio_max"], h["fixed_passed"]) == (1.14, 1.36, False)
     assert "logprob_ref_ratio" not in cmp["scenarios"][0]["base"] and cmp["verdict"] == "PASS"
     assert "| - → 1.14 " in compare.to_markdown(cmp)
+
+
+def test_a_workload_whose_base_or_head_timings_were_disturbed_is_not_compared():
+    why = "round 1 baseline: another process used the GPU during this run (pid 1234 python3): not comparable"
+    for side in ("BASE", "HEAD"):
+        b_row, h_row = row("s1", tput=1.10), row("s1", tput=0.5)  # HEAD's throughput halved, as on the H100
+        (b_row if side == "BASE" else h_row)["perf"]["disturbed"] = [why]
+        cmp = compare.compare(results(b_row, row("s2")), results(h_row, row("s2")))
+        s1 = [r for r in cmp["perf"] if r["scenario"] == "s1"]
+        assert all(r["verdict"] == "not compared" and r["delta"] is None and not r["regression"] for r in s1)
+        assert cmp["summary"]["regressions"] == 0 and cmp["summary"]["unchanged"] == 2
+        assert cmp["summary"]["not_compared"] == 2 and ", 2 not compared" in cmp["verdict_line"]
+        assert any(n.startswith("performance not compared: ") and why in n for n in cmp["scenarios"][0]["notes"])
+        assert any("another process used the GPU" in x for x in cmp["limitations"])
+        assert cmp["verdict"] == "INCOMPLETE" and "s1: no performance compared" in cmp["verdict_line"]
+    # undisturbed, HEAD's halved throughput is a regression
+    assert compare.compare(results(row("s1", tput=1.10)), results(row("s1", tput=0.5)))["summary"]["regressions"] == 1
+
+
+def test_a_disturbed_aa_scenario_is_left_out_of_the_noise_floor():
+    noisy = row("s1", tput=1.0)
+    noisy["perf"]["throughput"]["balanced"]["tokens_per_s"] = perf_entry(BASE_TPUT, scaled(BASE_TPUT, 0.5))
+    noisy["perf"]["disturbed"] = ["baseline: another process used the GPU during this run (pid 1)"]
+    floor = compare.noise_floor_from_aa(results(noisy, row("s2"), aa=True), "aa.json")
+    assert floor["disturbed"] == ["s1"] and {iv["scenario"] for iv in floor["intervals"]} == {"s2"}
+    assert floor["value"] < 0.05
+    with pytest.raises(compare.CompareError, match="left out, another process used the GPU: s1"):
+        compare.noise_floor_from_aa(results(noisy, aa=True), "aa.json")
+
+
+def test_a_scenario_whose_base_measured_nothing_is_incomplete_not_a_pass():
+    """As on the H100 (session 7): BASE ended RUNTIME_ERROR without timings; HEAD passed. Nothing was compared."""
+    crashed = dict(row("s1", status="RUNTIME_ERROR", failures=["candidate: engine core initialization failed"]),
+                   perf={})
+    cmp = compare.compare(results(crashed), results(row("s1", tput=0.97)))
+    assert cmp["verdict"] == "INCOMPLETE" and cmp["summary"]["regressions"] == 0
+    assert cmp["verdict_line"].startswith("**INCOMPLETE**")
+    assert "s1: no performance compared (BASE RUNTIME_ERROR: no measurements)" in cmp["verdict_line"]
+    assert compare.to_markdown(cmp).startswith("**INCOMPLETE**")
+    ok = compare.compare(results(row("s1")), results(row("s1")))  # measured on both sides
+    assert ok["verdict"] == "PASS" and not ok["uncompared"]

@@ -83,3 +83,13 @@ def test_a_token_verdict_rejudged_by_its_float32_run_shows_both_verdicts():
     row["correctness"]["reference_error"] = "the float32 run ended error: boom"
     md = render(res)
     assert "no float32 run (see notes)" in md and "as the reference" not in md
+
+
+def test_disturbed_timings_are_flagged_above_the_performance_table():
+    res = results()
+    res["scenarios"][0]["perf"]["disturbed"] = ["baseline: another process used the GPU during this run (pid 1)"]
+    md = render(res)
+    perf = md[md.index("## Performance"):]
+    assert "**Disturbed timings: another process used the GPU during timed engine runs of x." in perf
+    assert "| x **(disturbed)** | throughput w" in perf
+    assert "**Disturbed" not in render(results())

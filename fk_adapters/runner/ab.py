@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fk_adapters import __version__, evidence, metrics, probe
 from fk_adapters.engines import EngineSpec
-from fk_adapters.runner.proc import run_job
+from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
 from fk_adapters.scenarios import Scenario, build_job
 from fk_adapters.weights import scenario_checkpoint
 
@@ -96,13 +96,17 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
         raise BaselineMismatch(f"the {side} of {scenario} under {prev_out} ran a different job "
                                "(model, prompts, mode or engine arguments differ)")
     res.update(reused_from=run_dir, log=os.path.join(run_dir, "engine.log"), loads=probe.read_loads(run_dir))
+    share = os.path.join(run_dir, GPU_SHARE_FILE)
+    if os.path.exists(share):  # the earlier run's GPU watch: its timings are reused
+        with open(share) as f:
+            res["gpu_share"] = json.load(f)
     res.setdefault("wall_s", 0.0)
     return res
 
 
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
-            "runtime")
+            "runtime", "gpu_share")
     out = {k: res[k] for k in keep if k in res}
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
@@ -132,10 +136,50 @@ def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugi
     """One engine process on ``job`` with ``plugins`` (none: stock), its progress tagged ``[tag]``; its result with
     the plugin loads it recorded."""
     res = run_job(cfg.engine.python, cfg.engine.driver, job, run_dir, _env(cfg, sc, plugins), cfg.timeout_s,
-                  echo=lambda m: echo(f"{sc.name} [{tag}] {m}"))
+                  echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
     res["loads"] = probe.read_loads(run_dir)
     echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
+    share, foreign = res.get("gpu_share"), foreign_gpu_processes(res)
+    if foreign:
+        echo(f"{sc.name} [{tag}] WARNING: another process used the GPU during this run ({foreign_text(foreign)})"
+             + (": its timings are not comparable" if "perf" in job else ""))
+    elif share and not share.get("watched"):
+        echo(f"{sc.name} [{tag}] warning: the GPU could not be watched for other processes ({share.get('why')})")
     return res
+
+
+def foreign_gpu_processes(res: dict) -> list[dict]:
+    """The other processes the GPU watcher saw during this engine run (``gpu_share``)."""
+    return (res.get("gpu_share") or {}).get("foreign") or []
+
+
+def foreign_text(foreign: list[dict]) -> str:
+    """pid 1234 python3, up to 18482 MiB; ..."""
+    def one(p):
+        mem = f", up to {p['max_used_mib']} MiB" if p.get("max_used_mib") is not None else ""
+        gone = " (gone before it could be read)" if p.get("pid_gone") else ""
+        return f"pid {p['pid']} {p.get('name') or '?'}{gone}{mem}"
+    return "; ".join(one(p) for p in foreign)
+
+
+def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
+    """Over the timed engine runs of a scenario ({side: [round 1, ...]}): one line per run another process shared
+    the GPU with, and one per reason the GPU could not be watched (with the runs it concerns)."""
+    disturbed, unwatched = [], {}
+    several = max(len(r) for r in runs.values()) > 1
+    for side, results in runs.items():
+        for rnd, res in enumerate(results, 1):
+            where = f"round {rnd} {side}" if several else side
+            share = res.get("gpu_share")
+            if share is None:
+                continue
+            if not share.get("watched"):
+                unwatched.setdefault(share.get("why") or "?", []).append(where)
+            elif share.get("foreign"):
+                disturbed.append(f"{where}: another process used the GPU during this run "
+                                 f"({foreign_text(share['foreign'])}): its timings are not comparable")
+    return disturbed, [f"{', '.join(where)}: the GPU could not be watched for other processes ({why}): "
+                       "these timings are unchecked" for why, where in unwatched.items()]
 
 
 def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, list]:
@@ -197,6 +241,9 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
                          "runs": [[_summary(r) for r in runs["baseline"]], [_summary(r) for r in runs["candidate"]]]}
     if base["loads"]:
         row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
+    disturbed, unwatched = gpu_share_findings(runs)
+    if disturbed or unwatched:
+        row["notes"] = disturbed + unwatched
     if bad:
         row["status"] = TIMEOUT if any(r["status"] == "timeout" for _, r in bad) else RUNTIME_ERROR
         rnd = len(runs["baseline"])
@@ -207,12 +254,14 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     row["correctness"] = correctness(base, cand, sc.dtype)
     if wants_reference(row["correctness"], sc.dtype):
         row["correctness"], row["reference"] = _judge_by_reference(cfg, sc, job, row["correctness"], base, cand, echo)
-        row["notes"] = [row["correctness"]["summary"]]
+        row["notes"] = [row["correctness"]["summary"]] + row.get("notes", [])
     if _rounds(cfg) > 1:
         row["perf"] = metrics.performance_rounds([r.get("perf", {}) for r in runs["baseline"]],
                                                  [r.get("perf", {}) for r in runs["candidate"]])
     else:
         row["perf"] = metrics.performance(base.get("perf", {}), cand.get("perf", {}))
+    if disturbed:
+        row["perf"]["disturbed"] = disturbed
     row["failures"] += row["correctness"]["failures"]
     if cfg.aa:
         row["failures"] += _round_checks(cfg, runs, {})
@@ -414,11 +463,17 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
             took = time.monotonic() - t0
             eta = f", about {_duration(took / ran * left)} left" if left else ""
             echo(f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
+                 + (" (performance DISTURBED: another process used the GPU)" if disturbed_perf(row) else "")
                  + f" [{_duration(took)} so far{eta}]")
         results["scenarios"].append(row)
         finish(results, cfg)
         _write_atomic(path, results)  # after every scenario: an interrupted suite keeps what finished
     return results
+
+
+def disturbed_perf(row: dict) -> list[str]:
+    """Why this scenario's timings are not comparable (another process used the GPU), empty when clean."""
+    return (row.get("perf") or {}).get("disturbed") or []
 
 
 def _write_atomic(path: str, data: dict) -> None:

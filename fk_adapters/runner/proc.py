@@ -7,23 +7,32 @@ import signal
 import subprocess
 import time
 
+from fk_adapters import gpu_share
+
+GPU_SHARE_FILE = "gpu_share.json"
+
 
 def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeout_s: float,
-            echo=None) -> dict:
-    """Write the job, run the driver, return its result (status ok/error/crashed/timeout) with log path."""
+            echo=None, watch_gpu: bool = False) -> dict:
+    """Write the job, run the driver, return its result (status ok/error/crashed/timeout) with log path.
+
+    ``watch_gpu``: watch the GPU for other processes while the engine runs (``gpu_share.Watcher``); what it saw is
+    the result's "gpu_share", also written to gpu_share.json in ``run_dir``."""
     run_dir = os.path.abspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     job_path, result_path, log_path = (os.path.join(run_dir, n) for n in ("job.json", "result.json", "engine.log"))
     with open(job_path, "w") as f:
         json.dump(job, f)
-    if os.path.exists(result_path):
-        os.remove(result_path)
+    for stale in (result_path, os.path.join(run_dir, GPU_SHARE_FILE)):
+        if os.path.exists(stale):
+            os.remove(stale)
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", FK_RUN_DIR=run_dir, **env)
     t0 = time.perf_counter()
     with open(log_path, "w", buffering=1) as log:  # line-buffered: the log can be followed live
         proc = subprocess.Popen([python, "-m", driver, job_path, result_path], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=full_env, text=True, start_new_session=True,
                                 cwd=run_dir)  # never import fk_adapters from a source tree in the cwd
+        watcher = gpu_share.Watcher(proc.pid).start() if watch_gpu else None
         timed_out = False
         deadline = t0 + timeout_s
         import selectors
@@ -48,6 +57,7 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
         if timed_out:
             _kill_group(proc)
         proc.wait()
+        shared = watcher.stop() if watcher else None
         rest = proc.stdout.read() if not timed_out else ""
         log.write(rest)
     wall = time.perf_counter() - t0
@@ -62,6 +72,10 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
     res["returncode"] = proc.returncode
     res["wall_s"] = wall
     res["log"] = log_path
+    if shared is not None:
+        res["gpu_share"] = shared
+        with open(os.path.join(run_dir, GPU_SHARE_FILE), "w") as f:
+            json.dump(shared, f)
     if res["status"] != "ok":
         with open(log_path, errors="replace") as f:
             res["log_tail"] = f.read()[-4000:]

@@ -52,3 +52,22 @@ def test_compile_cache_folder_follows_the_plugin_code_not_its_settings():
     assert _variant(cfg(dict(base, slow={"source_sha256": "s1", "info": {"delay_us": 60}})), ["slow"]) == same
     assert _variant(cfg(dict(base, slow={"source_sha256": "s2", "info": {}})), ["slow"]) != same
     assert _variant(cfg(dict(base, fk_adapters="f2")), ["slow"]) != same
+
+
+def test_gpu_share_records_become_one_line_per_disturbed_run():
+    from fk_adapters.runner.ab import gpu_share_findings
+
+    clean = {"gpu_share": {"watched": True, "samples": 9, "foreign": []}}
+    other = {"gpu_share": {"watched": True, "samples": 9, "foreign": [
+        {"pid": 1234, "name": "python3", "max_used_mib": 18482, "samples": 4},
+        {"pid": 99, "name": "x", "max_used_mib": None, "samples": 1, "pid_gone": True}]}}
+    blind = {"gpu_share": {"watched": False, "why": "nvidia-smi not found"}}
+    disturbed, unwatched = gpu_share_findings({"baseline": [other], "candidate": [clean]})
+    assert disturbed == ["baseline: another process used the GPU during this run (pid 1234 python3, up to 18482 MiB; "
+                         "pid 99 x (gone before it could be read)): its timings are not comparable"]
+    assert unwatched == []
+    disturbed, unwatched = gpu_share_findings({"baseline": [clean, blind], "candidate": [blind, other]})
+    assert [d.split(":")[0] for d in disturbed] == ["round 2 candidate"]
+    assert unwatched == ["round 2 baseline, round 1 candidate: the GPU could not be watched for other processes "
+                         "(nvidia-smi not found): these timings are unchecked"]
+    assert gpu_share_findings({"baseline": [{}], "candidate": [{}]}) == ([], [])  # not watched on purpose (CPU)

@@ -14,7 +14,7 @@ class FakeEngine:
     def __init__(self, speed=1.0, fail=None, silent_round=None):
         self.calls, self.speed, self.fail, self.silent_round = [], speed, fail, silent_round
 
-    def __call__(self, python, driver, job, run_dir, env, timeout, echo=None):
+    def __call__(self, python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
         side = os.path.basename(run_dir)
         self.calls.append((side, "profile" in job))
         cand = side.startswith("candidate")
@@ -61,7 +61,7 @@ def test_rounds_alternate_baseline_and_candidate_and_pair_their_medians(fake, tm
 
 def test_alternating_the_order_cancels_a_position_effect(fake, monkeypatch, tmp_path):
     """The second process of every round runs 5% faster (as on the H100): an A/A with A B, B A ... stays at 1."""
-    def second_is_faster(python, driver, job, run_dir, env, timeout, echo=None):
+    def second_is_faster(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
         fake.calls.append((os.path.basename(run_dir), False))
         tps = 105.0 if len(fake.calls) % 2 == 0 else 100.0
         return {"status": "ok", "wall_s": 1.0, "run_dir": run_dir, "calls": 0,
@@ -138,3 +138,75 @@ def test_an_aa_run_stores_its_noise_floor(fake, tmp_path):
                        echo=lambda m: None)
     nf = res["noise_floor"]
     assert nf["paired"] is True and nf["intervals"] == 2 and nf["value"] == pytest.approx(0.0, abs=1e-9)
+
+
+FOREIGN = {"pid": 1234, "name": "python3", "max_used_mib": 18482, "samples": 3}
+
+
+def test_another_process_on_the_gpu_marks_the_timings_disturbed_not_the_correctness(fake, monkeypatch, tmp_path):
+    """The H100 incident: a second `fk run` on the same GPU halved one side's throughput."""
+    watched = []
+
+    def engine(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        watched.append(watch_gpu)
+        res = fake(python, driver, job, run_dir, env, timeout, echo)
+        foreign = [FOREIGN] if os.path.basename(run_dir) == "baseline-r2" else []
+        res["gpu_share"] = {"watched": True, "samples": 5, "foreign": foreign}
+        return res
+    monkeypatch.setattr(ab, "run_job", engine)
+    lines = []
+    res = ab.run_suite(_cfg(tmp_path, device="cuda", interleave=2), [scenarios.load("tiny-llama")], "0",
+                       echo=lines.append)
+    row = res["scenarios"][0]
+    want = ("round 2 baseline: another process used the GPU during this run (pid 1234 python3, up to 18482 MiB): "
+            "its timings are not comparable")
+    assert watched == [True] * 4
+    assert row["perf"]["disturbed"] == [want] and want in row["notes"]
+    assert row["status"] == "PASSED" and res["verdict"] == "PASS"  # correctness and kernel evidence still hold
+    assert row["rounds"]["runs"][0][1]["gpu_share"]["foreign"] == [FOREIGN]
+    assert any("[baseline 2/2] WARNING: another process used the GPU" in m for m in lines)
+    assert any("performance DISTURBED" in m for m in lines)
+
+
+def test_a_cpu_run_does_not_watch_a_gpu_and_an_unwatched_gpu_is_said(fake, monkeypatch, tmp_path):
+    watched = []
+
+    def engine(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        watched.append(watch_gpu)
+        res = fake(python, driver, job, run_dir, env, timeout, echo)
+        if watch_gpu:
+            res["gpu_share"] = {"watched": False, "why": "nvidia-smi not found"}
+        return res
+    monkeypatch.setattr(ab, "run_job", engine)
+    row = ab.run_scenario(_cfg(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert watched == [False, False] and "notes" not in row and "disturbed" not in row["perf"]
+    row = ab.run_scenario(_cfg(tmp_path, device="cuda"), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert row["notes"] == ["baseline, candidate: the GPU could not be watched for other processes (nvidia-smi not "
+                            "found): these timings are unchecked"]
+    assert "disturbed" not in row["perf"] and row["status"] == "PASSED"
+
+
+def test_a_disturbed_aa_run_stores_no_noise_floor_from_it(fake, monkeypatch, tmp_path):
+    def engine(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        return dict(fake(python, driver, job, run_dir, env, timeout, echo),
+                    gpu_share={"watched": True, "samples": 5, "foreign": [FOREIGN]})
+    monkeypatch.setattr(ab, "run_job", engine)
+    res = ab.run_suite(_cfg(tmp_path, device="cuda", aa=True, plugins=[], interleave=2),
+                       [scenarios.load("tiny-llama")], "0", echo=lambda m: None)
+    assert res["scenarios"][0]["perf"]["disturbed"] and res["noise_floor"] is None
+
+
+def test_a_reused_baseline_brings_the_gpu_watch_of_its_run(fake, tmp_path):
+    sc = scenarios.load("tiny-llama")
+    prev = tmp_path / "prev" / "logs" / sc.name / "baseline"
+    prev.mkdir(parents=True)
+    job = dict(ab.build_job(sc, str(tmp_path / "m"), "eager", False, engine="vllm"),
+               profile={"requests": 4, "max_tokens": 8})
+    base = fake("py", "drv", job, str(prev), {}, 1.0)
+    for name, data in (("job.json", job), ("result.json", base),
+                       ("gpu_share.json", {"watched": True, "samples": 3, "foreign": [FOREIGN]})):
+        (prev / name).write_text(json.dumps(data))
+    row = ab.run_scenario(_cfg(tmp_path, baseline_from=str(tmp_path / "prev")), sc, echo=lambda m: None)
+    assert row["baseline"]["reused_from"] == str(prev)
+    assert row["perf"]["disturbed"] == ["baseline: another process used the GPU during this run (pid 1234 python3, "
+                                        "up to 18482 MiB): its timings are not comparable"]

@@ -19,7 +19,7 @@ class FakeEngine:
     def __init__(self, base=0.0, cand=0.0, ref_status="ok"):
         self.calls, self.base, self.cand, self.ref_status = [], base, cand, ref_status
 
-    def __call__(self, python, driver, job, run_dir, env, timeout, echo=None):
+    def __call__(self, python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
         side = os.path.basename(run_dir)
         self.calls.append((side, job["dtype"], env["FK_PLUGINS"], "perf" in job or "profile" in job))
         off = 0.0 if side == "reference" else self.cand if side.startswith("candidate") else self.base

@@ -1,0 +1,47 @@
+"""run_job with a stand-in driver: the GPU watch travels with every result, ok or not."""
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from fk_adapters import gpu_share
+from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
+
+DRIVER = """
+    import json, sys, time
+    job = json.load(open(sys.argv[1]))
+    time.sleep(job["sleep"])
+    if job["ok"]:
+        json.dump({"status": "ok"}, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.fixture
+def driver(tmp_path, monkeypatch):
+    (tmp_path / "fake_driver.py").write_text(textwrap.dedent(DRIVER))
+    # the GPU: pid 1 (another session) on it beside whatever runs
+    monkeypatch.setattr(gpu_share, "gpu_processes", lambda: [{"pid": 1, "name": "init", "used_mib": 7, "gpu": "g"}])
+    monkeypatch.setattr(gpu_share, "INTERVAL_S", 0.05)
+    return lambda job, run_dir, timeout=30, **kw: run_job(sys.executable, "fake_driver", job, str(tmp_path / run_dir),
+                                                          {"PYTHONPATH": str(tmp_path)}, timeout, **kw)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/1/stat"), reason="no /proc")
+def test_the_watch_is_in_the_result_and_beside_it_for_ok_error_and_timeout(driver, tmp_path):
+    ok = driver({"sleep": 0.2, "ok": True}, "ok", watch_gpu=True)
+    assert ok["status"] == "ok" and ok["gpu_share"]["watched"] and ok["gpu_share"]["samples"] >= 1
+    assert ok["gpu_share"]["foreign"][0]["pid"] == 1
+    with open(tmp_path / "ok" / GPU_SHARE_FILE) as f:
+        assert json.load(f) == ok["gpu_share"]
+    crashed = driver({"sleep": 0.0, "ok": False}, "crashed", watch_gpu=True)
+    assert crashed["status"] == "crashed" and crashed["gpu_share"]["watched"]
+    late = driver({"sleep": 30, "ok": True}, "late", timeout=1, watch_gpu=True)
+    assert late["status"] == "timeout" and late["gpu_share"]["foreign"][0]["samples"] >= 2
+
+
+def test_without_watch_gpu_there_is_no_watch(driver, tmp_path):
+    res = driver({"sleep": 0.0, "ok": True}, "plain")
+    assert res["status"] == "ok" and "gpu_share" not in res
+    assert not (tmp_path / "plain" / GPU_SHARE_FILE).exists()
