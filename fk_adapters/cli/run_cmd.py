@@ -21,6 +21,10 @@ def add_parser(sub):
     p.add_argument("--out", default="reports/latest", help="directory for results.json, report.md, logs/ (%(default)s)")
     p.add_argument("--baseline-from", default="", metavar="DIR",
                    help="reuse the baseline runs of an earlier fk run's --out DIR (same scenarios and job)")
+    p.add_argument("--reference-from", default="", metavar="DIR",
+                   help="reuse the float32 reference run (bf16/fp16 runs that fail the fixed thresholds need one) of an "
+                        "earlier fk run's --out DIR, when it made one for the same job (e.g. the A/A run before a "
+                        "series of plugin runs); otherwise it runs again")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
     p.add_argument("--interleave", type=int, default=0, metavar="N",
                    help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the ratios "
@@ -91,13 +95,14 @@ def run(args) -> int:
     all_results = []
     for spec in specs:
         out = os.path.join(args.out, spec.name) if multi else args.out
-        base_from = os.path.join(args.baseline_from, spec.name) if multi and args.baseline_from else args.baseline_from
+        base_from, ref_from = (os.path.join(d, spec.name) if multi and d else d
+                               for d in (args.baseline_from, args.reference_from))
         cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=mode, out_dir=out, timeout_s=args.timeout,
                         strict=args.strict, allow_unexercised=args.allow_unexercised,
                         allow_uncovered=args.allow_uncovered, aa=args.aa, quick=args.quick,
                         profile=device == "cuda" if args.profile is None else args.profile,
                         multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
-                        baseline_from=base_from, interleave=args.interleave, force=args.force, code=code,
+                        baseline_from=base_from, reference_from=ref_from, interleave=args.interleave, force=args.force, code=code,
                         command=common.command_line())
         print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({spec.describe_mode(mode, device)}), "
               f"{len(chosen)} scenario(s) -> {out}", flush=True)

@@ -37,6 +37,7 @@ class RunConfig:
     multiprocessing: bool = True
     model_cache: str = ""
     baseline_from: str = ""
+    reference_from: str = ""  # an earlier fk run whose float32 reference run (same job) this run reuses
     interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
     force: bool = False  # start over even where out_dir holds finished scenarios of this same run
     code: dict = field(default_factory=dict)  # fk's and the plugins' source digests (and plugin info): part of the run key
@@ -296,14 +297,16 @@ def reference_job(job: dict) -> dict:
 
 
 def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> dict:
-    """The stock engine on ``reference_job`` in its own process (logs/<scenario>/reference), or the one
-    --baseline-from's run made for the same job."""
+    """The stock engine on ``reference_job`` in its own process (logs/<scenario>/reference), or the one that
+    --baseline-from's or --reference-from's run made for the same job."""
     ref_job = reference_job(job)
-    if cfg.baseline_from:
+    for source in filter(None, (cfg.baseline_from, cfg.reference_from)):
         try:
-            res = reuse_run(cfg.baseline_from, sc.name, ref_job, "reference")
-        except BaselineMismatch:
-            res = {}
+            res = reuse_run(source, sc.name, ref_job, "reference")
+        except BaselineMismatch as exc:
+            if source == cfg.reference_from:
+                echo(f"{sc.name} [reference] not reused: {exc}")
+            continue
         if res.get("status") == "ok":
             echo(f"{sc.name} [reference] reused from {res['reused_from']}")
             return res
@@ -442,7 +445,8 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                "device": cfg.device, "host": platform.node(), "python": sys.version.split()[0], "mode": cfg.mode,
                "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
                "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
-               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "interleave": _rounds(cfg),
+               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
+               "interleave": _rounds(cfg),
                "run_key": run_key(cfg), "thresholds": metrics.THRESHOLDS,
                "output_thresholds": metrics.OUTPUT_THRESHOLDS, "scenarios": []}
     kept = [sc.name for sc in scenarios if sc.name in done]

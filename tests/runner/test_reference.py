@@ -96,3 +96,19 @@ def test_baseline_from_reuses_its_reference_run(fake, tmp_path):
     row = _run(tmp_path, baseline_from=str(tmp_path / "first" / "out"))
     assert [c[0] for c in fake.calls] == ["candidate"] and row["status"] == "PASSED"
     assert row["reference"]["reused_from"].endswith(os.path.join("tiny-llama", "reference"))
+
+
+def test_reference_from_reuses_an_earlier_runs_reference_and_runs_one_when_it_has_none(fake, tmp_path):
+    fake.base, fake.cand = 0.3, -0.3
+    _run(tmp_path / "aa")
+    fake.calls.clear()
+    seen = []
+    cfg = ab.RunConfig(engine=engines.get("vllm"), plugins=["p"], device="cpu", mode="eager", out_dir=str(tmp_path / "o"),
+                       profile=True, allow_uncovered=True, reference_from=str(tmp_path / "aa" / "out"))
+    row = ab.run_scenario(cfg, dataclasses.replace(scenarios.load("tiny-llama"), dtype="bfloat16"), echo=seen.append)
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate"] and row["status"] == "PASSED"
+    assert row["reference"]["reused_from"] == str(tmp_path / "aa" / "out" / "logs" / "tiny-llama" / "reference")
+    assert any("[reference] reused from" in m for m in seen)
+    fake.calls.clear()
+    row = _run(tmp_path / "other", reference_from=str(tmp_path / "nowhere"))
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "reference"] and row["status"] == "PASSED"
