@@ -19,7 +19,8 @@ outcome
 covered
     at least one selected slot was exercised (runner evidence); None where no evidence was taken (A/A).
 scored
-    correct, not uncovered, and with a speedup. Only scored scenarios enter the geomeans; the others count against
+    correct, not uncovered, with a speedup, and timings not disturbed (another process on the GPU: ``perf.disturbed``,
+    fk_adapters/gpu_share.py). Only scored scenarios enter the geomeans; the others count against
     the correctness and coverage factors instead (a model with a wrong or stock candidate has no speedup to claim).
 category / overall
     category geomean over its scored scenarios; overall geomean over the categories that have one (each category
@@ -91,7 +92,9 @@ def per_scenario(row: dict) -> dict:
             "correctness_failures": row.get("correctness", {}).get("failures", []),
             "covered": covered, "slots": slots, "exercised": exercised, "applicable": applicable,
             "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
-            "scored": out == CORRECT and covered is not False and speed is not None}
+            "disturbed": bool(row.get("perf", {}).get("disturbed")),
+            "scored": out == CORRECT and covered is not False and speed is not None
+            and not row.get("perf", {}).get("disturbed")}
 
 
 def category_of(name: str) -> str:
@@ -155,7 +158,8 @@ def markdown(summary: dict) -> str:
     """Scenario, category and overall tables (GitHub markdown)."""
     srows = [[r["scenario"], r["category"], r["status"], _x(r["throughput_geomean"]), _x(r["latency_geomean"]),
               _x(r["speedup"]), _span([*r["throughput"].values(), *r["latency"].values()]), r["outcome"],
-              "-" if r["covered"] is None else f"{r['exercised']}/{r['applicable']}", "yes" if r["scored"] else "no"]
+              "-" if r["covered"] is None else f"{r['exercised']}/{r['applicable']}",
+              "yes" if r["scored"] else "no (disturbed)" if r.get("disturbed") else "no"]
              for r in summary["scenarios"]]
     blends = {}
     for r in summary["scenarios"]:

@@ -116,3 +116,10 @@ def test_markdown_tables():
     md = agg.markdown(s)
     assert "| a " in md and "Dense & MoE LLM" in md and "2.000" in md and "1/1" in md
     assert "- correctness: 100% (1 correct, 0 incorrect, 0 failed of 1)" in md
+
+
+def test_a_scenario_whose_timings_were_disturbed_is_not_scored():
+    clean, shared = _row("a", tp={"w": 1.1}), _row("b", tp={"w": 0.5})
+    shared["perf"]["disturbed"] = ["round 1 baseline: another process used the GPU during this run (pid 7)"]
+    rows = {r["scenario"]: agg.per_scenario(r) for r in (clean, shared)}
+    assert rows["a"]["scored"] and not rows["b"]["scored"] and rows["b"]["disturbed"]
