@@ -73,6 +73,8 @@ def ratio_rows_from_results(results: dict, seed: int = 0) -> list[dict]:
                 label = f"{' · '.join(parts)} · {KIND_WORDS[kind]} {workload} ({compare.UNITS.get(metric, metric)})"
                 if status and status != PASSED:
                     label += f" [{status}]"
+                if (sc.get("perf") or {}).get("disturbed"):
+                    label += " [DISTURBED: GPU shared]"
                 rows.append(_interval_row(iv, label, scenario=sc["scenario"], engine=engine, kind=kind,
                                           workload=workload, metric=metric, higher_is_better=hib, status=status))
     return rows

@@ -93,6 +93,13 @@ def test_ratio_rows_bootstrap_when_values_exist():
     assert row["lo"] <= row["ratio"] <= row["hi"] and row["lo"] > 1.0
 
 
+def test_ratio_rows_of_disturbed_timings_say_so():
+    res = _run_results()
+    res["scenarios"][2]["perf"]["disturbed"] = ["round 1 baseline: another process used the GPU during this run"]
+    labels = [r["label"] for r in plots.ratio_rows_from_results(res)]
+    assert labels[-1].endswith("[DISTURBED: GPU shared]") and not labels[0].endswith("[DISTURBED: GPU shared]")
+
+
 def test_ratio_rows_side_by_side_name_the_engine():
     both = {"engines": ["vllm", "sglang"], "candidate": "triton",
             "runs": [_run_results("vllm"), _run_results("sglang")]}
