@@ -1,13 +1,15 @@
 """Run one engine job in its own process with a time limit; a crash or hang becomes a result."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
-from fk_adapters import gpu_share
+from fk_adapters import gpu_lock, gpu_share
 
 GPU_SHARE_FILE = "gpu_share.json"
 
@@ -16,8 +18,9 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
             echo=None, watch_gpu: bool = False) -> dict:
     """Write the job, run the driver, return its result (status ok/error/crashed/timeout) with log path.
 
-    ``watch_gpu``: watch the GPU for other processes while the engine runs (``gpu_share.Watcher``); what it saw is
-    the result's "gpu_share", also written to gpu_share.json in ``run_dir``."""
+    ``watch_gpu``: a CUDA run: wait for the machine's GPU lock (``gpu_lock``: one fk engine process at a time) and
+    watch the GPU for other processes while the engine runs (``gpu_share.Watcher``); what it saw is the result's
+    "gpu_share", also written to gpu_share.json in ``run_dir``."""
     run_dir = os.path.abspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     job_path, result_path, log_path = (os.path.join(run_dir, n) for n in ("job.json", "result.json", "engine.log"))
@@ -27,6 +30,13 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
         if os.path.exists(stale):
             os.remove(stale)
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", FK_RUN_DIR=run_dir, **env)
+    say = echo or (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    with gpu_lock.held(gpu_lock.lock_path(full_env), say) if watch_gpu else contextlib.nullcontext():
+        return _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, echo, watch_gpu, run_dir)
+
+
+def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, echo, watch_gpu, run_dir) -> dict:
+    """The engine process itself: started, followed, killed at the deadline, its result read."""
     t0 = time.perf_counter()
     with open(log_path, "w", buffering=1) as log:  # line-buffered: the log can be followed live
         proc = subprocess.Popen([python, "-m", driver, job_path, result_path], stdout=subprocess.PIPE,

@@ -3,6 +3,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -45,3 +46,30 @@ def test_without_watch_gpu_there_is_no_watch(driver, tmp_path):
     res = driver({"sleep": 0.0, "ok": True}, "plain")
     assert res["status"] == "ok" and "gpu_share" not in res
     assert not (tmp_path / "plain" / GPU_SHARE_FILE).exists()
+
+
+def test_a_cuda_run_waits_for_another_fk_run_on_the_same_gpu(driver, tmp_path, monkeypatch):
+    import threading
+
+    from fk_adapters import gpu_lock
+
+    monkeypatch.setenv("FK_LOCK_DIR", str(tmp_path))
+    path = gpu_lock.lock_path({})
+    said, inside = [], threading.Event()
+
+    def other_run():
+        with gpu_lock.held(path, said.append):
+            inside.set()
+            time.sleep(0.6)
+
+    other = threading.Thread(target=other_run)
+    other.start()
+    inside.wait(5)
+    t0 = time.perf_counter()
+    res = driver({"sleep": 0.0, "ok": True}, "waited", watch_gpu=True, echo=said.append)
+    other.join()
+    assert res["status"] == "ok" and time.perf_counter() - t0 >= 0.4
+    assert any(m.startswith("waiting for the GPU: another fk engine run holds") for m in said)
+    assert gpu_lock.lock_path({"CUDA_VISIBLE_DEVICES": "1"}) != path  # other devices: another lock
+    said.clear()
+    assert driver({"sleep": 0.0, "ok": True}, "cpu", echo=said.append)["status"] == "ok" and not said  # no lock
