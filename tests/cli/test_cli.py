@@ -236,3 +236,21 @@ def test_fk_compare_exit_codes(capsys, tmp_path):
         assert main(["compare", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("fk compare: error: ") and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_fk_run_passes_its_reuse_folders_to_the_runner(monkeypatch, tmp_path):
+    from fk_adapters import engines
+    from fk_adapters.cli import run_cmd
+
+    seen = {}
+
+    def fake_suite(cfg, chosen, version, echo):
+        seen.update(baseline_from=cfg.baseline_from, reference_from=cfg.reference_from)
+        return {"engine": cfg.engine.name, "verdict": "PASS", "scenarios": []}
+
+    monkeypatch.setattr(engines, "check_installed", lambda spec: "0.0")
+    monkeypatch.setattr(run_cmd, "run_suite", fake_suite)
+    monkeypatch.setattr(run_cmd.common, "write_report", lambda out, results: None)
+    assert main(["run", "--engine", "vllm", "--plugins", "passthrough", "--scenario", "tiny-llama", "--device", "cpu",
+                 "--reference-from", str(tmp_path / "aa"), "--out", str(tmp_path / "o")]) == 0
+    assert seen == {"baseline_from": "", "reference_from": str(tmp_path / "aa")}
