@@ -145,3 +145,17 @@ class Watcher:
         if self.failed:
             out["failed_samples"] = self.failed
         return out
+
+
+def foreign(res: dict) -> list[dict]:
+    """The other processes the GPU watcher saw during this engine run (``gpu_share``)."""
+    return (res.get("gpu_share") or {}).get("foreign") or []
+
+
+def describe(procs: list[dict]) -> str:
+    """pid 1234 python3, up to 18482 MiB; ..."""
+    def one(p):
+        mem = f", up to {p['max_used_mib']} MiB" if p.get("max_used_mib") is not None else ""
+        gone = " (gone before it could be read)" if p.get("pid_gone") else ""
+        return f"pid {p['pid']} {p.get('name') or '?'}{gone}{mem}"
+    return "; ".join(one(p) for p in procs)

@@ -124,7 +124,7 @@ def fake_engine(tmp_path, monkeypatch):
     """capture.capture with the engine run replaced: ``runs`` collects (job, env), ``result`` is what it returns."""
     state = {"runs": [], "result": {}}
 
-    def run_job(python, driver, job, run_dir, env, timeout_s, echo=None):
+    def run_job(python, driver, job, run_dir, env, timeout_s, echo=None, watch_gpu=False):
         os.makedirs(run_dir, exist_ok=True)
         state["runs"].append((job, env))
         echo("starting engine")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from fk_adapters import gpu_share
 from fk_adapters.check.guards import OUTLIER_SHARE, OUTLIER_SPAN, TOLERANCES
 from fk_adapters.check.runner import slot_speedup_range
 
@@ -86,6 +87,11 @@ def render_check(results: dict) -> str:
     lines.append(tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
                                           "speedup (call-weighted geomean) [spread]", "copy ceiling GB/s", "flagged"],
                           tablefmt="github"))
+    shared = [f"- **{s['workload']} {s['plugin']}:{s['slot']}**: another process used the GPU during its timings "
+              f"({gpu_share.describe(s['gpu_shared_with'])}): its speedups are not comparable"
+              for s in slots if s.get("gpu_shared_with")]
+    if shared:
+        lines += ["", "**Disturbed timings:**", ""] + shared
     rows, problems, flagged = [], [], []
     for s in slots:
         for r in s.get("shapes", []):

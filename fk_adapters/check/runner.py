@@ -7,7 +7,7 @@ import math
 import os
 import platform
 
-from fk_adapters import __version__
+from fk_adapters import __version__, gpu_share
 from fk_adapters.runner.proc import run_job
 
 DRIVER = "fk_adapters.check.driver"
@@ -100,8 +100,13 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                 echo(f"{entry['workload']} {plugin}:{slot}: {len(chosen)} of {len(sigs)} shapes")
                 run_dir = os.path.join(out_dir, "logs", entry["workload"], plugin, slot)
                 res = run_job(spec.python, DRIVER, job, run_dir, spec.env(device), timeout_s,
-                              echo=lambda m: echo(f"  {m}"))
+                              echo=lambda m: echo(f"  {m}"), watch_gpu=device == "cuda")
                 entry.update(summarise(res, config.get("flag_speedup", FLAG_SPEEDUP)))
+                shared = gpu_share.foreign(res)
+                if shared:  # its timings ran beside another GPU process
+                    entry["gpu_shared_with"] = shared
+                    echo(f"{entry['workload']} {plugin}:{slot}: WARNING: another process used the GPU during its "
+                         f"timings ({gpu_share.describe(shared)}): they are not comparable")
                 entry["shapes_skipped"] = len(sigs) - len(chosen)
                 entry["calls_captured"] = sum(s.get("calls", 1) for s in sigs)
                 results["slots"].append(entry)

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fk_adapters import __version__, evidence, metrics, probe
+from fk_adapters import __version__, evidence, gpu_share, metrics, probe
 from fk_adapters.engines import EngineSpec
 from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
 from fk_adapters.scenarios import Scenario, build_job
@@ -140,27 +140,13 @@ def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugi
                   echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
     res["loads"] = probe.read_loads(run_dir)
     echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
-    share, foreign = res.get("gpu_share"), foreign_gpu_processes(res)
+    share, foreign = res.get("gpu_share"), gpu_share.foreign(res)
     if foreign:
-        echo(f"{sc.name} [{tag}] WARNING: another process used the GPU during this run ({foreign_text(foreign)})"
+        echo(f"{sc.name} [{tag}] WARNING: another process used the GPU during this run ({gpu_share.describe(foreign)})"
              + (": its timings are not comparable" if "perf" in job else ""))
     elif share and not share.get("watched"):
         echo(f"{sc.name} [{tag}] warning: the GPU could not be watched for other processes ({share.get('why')})")
     return res
-
-
-def foreign_gpu_processes(res: dict) -> list[dict]:
-    """The other processes the GPU watcher saw during this engine run (``gpu_share``)."""
-    return (res.get("gpu_share") or {}).get("foreign") or []
-
-
-def foreign_text(foreign: list[dict]) -> str:
-    """pid 1234 python3, up to 18482 MiB; ..."""
-    def one(p):
-        mem = f", up to {p['max_used_mib']} MiB" if p.get("max_used_mib") is not None else ""
-        gone = " (gone before it could be read)" if p.get("pid_gone") else ""
-        return f"pid {p['pid']} {p.get('name') or '?'}{gone}{mem}"
-    return "; ".join(one(p) for p in foreign)
 
 
 def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
@@ -178,7 +164,7 @@ def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
                 unwatched.setdefault(share.get("why") or "?", []).append(where)
             elif share.get("foreign"):
                 disturbed.append(f"{where}: another process used the GPU during this run "
-                                 f"({foreign_text(share['foreign'])}): its timings are not comparable")
+                                 f"({gpu_share.describe(share['foreign'])}): its timings are not comparable")
     return disturbed, [f"{', '.join(where)}: the GPU could not be watched for other processes ({why}): "
                        "these timings are unchecked" for why, where in unwatched.items()]
 

@@ -143,7 +143,11 @@ def test_report_says_how_much_of_the_captured_calls_was_checked():
     s.update(workload="w", plugin="p", slot="rms_norm", shapes_skipped=3, calls_captured=8)
     md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
                        "verdict": "PASS", "slots": [s]})
-    assert "1/4 (25% of calls)" in md
+    assert "1/4 (25% of calls)" in md and "Disturbed timings" not in md
+    s["gpu_shared_with"] = [{"pid": 7, "name": "python3", "max_used_mib": 18482}]
+    md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
+                       "verdict": "PASS", "slots": [s]})
+    assert "**w p:rms_norm**: another process used the GPU during its timings (pid 7 python3, up to 18482 MiB)" in md
 
 
 def test_speedup_spread_brackets_the_median_and_is_call_weighted():
