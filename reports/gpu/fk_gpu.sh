@@ -89,12 +89,13 @@ for step in "$@"; do
         $TR --plugins passthrough --out "$D/passthrough" --baseline-from "$D/triton"
         rm -rf "${MODELS:?}"/*
       done ;;
-    deltas)  # trustworthy deltas (reports/deltas.sh) on $DELTA_SC (default llama31-8b-4l-prefill, GPU-bound): interleaved
+    deltas)  # trustworthy deltas (reports/deltas.sh) on $DELTA_SC (default llama31-8b-decode: memory-bound, below the
+             # power cap; llama31-8b-4l-prefill is the power-capped one of session 6): interleaved
              # A/A, fk-slow at 0 us, at each $SLOW_US, at 0 us again; $DELTA_SIZE (default: the scenario's full size)
       mkdir -p "$ROOT/deltas"  # the GPU's clocks, power and throttle reasons every 250 ms beside the runs
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
         --format=csv -lms 250 > "$ROOT/deltas/gpu-clocks.csv" 2>&1 & SMI=$!
-      OUT=$ROOT/deltas SC=${DELTA_SC:-llama31-8b-4l-prefill} ENGINE=$ENGINE FK="$FK" EXTRA="--model-cache $MODELS" \
+      OUT=$ROOT/deltas SC=${DELTA_SC:-llama31-8b-decode} ENGINE=$ENGINE FK="$FK" EXTRA="--model-cache $MODELS" \
         SIZE=${DELTA_SIZE-} bash "$REPO/reports/deltas.sh"
       kill $SMI ;;
     fk46ab)  # the Triton plugin against the stock engine on each of $FK46_AB (fk46 LLMs this engine hosts):
