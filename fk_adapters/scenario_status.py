@@ -52,7 +52,8 @@ def _from_run(res: dict, path: str, into: dict) -> None:
         seen.created, seen.source, seen.figures = created, path, []
         rate = _rate(row)
         if rate:
-            seen.figures.append(f"{rate} on {res.get('device', '?')}")
+            shared = " (disturbed: the GPU was shared)" if (row.get("perf") or {}).get("disturbed") else ""
+            seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
         if row.get("status") and res.get("candidate"):
             seen.figures.append(f"{res['candidate']}: {row['status']}")
 

@@ -45,3 +45,13 @@ def test_the_last_rate_is_tokens_per_s_or_items_per_s_for_models_without_tokens(
     seen = scenario_status.collect([str(tmp_path)])
     assert seen[("llm", "vllm")].figures == ["1.23e+03 tok/s (balanced) on cpu", "triton: PASSED"]
     assert seen[("vit", "transformers")].figures == ["56.8 items/s (images) on cpu", "triton: PASSED"]
+
+
+def test_a_rate_measured_beside_another_gpu_process_says_so(tmp_path):
+    perf = {"throughput": {"decode": {"tokens_per_s": {"baseline": {"median": 5129.0}}}},
+            "disturbed": ["round 1 baseline: another process used the GPU during this run (pid 7 python3)"]}
+    row = {"scenario": "s", "status": "PASSED", "baseline": {"status": "ok"}, "perf": perf}
+    _write(tmp_path / "r" / "results.json", {"engine": "vllm", "created": "2026-01-01", "device": "cuda",
+                                             "candidate": "slow", "verdict": "PASS", "scenarios": [row]})
+    fig = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures[0]
+    assert fig == "5.13e+03 tok/s (decode) on cuda (disturbed: the GPU was shared)"
