@@ -32,6 +32,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from fk_adapters import scenarios
+from fk_adapters.gpu_share import disturbed
 from fk_adapters.check.runner import weighted_geomean
 from fk_adapters.metrics import THROUGHPUT_KEYS
 from fk_adapters.runner.ab import INCORRECT, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT
@@ -86,15 +87,15 @@ def per_scenario(row: dict) -> dict:
     covered = (exercised > 0) if "evidence" in row else None
     out = outcome(row)
     speed = blend(tp, lat)
+    shared = bool(disturbed(row))
     return {"scenario": row.get("scenario"), "status": row.get("status"), "outcome": out,
             "throughput": sp["throughput"], "latency": sp["latency"], "throughput_geomean": tp,
             "latency_geomean": lat, "speedup": speed,
             "correctness_failures": row.get("correctness", {}).get("failures", []),
             "covered": covered, "slots": slots, "exercised": exercised, "applicable": applicable,
             "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
-            "disturbed": bool(row.get("perf", {}).get("disturbed")),
-            "scored": out == CORRECT and covered is not False and speed is not None
-            and not row.get("perf", {}).get("disturbed")}
+            "disturbed": shared,
+            "scored": out == CORRECT and covered is not False and speed is not None and not shared}
 
 
 def category_of(name: str) -> str:

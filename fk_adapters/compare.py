@@ -49,6 +49,7 @@ import math
 from tabulate import tabulate
 
 from fk_adapters import stats
+from fk_adapters.gpu_share import disturbed
 
 PASSED = "PASSED"
 INCOMPLETE = "INCOMPLETE"  # nothing wrong found, but a shared scenario's performance could not be compared at all
@@ -156,9 +157,10 @@ def noise_floor_from_aa(aa: dict, path: str = "") -> dict:
     check_results(aa, path, "A/A")
     if not aa.get("aa"):
         raise CompareError(f"--aa {path} is not an A/A run (fk run --aa): its candidate is {aa.get('candidate')!r}")
-    intervals, skipped = [], [row["scenario"] for row in aa["scenarios"] if disturbed(row)]
+    intervals, skipped = [], []
     for row in aa["scenarios"]:
         if disturbed(row):  # another process on the GPU: not this machine's noise
+            skipped.append(row["scenario"])
             continue
         for kind, name, metric, _, r in _ratio_dicts(row):
             iv = side_interval(r)
@@ -259,11 +261,6 @@ def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
     for iv in (floor or {}).get("intervals") or []:
         by[(iv["scenario"], iv["kind"], iv["workload"], iv["metric"])] = max(threshold, iv["half_width"])
     return by, default
-
-
-def disturbed(row: dict) -> list[str]:
-    """Why a row's timings are not comparable (``fk run`` saw another process on the GPU), empty when clean."""
-    return (row.get("perf") or {}).get("disturbed") or []
 
 
 def _perf(b_row: dict, h_row: dict, margin_of) -> tuple[list[dict], list[str]]:
@@ -404,10 +401,11 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
 
 def _uncompared(b_row: dict, h_row: dict, rows: list[dict]) -> str:
     """Why a shared scenario that measured something got no delta at all ('' when some delta was computed)."""
-    if any(r["delta"] for r in rows) or not (list(_ratio_dicts(b_row)) or list(_ratio_dicts(h_row))):
+    measured = {label: any(True for _ in _ratio_dicts(r)) for label, r in (("BASE", b_row), ("HEAD", h_row))}
+    if any(r["delta"] for r in rows) or not any(measured.values()):
         return ""
     empty = [f"{label} {r.get('status', '?')}: no measurements" for label, r in (("BASE", b_row), ("HEAD", h_row))
-             if not list(_ratio_dicts(r))]
+             if not measured[label]]
     return "; ".join(empty) or "its workloads could not be compared (scenario notes say why)"
 
 

@@ -147,6 +147,12 @@ class Watcher:
         return out
 
 
+def disturbed(row: dict) -> list[str]:
+    """Why a results row's timings are not comparable (``perf.disturbed``: another process used the GPU during a
+    timed engine run), empty when clean."""
+    return (row.get("perf") or {}).get("disturbed") or []
+
+
 def foreign(res: dict) -> list[dict]:
     """The other processes the GPU watcher saw during this engine run (``gpu_share``)."""
     return (res.get("gpu_share") or {}).get("foreign") or []

@@ -19,6 +19,7 @@ import math
 import os
 
 from fk_adapters import compare, stats
+from fk_adapters.gpu_share import disturbed
 from fk_adapters.check.runner import weighted_geomean
 
 RATIO_PNG, DELTA_PNG, OPS_PNG = "ratios.png", "deltas.png", "op-speedups.png"
@@ -73,7 +74,7 @@ def ratio_rows_from_results(results: dict, seed: int = 0) -> list[dict]:
                 label = f"{' · '.join(parts)} · {KIND_WORDS[kind]} {workload} ({compare.UNITS.get(metric, metric)})"
                 if status and status != PASSED:
                     label += f" [{status}]"
-                if (sc.get("perf") or {}).get("disturbed"):
+                if disturbed(sc):
                     label += " [DISTURBED: GPU shared]"
                 rows.append(_interval_row(iv, label, scenario=sc["scenario"], engine=engine, kind=kind,
                                           workload=workload, metric=metric, higher_is_better=hib, status=status))

@@ -5,6 +5,8 @@ import json
 
 from tabulate import tabulate
 
+from fk_adapters.gpu_share import disturbed
+
 
 def _f(x, fmt=".3g") -> str:
     return "-" if x is None else format(x, fmt)
@@ -52,15 +54,10 @@ def _entered(classes: list[str]) -> str:
     return ", ".join(classes) if len(classes) <= 2 else f"{classes[0]} +{len(classes) - 1} more classes"
 
 
-def _disturbed(row: dict) -> list[str]:
-    """Why the row's timings are not comparable (another process used the GPU during a timed run)."""
-    return (row.get("perf") or {}).get("disturbed") or []
-
-
 def _perf_rows(row: dict) -> list[list[str]]:
     out = []
     perf = row.get("perf", {})
-    scenario = row["scenario"] + (" **(disturbed)**" if _disturbed(row) else "")
+    scenario = row["scenario"] + (" **(disturbed)**" if disturbed(row) else "")
     for name, r in perf.get("throughput", {}).items():
         key, unit = ("items_per_s", "items/s") if "items_per_s" in r else ("tokens_per_s", "tokens/s")  # no tokens
         t = r[key]
@@ -183,10 +180,10 @@ def render(results: dict) -> str:
                   tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
                                                "ratio (total) [range]", "95% CI", "ratio (output tokens/s)"],
                            tablefmt="github")]
-        disturbed = [r["scenario"] for r in rows if _disturbed(r)]
-        if disturbed:
+        shared = [r["scenario"] for r in rows if disturbed(r)]
+        if shared:
             lines[-1:-1] = [f"**Disturbed timings: another process used the GPU during timed engine runs of "
-                            f"{', '.join(disturbed)}. Their ratios"
+                            f"{', '.join(shared)}. Their ratios"
                             + (" (left out of the noise floor)" if results.get("aa") else " (and the aggregates below)")
                             + " are not comparable: run them again on an idle GPU.** Correctness and kernel evidence "
                             "are unaffected; the notes say which runs and which processes.", ""]
@@ -279,7 +276,7 @@ def _engine_cell(row: dict | None) -> list[str]:
     thr = row.get("perf", {}).get("throughput", {})
     first = next(iter(thr.values())) if thr else {}
     ratio = _ratio(first.get("tokens_per_s", first.get("items_per_s"))) if thr else "-"
-    if thr and _disturbed(row):
+    if thr and disturbed(row):
         ratio += " (disturbed)"
     return [row["status"], _exercised(row), _f(tf.get("max_abs")), ratio]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fk_adapters import results_files
+from fk_adapters.gpu_share import disturbed
 
 
 @dataclass
@@ -52,7 +53,7 @@ def _from_run(res: dict, path: str, into: dict) -> None:
         seen.created, seen.source, seen.figures = created, path, []
         rate = _rate(row)
         if rate:
-            shared = " (disturbed: the GPU was shared)" if (row.get("perf") or {}).get("disturbed") else ""
+            shared = " (disturbed: the GPU was shared)" if disturbed(row) else ""
             seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
         if row.get("status") and res.get("candidate"):
             seen.figures.append(f"{res['candidate']}: {row['status']}")

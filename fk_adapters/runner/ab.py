@@ -453,17 +453,12 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
             took = time.monotonic() - t0
             eta = f", about {_duration(took / ran * left)} left" if left else ""
             echo(f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
-                 + (" (performance DISTURBED: another process used the GPU)" if disturbed_perf(row) else "")
+                 + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
                  + f" [{_duration(took)} so far{eta}]")
         results["scenarios"].append(row)
         finish(results, cfg)
         _write_atomic(path, results)  # after every scenario: an interrupted suite keeps what finished
     return results
-
-
-def disturbed_perf(row: dict) -> list[str]:
-    """Why this scenario's timings are not comparable (another process used the GPU), empty when clean."""
-    return (row.get("perf") or {}).get("disturbed") or []
 
 
 def _write_atomic(path: str, data: dict) -> None:
