@@ -1,9 +1,10 @@
 """``fk compare BASE.json HEAD.json``: what changed between two ``fk run`` results files (e.g. main vs. a PR's kernel).
 
-Inputs: two results files of ``fk run`` on the same engine (not A/A runs: an A/A run has no kernel to compare; give it
-with ``--aa`` as the noise floor instead; not side-by-side files of several engines: compare ``<out>/<engine>/
-results.json``). Scenarios present in both are compared; those in one file only are listed. No shared scenario is
-an error.
+Inputs: two results files of ``fk run`` on the same engine (not side-by-side files of several engines: compare
+``<out>/<engine>/results.json``). Either may be an A/A run (``fk run --aa``, the stock engine on both sides): as BASE
+it stands for a main branch without the kernel (HEAD's delta is then its gain over the stock engine); BASE and HEAD
+both A/A are an A/A pair, where a significant delta is noise beyond the floor. Scenarios present in both are
+compared; those in one file only are listed. No shared scenario is an error.
 
 Performance, per scenario and workload present in both, on the workload's primary metric (throughput: tokens/s, or
 items/s for models without tokens, higher is better; latency: seconds, lower is better). Each file holds, per
@@ -60,7 +61,7 @@ CONF = 0.95
 
 
 class CompareError(ValueError):
-    """The inputs cannot be compared (not fk run results, A/A as BASE/HEAD, different engines, nothing shared)."""
+    """The inputs cannot be compared (not fk run results, different engines, nothing shared)."""
 
 
 # ---------------------------------------------------------------------------------------------------------- inputs
@@ -321,10 +322,6 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     Raises CompareError for inputs that cannot be compared."""
     check_results(base, base_path, "BASE")
     check_results(head, head_path, "HEAD")
-    for role, data, path in (("BASE", base, base_path), ("HEAD", head, head_path)):
-        if data.get("aa"):
-            raise CompareError(f"{role} {path} is an A/A run (no plugin on either side): nothing to compare; "
-                               "give it with --aa as the noise floor")
     if base["engine"] != head["engine"]:
         raise CompareError(f"BASE ran {base['engine']} and HEAD ran {head['engine']}: compare runs of one engine")
     if not 0 <= threshold < 1:
@@ -368,6 +365,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     if any(r.get("disturbed") for r in perf):
         limitations.append("some workloads were not compared: another process used the GPU during their timed "
                            "runs in BASE or HEAD (scenario notes say which); run them again on an idle GPU")
+    limitations += _aa_notes(base, head, floor)
     if floor is None:
         limitations.append(f"no noise floor given (--noise-floor or --aa): deltas judged against the threshold "
                            f"({threshold:.1%}) alone")
@@ -397,6 +395,23 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
             "warnings": _warnings(base, head, floor.get("meta") if floor else None),
             "only_base": [s for s in b_rows if s not in h_rows], "only_head": [s for s in h_rows if s not in b_rows],
             "scenarios": scenarios, "perf": perf}
+
+
+def _aa_notes(base: dict, head: dict, floor: dict | None) -> list[str]:
+    """What an A/A run as BASE or HEAD (or as BASE and the noise floor at once) means for the deltas."""
+    out = []
+    if base.get("aa") and head.get("aa"):
+        out.append("BASE and HEAD are both A/A runs (an A/A pair: nothing changed between them): a significant "
+                   "delta here is noise beyond the floor")
+    elif base.get("aa"):
+        out.append("BASE is an A/A run (the stock engine on both sides, no kernel): each delta is HEAD's "
+                   "candidate/stock ratio over BASE's stock/stock ratio")
+    elif head.get("aa"):
+        out.append("HEAD is an A/A run: it runs none of BASE's kernels")
+    meta = (floor or {}).get("meta") or {}
+    if base.get("aa") and meta and all(meta.get(k) == base.get(k) for k in ("created", "command", "host")):
+        out.append("the noise floor comes from BASE itself: BASE's spread counts in both the floor and each delta")
+    return out
 
 
 def _uncompared(b_row: dict, h_row: dict, rows: list[dict]) -> str:

@@ -1,27 +1,30 @@
 #!/bin/bash
-# Trustworthy deltas, end to end: the machine's interleaved A/A (its noise floor), fk-slow with no delay (BASE), fk-slow at
-# each delay of $SLOW_US (a known slowdown fk compare must call a regression), then fk-slow with no delay again (an A/A
-# pair of plugin runs that fk compare must call unchanged). Same kernels on both sides of every compare: only the delay
-# differs. The fk-slow runs reuse the A/A run's float32 reference run, when it made one (--reference-from): the
-# same job, so one float32 run serves them all. SIZE is fk run's size flag (default --quick; SIZE= for the scenario's full workloads); THRESHOLD is fk
-# compare's --threshold (default 0.02).
-#   OUT=DIR SC=SCENARIO [ENGINE=vllm] [ROUNDS=5] [SIZE=--quick] [SLOW_US="3 10"] [THRESHOLD=0.02] [FK="fk"] [EXTRA=...] \
+# Trustworthy deltas, end to end, on one machine: the interleaved A/A (its noise floor), a second A/A (the A/A pair
+# fk compare must call unchanged), then fk-slow at each delay of $SLOW_US (a known slowdown fk compare must call a
+# regression). Every compare has the first A/A as BASE (main without the kernel) and as the noise floor (--aa).
+# A float32 reference run (bf16 runs that fail the fixed limits need one) is made once: later runs reuse the first
+# one made (--reference-from). SIZE is fk run's size flag (default --quick; SIZE= for the scenario's full
+# workloads); THRESHOLD is fk compare's --threshold (default 0.02).
+#   OUT=DIR SC=SCENARIO [ENGINE=vllm] [ROUNDS=5] [SIZE=--quick] [SLOW_US="2 3"] [THRESHOLD=0.02] [FK="fk"] [EXTRA=...] \
 #     bash reports/deltas.sh
 set -u
 : "${OUT:?}" "${SC:?}"
 ENGINE=${ENGINE:-vllm}; FK=${FK:-fk}
 IL="--engine $ENGINE --scenario $SC --interleave ${ROUNDS:-5} ${SIZE---quick} --timeout 900 ${EXTRA:-}"
-compare() {  # compare NAME-OF-BASE NAME-OF-HEAD
-  $FK compare "$OUT/$1/results.json" "$OUT/$2/results.json" --aa "$OUT/aa/results.json" \
-    --threshold "${THRESHOLD:-0.02}" --out "$OUT/compare-$2" > /dev/null
-  echo "fk compare $1 vs. $2: exit $?"
+compare() {  # compare NAME-OF-HEAD: fk compare aa -> HEAD, the A/A as the noise floor
+  $FK compare "$OUT/aa/results.json" "$OUT/$1/results.json" --aa "$OUT/aa/results.json" \
+    --threshold "${THRESHOLD:-0.02}" --out "$OUT/compare-$1" > /dev/null
+  echo "fk compare aa vs. $1: exit $?"
+}
+reference() {  # --reference-from the first earlier run that made a float32 reference run, if any
+  for d in "$OUT"/*/; do
+    if compgen -G "$d/logs/*/reference/result.json" > /dev/null; then echo "--reference-from ${d%/}"; return; fi
+  done
 }
 $FK run --aa $IL --out "$OUT/aa"
-IL="$IL --reference-from $OUT/aa"
-FK_SLOW_US=0 $FK run --plugins slow $IL --out "$OUT/slow-0us"
-for us in ${SLOW_US:-3 10}; do
-  FK_SLOW_US=$us $FK run --plugins slow $IL --out "$OUT/slow-${us}us"
-  compare slow-0us "slow-${us}us"
+$FK run --aa $IL $(reference) --out "$OUT/aa-again"
+compare aa-again
+for us in ${SLOW_US:-2 3}; do
+  FK_SLOW_US=$us $FK run --plugins slow $IL $(reference) --out "$OUT/slow-${us}us"
+  compare "slow-${us}us"
 done
-FK_SLOW_US=0 $FK run --plugins slow $IL --out "$OUT/slow-0us-again"
-compare slow-0us slow-0us-again

@@ -144,9 +144,40 @@ def test_noise_floor_from_an_aa_file():
         compare.noise_floor_from_aa(results(row()), "x.json")
 
 
+def aa_results(tput=1.0):
+    """An A/A run's results: no plugin, so its rows carry no kernel evidence."""
+    r = row(tput=tput)
+    r["evidence"] = None
+    return results(r, aa=True)
+
+
+def test_an_aa_base_stands_for_main_without_the_kernel():
+    aa = aa_results()
+    cmp = compare.compare(aa, results(row(tput=0.97)), threshold=0.01, noise_floor=compare.noise_floor_from_aa(aa))
+    tp = next(p for p in cmp["perf"] if p["kind"] == "throughput")
+    assert tp["delta"]["ratio"] == pytest.approx(0.97, rel=0.005) and tp["verdict"] == "slower"
+    assert cmp["verdict"] == "FAIL"
+    assert any(x.startswith("BASE is an A/A run") for x in cmp["limitations"])
+    assert any("noise floor comes from BASE itself" in x for x in cmp["limitations"])
+    assert {k["change"] for k in cmp["scenarios"][0]["kernels"]} == {"started"}
+
+
+def test_an_aa_pair_is_unchanged_and_a_drifted_one_is_caught():
+    aa = aa_results()
+    pair = compare.compare(aa, aa_results(), threshold=0.01)
+    assert pair["verdict"] == "PASS" and pair["summary"]["unchanged"] == 2
+    assert any(x.startswith("BASE and HEAD are both A/A runs") for x in pair["limitations"])
+    drifted = compare.compare(aa, aa_results(tput=0.95), threshold=0.01)  # the check can fail
+    assert drifted["verdict"] == "FAIL" and drifted["summary"]["regressions"] == 1
+
+
+def test_an_aa_head_after_a_kernel_run_fails_on_the_kernels_it_dropped():
+    cmp = compare.compare(results(row()), aa_results())
+    assert cmp["verdict"] == "FAIL" and cmp["summary"]["stopped_kernels"] == 2  # rms_norm and silu_and_mul
+    assert any(x.startswith("HEAD is an A/A run") for x in cmp["limitations"])
+
+
 def test_inputs_that_cannot_be_compared():
-    with pytest.raises(compare.CompareError, match="A/A run"):
-        compare.compare(results(row()), results(row(), aa=True))
     with pytest.raises(compare.CompareError, match="share no scenario"):
         compare.compare(results(row("a")), results(row("b")))
     with pytest.raises(compare.CompareError, match="one engine"):

@@ -91,7 +91,7 @@ for step in "$@"; do
       done ;;
     deltas)  # trustworthy deltas (reports/deltas.sh) on $DELTA_SC (default llama31-8b-decode: memory-bound, below the
              # power cap; llama31-8b-4l-prefill is the power-capped one of session 6): interleaved
-             # A/A, fk-slow at 0 us, at each $SLOW_US, at 0 us again; $DELTA_SIZE (default: the scenario's full size)
+             # A/A, a second A/A, fk-slow at each $SLOW_US; $DELTA_SIZE (default: the scenario's full size)
       mkdir -p "$ROOT/deltas"  # the GPU's clocks, power and throttle reasons every 250 ms beside the runs
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,clocks_throttle_reasons.active \
         --format=csv -lms 250 > "$ROOT/deltas/gpu-clocks.csv" 2>&1 & SMI=$!

@@ -224,12 +224,14 @@ def test_fk_compare_exit_codes(capsys, tmp_path):
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"compare.md", "compare.json", "compare.csv", "deltas.png"}
     assert "![" in (tmp_path / "out" / "compare.md").read_text()  # the plot is linked from the comment
     assert (tmp_path / "out" / "compare.md").read_text().startswith("**FAIL**")
+    capsys.readouterr()  # an A/A run as BASE: main without the kernel; HEAD's 2% gain over stock is no change at 2%
+    assert main(["compare", paths["aa"], paths["slow"], "--aa", paths["aa"], "--threshold", "0.02"]) == 0
+    assert capsys.readouterr().out.startswith("**PASS**: 0 regressions")
     (tmp_path / "notjson.json").write_text("{")
     for argv, message in (
             ([paths["base"], str(tmp_path / "missing.json")], "no such file"),
             ([paths["base"], str(tmp_path / "notjson.json")], "is not JSON"),
             ([paths["base"], str(tmp_path / "out" / "compare.json")], "not an fk run results file"),
-            ([paths["base"], paths["aa"]], "is an A/A run"),
             ([paths["base"], paths["same"], "--aa", paths["base"]], "is not an A/A run"),
             ([paths["base"], paths["same"], "--threshold", "2"], "not a fraction")):
         capsys.readouterr()
