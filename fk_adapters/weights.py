@@ -88,11 +88,14 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     tensors = {}
     for name, (shape, kind) in parameter_shapes(cfg).items():
         t = torch.randn(shape, generator=gen, dtype=torch.float32)
-        if kind == "norm":
-            t = 0.1 * t if gemma else 1.0 + 0.1 * t
+        if kind == "norm":  # in place: no second float32 copy of each tensor (same bytes)
+            t.mul_(0.1)
+            if not gemma:
+                t.add_(1.0)
         else:
-            t = t * std
+            t.mul_(std)
         tensors[name] = t.to(getattr(torch, dtype)).contiguous()
+        del t
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
