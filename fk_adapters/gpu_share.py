@@ -158,6 +158,11 @@ def foreign(res: dict) -> list[dict]:
     return (res.get("gpu_share") or {}).get("foreign") or []
 
 
+def sharing(procs: list[dict]) -> str:
+    """The sentence fk writes for an engine run that shared the GPU with ``procs``."""
+    return f"another process used the GPU during this run ({describe(procs)})"
+
+
 def describe(procs: list[dict]) -> str:
     """pid 1234 python3, up to 18482 MiB; ..."""
     def one(p):

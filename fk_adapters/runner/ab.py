@@ -142,7 +142,7 @@ def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugi
     echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
     share, foreign = res.get("gpu_share"), gpu_share.foreign(res)
     if foreign:
-        echo(f"{sc.name} [{tag}] WARNING: another process used the GPU during this run ({gpu_share.describe(foreign)})"
+        echo(f"{sc.name} [{tag}] WARNING: {gpu_share.sharing(foreign)}"
              + (": its timings are not comparable" if "perf" in job else ""))
     elif share and not share.get("watched"):
         echo(f"{sc.name} [{tag}] warning: the GPU could not be watched for other processes ({share.get('why')})")
@@ -163,8 +163,7 @@ def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
             if not share.get("watched"):
                 unwatched.setdefault(share.get("why") or "?", []).append(where)
             elif share.get("foreign"):
-                disturbed.append(f"{where}: another process used the GPU during this run "
-                                 f"({gpu_share.describe(share['foreign'])}): its timings are not comparable")
+                disturbed.append(f"{where}: {gpu_share.sharing(share['foreign'])}: its timings are not comparable")
     return disturbed, [f"{', '.join(where)}: the GPU could not be watched for other processes ({why}): "
                        "these timings are unchecked" for why, where in unwatched.items()]
 
