@@ -128,8 +128,7 @@ def record_failure(cfg: CaptureConfig, sc: Scenario, error: str) -> str:
 def capture(cfg: CaptureConfig, sc: Scenario, echo=print) -> tuple[str, dict]:
     """Run the scenario in the engine in capture mode; write and return (path, workload)."""
     cache_root = cfg.model_cache or os.path.join(cfg.out_dir, "models")
-    echo(f"{sc.name}: writing seeded weights")
-    model_dir, weights = scenario_checkpoint(sc, cache_root)
+    model_dir, weights = scenario_checkpoint(sc, cache_root, echo)
     name = cfg.engine.name
     run_dir = os.path.join(cfg.out_dir, sc.name, f"{name}-run")
     res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick, cfg.profile, name), run_dir,

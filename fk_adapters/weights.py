@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
             "GemmaForCausalLM": "gemma"}
@@ -221,11 +222,13 @@ def rename_checkpoint_keys(out_dir: str, fixes) -> int:
     return len(renamed)
 
 
-def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:
+def scenario_checkpoint(sc, cache_root: str, echo=lambda _msg: None) -> tuple[str, str]:
     """A scenario's seeded checkpoint under ``cache_root``: (its absolute directory, its digest).
 
     A scenario with a ``[speculative.model]`` (an EAGLE-3 head) also gets its draft in ``<directory>/draft``,
-    and the digest covers both."""
+    and the digest covers both. ``echo`` hears when the writing starts and how long it took."""
+    echo(f"{sc.name}: writing seeded weights")
+    t0 = time.perf_counter()
     model_dir = os.path.abspath(os.path.join(cache_root, f"{sc.name}-{sc.dtype}"))
     key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype, _writer_device(sc))
     draft = (sc.extra.get("speculative") or {}).get("model")
@@ -234,6 +237,7 @@ def scenario_checkpoint(sc, cache_root: str) -> tuple[str, str]:
 
         draft_key = draft_weights.write_eagle3(draft, draft_weights.draft_dir(model_dir), sc.seed, sc.dtype)
         key = hashlib.sha256(f"{key}+{draft_key}".encode()).hexdigest()[:16]
+    echo(f"{sc.name}: seeded weights ready in {time.perf_counter() - t0:.0f} s")
     return model_dir, key
 
 

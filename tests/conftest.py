@@ -63,7 +63,7 @@ def fake_runner(monkeypatch, tmp_path):
 
     def install(engine, judge):
         monkeypatch.setattr(ab, "run_job", lambda *a, **k: engine(*a, **k))
-        monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root: (str(tmp_path / "m"), "key"))
+        monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root, echo: (str(tmp_path / "m"), "key"))
         monkeypatch.setattr(ab.probe, "read_loads",
                             lambda d: [{"pid": 1}] if "candidate" in os.path.basename(d) else [])
         monkeypatch.setattr(ab.evidence, "plugin_code", lambda loads: {})

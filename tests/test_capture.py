@@ -131,7 +131,7 @@ def fake_engine(tmp_path, monkeypatch):
         return dict(state["result"], log=os.path.join(run_dir, "engine.log"), wall_s=1.0)
 
     monkeypatch.setattr(capture, "run_job", run_job)
-    monkeypatch.setattr(capture, "scenario_checkpoint", lambda sc, root: (str(tmp_path / "m"), "digest"))
+    monkeypatch.setattr(capture, "scenario_checkpoint", lambda sc, root, echo: (str(tmp_path / "m"), "digest"))
     return state
 
 
@@ -148,7 +148,7 @@ def test_capture_runs_eager_in_capture_mode_and_writes_the_file(tmp_path, fake_e
     assert job["correctness"]["prompts"] and job["perf"]["throughput"]
     assert env[probe.ENV_CAPTURE] == "1" and env["FK_PLUGINS"] == CAPTURE_PLUGIN
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the engine's own environment for the device
-    assert lines[0] == "tiny-llama: writing seeded weights" and "tiny-llama [vllm] starting engine" in lines
+    assert "tiny-llama [vllm] starting engine" in lines
 
 
 @pytest.mark.parametrize("result, message", [

@@ -100,7 +100,9 @@ def test_scenario_checkpoint_writes_a_seeded_draft_head(tmp_path):
 
     sc = scenarios.load("tiny-eagle-3")
     spec = sc.extra["speculative"]["model"]
-    model_dir, key = weights.scenario_checkpoint(sc, str(tmp_path / "a"))
+    said = []
+    model_dir, key = weights.scenario_checkpoint(sc, str(tmp_path / "a"), said.append)
+    assert said[0] == "tiny-eagle-3: writing seeded weights" and said[1].startswith("tiny-eagle-3: seeded weights ready in ")
     assert weights.scenario_checkpoint(sc, str(tmp_path / "b"))[1] == key
     target_key = weights.write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
     assert key != target_key  # the digest covers the draft: a changed head is another checkpoint

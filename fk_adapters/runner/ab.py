@@ -211,8 +211,7 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict) -> list[str]:
 
 
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
-    echo(f"{sc.name}: writing seeded weights")
-    model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg))
+    model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg), echo)
     job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}
