@@ -62,8 +62,8 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
             if not line:
                 break
             log.write(line)
-            if echo and line.startswith("[fk]"):
-                echo(line[5:].rstrip())
+            if echo and line.startswith("[fk]"):  # the phase, and when it began in this engine run
+                echo(f"{line[5:].rstrip()} [{time.perf_counter() - t0:.0f} s]")
         if timed_out:
             _kill_group(proc)
         proc.wait()
