@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fk_adapters import results_files
+from fk_adapters import aggregates, results_files
 from fk_adapters.gpu_share import disturbed
 
 
@@ -56,7 +56,9 @@ def _from_run(res: dict, path: str, into: dict) -> None:
             shared = " (disturbed: the GPU was shared)" if disturbed(row) else ""
             seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
         if row.get("status") and res.get("candidate"):
-            seen.figures.append(f"{res['candidate']}: {row['status']}")
+            speed = aggregates.per_scenario(row)["speedup"]
+            pace = f" at {speed:.3g}x the stock speed (blend)" if speed is not None else ""
+            seen.figures.append(f"{res['candidate']}: {row['status']}{pace}")
 
 
 def _from_capture(res: dict, path: str, into: dict) -> None:

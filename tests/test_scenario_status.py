@@ -55,3 +55,13 @@ def test_a_rate_measured_beside_another_gpu_process_says_so(tmp_path):
                                              "candidate": "slow", "verdict": "PASS", "scenarios": [row]})
     fig = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures[0]
     assert fig == "5.13e+03 tok/s (decode) on cuda (disturbed: the GPU was shared)"
+
+
+def test_a_plugin_run_gives_its_verdict_with_the_blended_speed(tmp_path):
+    perf = {"throughput": {"balanced": {"tokens_per_s": {"baseline": {"median": 1000.0}, "ratio": 0.8}}},
+            "latency": {"batch1": {"latency_s": {"ratio": 1.25}}}}
+    row = {"scenario": "s", "status": "PASSED", "baseline": {"status": "ok"}, "perf": perf}
+    _write(tmp_path / "r" / "results.json", {"engine": "vllm", "created": "2026-01-01", "device": "cuda",
+                                             "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
+    figures = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures
+    assert figures == ["1e+03 tok/s (balanced) on cuda", "triton: PASSED at 0.8x the stock speed (blend)"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,8 +89,25 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
             json.dump(shared, f)
     if res["status"] != "ok":
         with open(log_path, errors="replace") as f:
-            res["log_tail"] = f.read()[-4000:]
+            text = f.read()
+        res["log_tail"] = text[-4000:]
+        cause = first_logged_error(text)
+        if cause and cause not in res.get("error", ""):
+            res["error"] = f"{res.get('error', '')} (first logged error: {cause})"
     return res
+
+
+_LOGGED_ERROR = re.compile(r"\bERROR\b.*?\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
+
+
+def first_logged_error(log_text: str, limit: int = 300) -> str | None:
+    """The first ``ERROR``-level log line that names an exception: an engine's root cause, which its
+    helper processes log before the driver sees only a generic failure ("See root cause above")."""
+    for line in log_text.splitlines():
+        m = _LOGGED_ERROR.search(line)
+        if m:
+            return f"{m.group(1)}: {m.group(2).strip()}"[:limit]
+    return None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

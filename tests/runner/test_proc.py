@@ -73,3 +73,31 @@ def test_a_cuda_run_waits_for_another_fk_run_on_the_same_gpu(driver, tmp_path, m
     assert gpu_lock.lock_path({"CUDA_VISIBLE_DEVICES": "1"}) != path  # other devices: another lock
     said.clear()
     assert driver({"sleep": 0.0, "ok": True}, "cpu", echo=said.append)["status"] == "ok" and not said  # no lock
+
+
+# Lines of the float32 reference runs that vLLM 0.26 could not start on an H100 (session 9)
+ENGINE_CORE_LOG = """\
+(EngineCore pid=5166) INFO 11-22 22:21:50 [core.py:116] Initializing a V1 LLM engine (v0.26.0)
+(EngineCore pid=5166) ERROR 11-22 22:22:00 [core.py:1332] EngineCore failed to start.
+(EngineCore pid=5166) ERROR 11-22 22:22:00 [core.py:1332] Traceback (most recent call last):
+(EngineCore pid=5166) ERROR 11-22 22:22:00 [core.py:1332] AssertionError: ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16.
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+
+
+def test_the_first_logged_error_names_the_root_cause():
+    from fk_adapters.runner.proc import first_logged_error
+
+    assert first_logged_error(ENGINE_CORE_LOG) == ("AssertionError: ChunkGatedDeltaRuleFunction does not support "
+                                                   "float32. Please use bfloat16.")
+    assert first_logged_error("INFO all fine\nRuntimeError: not at ERROR level\n") is None
+    assert len(first_logged_error("ERROR x ValueError: " + "y" * 1000)) == 300
+
+
+def test_a_failed_run_names_the_root_cause_its_engine_logged(tmp_path):
+    (tmp_path / "loud_driver.py").write_text(f"print({ENGINE_CORE_LOG!r}, flush=True)\nraise SystemExit(1)\n")
+    res = run_job(sys.executable, "loud_driver", {}, str(tmp_path / "run"), {"PYTHONPATH": str(tmp_path)}, 30)
+    assert res["status"] == "crashed"
+    assert res["error"] == ("engine process exited with code 1 without a result (first logged error: AssertionError: "
+                            "ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16.)")
