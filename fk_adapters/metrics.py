@@ -151,9 +151,10 @@ def reference_summary(ref: dict) -> str:
     return f"float32 reference: {'passed' if ref['passed'] else 'failed'} ({figures})"
 
 
-def with_reference(fixed: dict, ref: dict | None, error: str = "") -> dict:
+def with_reference(fixed: dict, ref: dict | None, error: str = "", made_by: str = "") -> dict:
     """The fixed-threshold verdict ``fixed`` re-judged by ``ref`` (``reference_correctness``); without one (the
-    float32 run failed: ``error``) it stands. Both verdicts stay in the result."""
+    float32 run failed: ``error``) it stands. Both verdicts stay in the result. ``made_by``: who ran the float32
+    reference when not the engine itself (and why)."""
     out = dict(fixed, fixed={"passed": fixed["passed"], "failures": list(fixed["failures"])})
     head = f"fixed thresholds: {'passed' if fixed['passed'] else 'failed'}"
     head += f" ({'; '.join(fixed['failures'])})" if fixed["failures"] else ""
@@ -162,7 +163,9 @@ def with_reference(fixed: dict, ref: dict | None, error: str = "") -> dict:
         out["summary"] = f"{head}; float32 reference: none ({error}), the fixed verdict stands"
         return out
     failures = [] if ref["passed"] else fixed["failures"] + [f"float32 reference: {f}" for f in ref["failures"]]
-    out.update(reference=ref, passed=ref["passed"], failures=failures, summary=f"{head}; {reference_summary(ref)}")
+    by = f" (made by {made_by})" if made_by else ""
+    out.update(reference=dict(ref, made_by=made_by) if made_by else ref, passed=ref["passed"], failures=failures,
+               summary=f"{head}; {reference_summary(ref)}{by}")
     return out
 
 

