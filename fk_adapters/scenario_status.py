@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from fk_adapters import aggregates, results_files
 from fk_adapters.gpu_share import disturbed
+from fk_adapters.scenarios import requests_divisor
 
 
 @dataclass
@@ -57,7 +58,8 @@ def _from_run(res: dict, path: str, into: dict) -> None:
             seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
         if row.get("status") and res.get("candidate"):
             speed = aggregates.per_scenario(row)["speedup"]
-            pace = f" at {speed:.3g}x the stock speed (blend)" if speed is not None else ""
+            one_repeat = f", 1/{requests_divisor(res['quick'])} of the requests, one repeat" if res.get("quick") else ""
+            pace = f" at {speed:.3g}x the stock speed (blend{one_repeat})" if speed is not None else ""
             seen.figures.append(f"{res['candidate']}: {row['status']}{pace}")
 
 

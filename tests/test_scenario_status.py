@@ -65,3 +65,7 @@ def test_a_plugin_run_gives_its_verdict_with_the_blended_speed(tmp_path):
                                              "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures
     assert figures == ["1e+03 tok/s (balanced) on cuda", "triton: PASSED at 0.8x the stock speed (blend)"]
+    _write(tmp_path / "r" / "results.json", {"engine": "vllm", "created": "2026-01-02", "device": "cuda", "quick": 32,
+                                             "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
+    figures = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures
+    assert figures[1] == "triton: PASSED at 0.8x the stock speed (blend, 1/32 of the requests, one repeat)"
