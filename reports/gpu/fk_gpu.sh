@@ -3,12 +3,15 @@
 # after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
 #   ENGINE: vllm | sglang | transformers (steps setup, tfx, pack)
-#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 fk46ab tfx tfxab deltas pack
+#   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 fk46ab tfx tfxab deltas jitpack pack
 # Each step leaves results.json + report.md + engine logs under /tmp/fk-work/<ENGINE>/<step>;
 # `both` runs vLLM and SGLang in one `fk run` (needs both staged); `pack` bundles everything
 # into /tmp/fk-work/evidence.tgz, which a later call copies to its $OUT. passthrough, wrong and aa
 # reuse the baseline runs of $BASE (default: the triton step's; BASE=/tmp/fk-work/both/ENGINE after `both`).
 # `check` reads the captures of $WORKLOADS/<scenario>/ENGINE.json (default: what `capture` wrote, /tmp/fk-work/workloads).
+# A fresh machine spends minutes compiling JIT kernels (the engine's FlashInfer modules, the plugins' Triton kernels):
+# `jitpack` splits those caches into /tmp/fk-work/jit/jit.tgz.partNN (under 16 MB each, to come back from $OUT), and
+# `setup` unpacks such parts from $JIT_PARTS (default /tmp/fkstage/jit) when a later machine was given them.
 set -u
 ENGINE=$1; shift
 export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
@@ -26,6 +29,10 @@ for step in "$@"; do
   echo "=== $ENGINE $step $(date -u +%H:%M:%S)"
   case $step in
     setup)
+      JIT=${JIT_PARTS:-/tmp/fkstage/jit}
+      if ls "$JIT"/jit.tgz.part* >/dev/null 2>&1; then
+        cat "$JIT"/jit.tgz.part* | tar xzf - -C "$HOME" && echo "JIT caches restored from $JIT"
+      fi
       (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \
         --target "/tmp/fk-site/$ENGINE" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong plugins/fk-slow 2>&1 \
         | grep -v -i warning)
@@ -106,8 +113,12 @@ for step in "$@"; do
           --out "$ROOT/fk46-ab/$ENGINE/$s"
         rm -rf "${MODELS:?}"/*
       done ;;
+    jitpack)
+      mkdir -p "$ROOT/jit" && rm -f "$ROOT"/jit/jit.tgz.part*
+      tar czf - -C "$HOME" .triton .cache/flashinfer | split -b 15m -d - "$ROOT/jit/jit.tgz.part"
+      ls -la "$ROOT/jit" ;;
     pack)
-      cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' * \
+      cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' --exclude=jit * \
         && mv evidence.tmp.tgz evidence.tgz && ls -la evidence.tgz ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
