@@ -283,53 +283,61 @@ def reference_job(job: dict) -> dict:
     return out
 
 
-def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> dict:
-    """The stock engine on ``reference_job`` in its own process (logs/<scenario>/reference), or the one that
-    --baseline-from's or --reference-from's run made for the same job."""
+REFERENCE, TRANSFORMERS_REFERENCE = "reference", "reference-transformers"
+TRANSFORMERS = "transformers"
+
+
+def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, str]:
+    """The float32 reference: (its result, why the engine did not make it itself, or "").
+
+    The stock engine runs ``reference_job`` (logs/<scenario>/reference). Where it cannot (e.g. a kernel it has in bf16
+    only), HF transformers' implementation of the same checkpoint runs it (logs/<scenario>/reference-transformers).
+    Either is taken from --baseline-from's or --reference-from's run instead when that run made it for the same job."""
     ref_job = reference_job(job)
+    fallback = transformers_reference_job(job, sc) if cfg.engine.name != TRANSFORMERS else None
     for source in filter(None, (cfg.baseline_from, cfg.reference_from)):
         try:
-            res = reuse_run(source, sc.name, ref_job, "reference")
+            res = reuse_run(source, sc.name, ref_job, REFERENCE)
+            own = "" if res.get("status") == "ok" else _ended(f"{cfg.engine.name}'s float32 run", res)
+            if own and fallback is not None:
+                res = reuse_run(source, sc.name, fallback, TRANSFORMERS_REFERENCE)
         except BaselineMismatch as exc:
             if source == cfg.reference_from:
                 echo(f"{sc.name} [reference] not reused: {exc}")
             continue
         if res.get("status") == "ok":
             echo(f"{sc.name} [reference] reused from {res['reused_from']}")
-            return res
-    return _engine_process(cfg, sc, ref_job, os.path.join(cfg.out_dir, "logs", sc.name, "reference"), [],
-                           "reference", echo)
+            return res, own
+    res = _engine_process(cfg, sc, ref_job, os.path.join(cfg.out_dir, "logs", sc.name, REFERENCE), [], "reference",
+                          echo)
+    if res["status"] == "ok" or fallback is None:
+        return res, ""
+    own = _ended(f"{cfg.engine.name}'s float32 run", res)
+    echo(f"{sc.name}: {own}; HF transformers' implementation of the checkpoint runs it in float32 instead")
+    return _engine_process(cfg, sc, fallback, os.path.join(cfg.out_dir, "logs", sc.name, TRANSFORMERS_REFERENCE), [],
+                           "reference: transformers", echo, engines.get(TRANSFORMERS)), own
 
 
 def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, base: dict, cand: dict,
                         echo) -> tuple[dict, dict]:
-    """``fixed`` re-judged against the stock engine's float32 run (``metrics.with_reference``), and that run's
-    summary. Where the engine cannot run the model in float32, HF transformers' implementation of the same
-    checkpoint is the reference, and the verdict says so."""
+    """``fixed`` re-judged against the float32 reference run (``_reference_run``; ``metrics.with_reference``), and
+    that run's summary. A reference that HF transformers made is named in the verdict, with the engine's reason."""
     echo(f"{sc.name}: {sc.dtype} correctness failed the fixed thresholds: the stock engine runs it in float32 "
          "as the reference")
-    ref = _reference_run(cfg, sc, job, echo)
-    own, made_by, error = "", "", ""
-    if ref["status"] != "ok" and cfg.engine.name != TRANSFORMERS:  # e.g. a kernel the engine has in bf16 only
-        own = _ended(f"{cfg.engine.name}'s float32 run", ref)
-        echo(f"{sc.name}: {own}; HF transformers' implementation of the checkpoint runs it in float32 instead")
-        ref = _engine_process(cfg, sc, transformers_reference_job(job, sc),
-                              os.path.join(cfg.out_dir, "logs", sc.name, "reference-transformers"), [],
-                              "reference: transformers", echo, engines.get(TRANSFORMERS))
-        made_by = f"HF transformers {ref.get('engine_version', '?')}, as {own}"
+    ref, own = _reference_run(cfg, sc, job, echo)
+    made_by, error = "", ""
     if ref["status"] != "ok":
         error = "; ".join(filter(None, (own, _ended("transformers' float32 run" if own else "the float32 run", ref))))
     elif ref["loads"]:
         error = "the float32 run loaded fk plugins: it is not a stock engine"
+    elif own:
+        made_by = f"HF transformers {ref.get('engine_version', '?')}, as {own}"
     judged = None if error else metrics.reference_correctness(base, cand, ref)
     return metrics.with_reference(fixed, judged, error, made_by), _summary(ref)
 
 
 def _ended(who: str, res: dict) -> str:
     return f"{who} ended {res['status']}: {res.get('error', '')}"
-
-
-TRANSFORMERS = "transformers"
 
 
 def transformers_reference_job(job: dict, sc: Scenario) -> dict:

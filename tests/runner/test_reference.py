@@ -93,6 +93,17 @@ def test_where_the_engine_has_no_float32_path_transformers_makes_the_reference(f
     assert row["notes"][0].endswith(f"(made by {made_by})")
 
 
+def test_baseline_from_reuses_a_transformers_reference_instead_of_failing_and_running_it_again(fake, tmp_path):
+    fake.base, fake.cand, fake.ref_status = 0.3, -0.3, "error"
+    _run(tmp_path / "first")
+    fake.calls.clear()
+    row = _run(tmp_path, baseline_from=str(tmp_path / "first" / "out"))
+    assert [c[0] for c in fake.calls] == ["candidate"] and row["status"] == "PASSED"
+    assert row["reference"]["reused_from"].endswith(os.path.join("tiny-llama", "reference-transformers"))
+    assert row["correctness"]["reference"]["made_by"] == (
+        "HF transformers 5.19.0, as vllm's float32 run ended error: no float32 attention backend")
+
+
 def test_a_wrong_candidate_stays_incorrect_against_the_transformers_reference(fake, tmp_path):
     fake.base, fake.cand, fake.ref_status = 0.1, 0.7, "error"
     row = _run(tmp_path)
