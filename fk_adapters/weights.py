@@ -105,10 +105,29 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     return key
 
 
-def _transformers_version() -> str:
-    import transformers
+# A PYTHONPATH for the process that builds checkpoints with transformers, when this one's transformers cannot (an
+# engine's site pinning an older one, say SGLang 0.5.15's 5.12.1, which has no Kimi-Linear).
+WRITER_PATH_VAR = "FK_WEIGHTS_PYTHONPATH"
 
-    return transformers.__version__
+
+def _writer_env() -> dict | None:
+    path = os.environ.get(WRITER_PATH_VAR)
+    return dict(os.environ, PYTHONPATH=path) if path else None
+
+
+def _transformers_version() -> str:
+    """The version of the transformers that builds the checkpoints (the writer process's, when it has its own)."""
+    env = _writer_env()
+    if env is None:
+        import transformers
+
+        return transformers.__version__
+    done = subprocess.run([sys.executable, "-c", "import transformers; print(transformers.__version__)"], env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        lines = done.stderr.strip().splitlines() or ["no output"]
+        raise WeightsError(f"{WRITER_PATH_VAR}={env['PYTHONPATH']}: transformers does not import there: {lines[-1]}")
+    return done.stdout.strip()
 
 
 def _hf_config(config: dict):
@@ -125,19 +144,22 @@ def _hf_config(config: dict):
 def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> None:
     """Build the model with transformers (seeded), spread its constant parameters, save it.
 
-    On ``cuda`` the work runs in a child process, so this one never holds a CUDA context."""
-    if device != "cuda":
+    On ``cuda`` the work runs in a child process, so this one never holds a CUDA context; so does it when
+    $FK_WEIGHTS_PYTHONPATH names the child's own PYTHONPATH."""
+    env = _writer_env()
+    if device != "cuda" and env is None:
         _build_and_save(config, out_dir, seed, dtype, device)
         return
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump([config, out_dir, seed, dtype], f)
+        json.dump([config, out_dir, seed, dtype, device], f)
     try:
-        done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True, text=True,
+                              env=env)
     finally:
         os.unlink(f.name)
     if done.returncode:
         lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        raise WeightsError(f"writing the weights on cuda failed: {lines[-1][-500:]}")  # the exception's own line
+        raise WeightsError(f"writing the weights on {device} failed: {lines[-1][-500:]}")  # the exception's own line
 
 
 def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
@@ -253,7 +275,7 @@ def _writer_device(sc) -> str:
         return "cpu"
 
 
-if __name__ == "__main__":  # the child of write_with_transformers(device="cuda")
+if __name__ == "__main__":  # the child of write_with_transformers
     with open(sys.argv[1]) as f:
-        _config, _out, _seed, _dtype = json.load(f)
-    _build_and_save(_config, _out, _seed, _dtype, "cuda")
+        _config, _out, _seed, _dtype, _device = json.load(f)
+    _build_and_save(_config, _out, _seed, _dtype, _device)

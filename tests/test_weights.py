@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 import torch
@@ -71,6 +72,33 @@ def test_an_alias_is_written_by_its_transformers_class_under_the_checkpoints_nam
 def test_an_architecture_transformers_lacks_is_one_clear_error(tmp_path):
     with pytest.raises(weights.WeightsError, match="not a class of transformers"):
         weights.write_checkpoint(dict(TINY_MOE, architectures=["NoSuchForCausalLM"]), str(tmp_path), 0, "float32")
+
+
+def test_a_writer_pythonpath_builds_in_a_child_with_the_same_bytes(tmp_path, monkeypatch):
+    from safetensors import safe_open
+
+    key = weights.write_checkpoint(TINY_MOE, str(tmp_path / "here"), 3, "float32")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(weights.__file__)))
+    monkeypatch.setenv(weights.WRITER_PATH_VAR, repo)  # the child imports fk from the repo, transformers as here
+    assert weights.write_checkpoint(TINY_MOE, str(tmp_path / "child"), 3, "float32") == key
+    with safe_open(str(tmp_path / "here" / "model.safetensors"), "pt") as fa, \
+            safe_open(str(tmp_path / "child" / "model.safetensors"), "pt") as fb:
+        assert set(fa.keys()) == set(fb.keys())
+        assert all(torch.equal(fa.get_tensor(n), fb.get_tensor(n)) for n in fa.keys())
+
+
+def test_the_writers_transformers_version_keys_its_checkpoints(tmp_path, monkeypatch):
+    fake = tmp_path / "site" / "transformers"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '0.0.fake'\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(weights.__file__)))
+    monkeypatch.setenv(weights.WRITER_PATH_VAR, os.pathsep.join([str(tmp_path / "site"), repo]))
+    assert weights._transformers_version() == "0.0.fake"  # the writer's, not this process's
+    with pytest.raises(weights.WeightsError, match="writing the weights on cpu failed"):  # built there, not here
+        weights.write_checkpoint(TINY_MOE, str(tmp_path / "w"), 3, "float32")
+    (fake / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
+    with pytest.raises(weights.WeightsError, match="transformers does not import there: ImportError: broken on purpose"):
+        weights._transformers_version()
 
 
 # the tensors of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (the fk46-eagle-3 head), as vLLM's Eagle3LlamaForCausalLM and

@@ -16,6 +16,10 @@ set -u
 ENGINE=$1; shift
 export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
 export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+# SGLang 0.5.15 pins transformers 5.12.1 (no Kimi-Linear): fk writes checkpoints, and runs the transformers float32
+# reference, with the machine's own transformers through fk's engine-free site (made by `setup`)
+FKSITE=/tmp/fk-site/fk
+[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=$FKSITE FK_TRANSFORMERS_PYTHONPATH=$FKSITE
 ROOT=/tmp/fk-work; WORK=$ROOT/$ENGINE; MODELS=/tmp/fk-models; WORKLOADS=${WORKLOADS:-$ROOT/workloads}
 mkdir -p "$WORK"
 FK="python3 -m fk_adapters.cli.main"
@@ -33,9 +37,11 @@ for step in "$@"; do
       if ls "$JIT"/jit.tgz.part* >/dev/null 2>&1; then
         cat "$JIT"/jit.tgz.part* | tar xzf - -C "$HOME" && echo "JIT caches restored from $JIT"
       fi
-      (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \
-        --target "/tmp/fk-site/$ENGINE" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong plugins/fk-slow 2>&1 \
-        | grep -v -i warning)
+      for site in "/tmp/fk-site/$ENGINE" "$FKSITE"; do
+        (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \
+          --target "$site" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong plugins/fk-slow 2>&1 \
+          | grep -v -i warning)
+      done
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
       $FK doctor --engine "$ENGINE" | tee "$WORK/doctor.txt"
       $FK plugins ;;

@@ -50,6 +50,8 @@ def engine_kwargs(job: dict) -> tuple[dict, list[str]]:
     if spec:  # ServerArgs' speculative_* (SGLang 0.5.x); a scenario's own engine_args["sglang"] win
         for key, value in speculative_args(spec).items():
             kw.setdefault(key, value)
+    # fk sends token ids only: without this SGLang loads a VLM's HF processor, which needs files fk never writes
+    kw.setdefault("enable_multimodal", False)
     if job.get("mode", "eager") == "eager":
         kw["disable_cuda_graph"] = True
     kw.update(model_path=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"],

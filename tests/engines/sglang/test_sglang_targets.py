@@ -282,7 +282,7 @@ def test_driver_engine_kwargs_translate_and_pass_through():
     kw, ignored = driver.engine_kwargs(job)
     assert kw == {"model_path": "/m", "skip_tokenizer_init": True, "dtype": "bfloat16", "random_seed": 3,
                   "context_length": 256, "max_running_requests": 8, "disable_radix_cache": True,
-                  "disable_cuda_graph": True}
+                  "disable_cuda_graph": True, "enable_multimodal": False}
     assert ignored == ["enforce_eager"]
     kw, _ = driver.engine_kwargs(dict(job, mode="compiled"))
     assert "disable_cuda_graph" not in kw
@@ -293,6 +293,13 @@ def test_driver_turns_the_radix_cache_off_unless_the_scenario_turns_prefix_cachi
     assert driver.engine_kwargs(job)[0]["disable_radix_cache"] is True  # repeats send the same prompts
     on = dict(job, engine_args={"enable_prefix_caching": True})
     assert driver.engine_kwargs(on)[0]["disable_radix_cache"] is False
+
+
+def test_driver_serves_a_vlm_language_model_only_unless_the_scenario_says_otherwise():
+    job = {"model_dir": "/m", "dtype": "bfloat16"}  # token-id prompts: no HF processor to load
+    assert driver.engine_kwargs(job)[0]["enable_multimodal"] is False
+    mm = dict(job, engine_args={"sglang": {"enable_multimodal": True}})
+    assert driver.engine_kwargs(mm)[0]["enable_multimodal"] is True
 
 
 def test_driver_maps_a_speculative_job_to_eagle3_server_args():
