@@ -70,7 +70,7 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     cfg = dict(config, torch_dtype=dtype)
     generic = (cfg.get("architectures") or [""])[0] not in FAMILIES
     fixes = CHECKPOINT_KEY_FIXES.get(cfg.get("model_type"))
-    made_by = [seed] + ([_transformers_version(), device, fixes] if generic else [])  # their bytes depend on these
+    made_by = [seed] + ([_transformers_version(config), device, fixes] if generic else [])  # their bytes depend on these
     key = hashlib.sha256(json.dumps([cfg, *made_by], sort_keys=True).encode()).hexdigest()[:16]
     stamp = os.path.join(out_dir, "fk-weights.json")
     if os.path.exists(stamp):
@@ -105,19 +105,29 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     return key
 
 
-# A PYTHONPATH for the process that builds checkpoints with transformers, when this one's transformers cannot (an
-# engine's site pinning an older one, say SGLang 0.5.15's 5.12.1, which has no Kimi-Linear).
+# A PYTHONPATH for building the checkpoints this process's transformers cannot (an engine's site pinning an older
+# one, say SGLang 0.5.15's 5.12.1, which has no Kimi-Linear); the rest are built here as ever.
 WRITER_PATH_VAR = "FK_WEIGHTS_PYTHONPATH"
 
 
-def _writer_env() -> dict | None:
+def _builds_here(config: dict) -> bool:
+    """Whether this process's transformers has the config and the class of the checkpoint."""
+    from transformers import CONFIG_MAPPING
+
+    from fk_adapters.engines.transformers.colbert import model_class
+
+    return config.get("model_type") in CONFIG_MAPPING and model_class(config["architectures"][0]) is not None
+
+
+def _writer_env(config: dict) -> dict | None:
+    """The environment of the process that builds this checkpoint elsewhere; None: this one builds it."""
     path = os.environ.get(WRITER_PATH_VAR)
-    return dict(os.environ, PYTHONPATH=path) if path else None
+    return dict(os.environ, PYTHONPATH=path) if path and not _builds_here(config) else None
 
 
-def _transformers_version() -> str:
-    """The version of the transformers that builds the checkpoints (the writer process's, when it has its own)."""
-    env = _writer_env()
+def _transformers_version(config: dict) -> str:
+    """The version of the transformers that builds this checkpoint."""
+    env = _writer_env(config)
     if env is None:
         import transformers
 
@@ -144,9 +154,9 @@ def _hf_config(config: dict):
 def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> None:
     """Build the model with transformers (seeded), spread its constant parameters, save it.
 
-    On ``cuda`` the work runs in a child process, so this one never holds a CUDA context; so does it when
-    $FK_WEIGHTS_PYTHONPATH names the child's own PYTHONPATH."""
-    env = _writer_env()
+    On ``cuda`` the work runs in a child process, so this one never holds a CUDA context; so does it, with
+    $FK_WEIGHTS_PYTHONPATH as its PYTHONPATH, when this process's transformers cannot build the checkpoint."""
+    env = _writer_env(config)
     if device != "cuda" and env is None:
         _build_and_save(config, out_dir, seed, dtype, device)
         return

@@ -40,6 +40,7 @@ def test_unknown_architecture():
         weights.parameter_shapes({"architectures": ["Foo"], "hidden_size": 8})
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(weights.__file__)))
 TINY_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
             "vocab_size": 128, "num_local_experts": 4, "num_experts_per_tok": 2}
@@ -74,12 +75,13 @@ def test_an_architecture_transformers_lacks_is_one_clear_error(tmp_path):
         weights.write_checkpoint(dict(TINY_MOE, architectures=["NoSuchForCausalLM"]), str(tmp_path), 0, "float32")
 
 
-def test_a_writer_pythonpath_builds_in_a_child_with_the_same_bytes(tmp_path, monkeypatch):
+def test_a_writer_pythonpath_builds_what_transformers_here_cannot_in_a_child_with_the_same_bytes(tmp_path, monkeypatch):
     from safetensors import safe_open
 
     key = weights.write_checkpoint(TINY_MOE, str(tmp_path / "here"), 3, "float32")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(weights.__file__)))
-    monkeypatch.setenv(weights.WRITER_PATH_VAR, repo)  # the child imports fk from the repo, transformers as here
+    monkeypatch.setenv(weights.WRITER_PATH_VAR, REPO)  # the child imports fk from the repo, transformers as here
+    assert weights._writer_env(TINY_MOE) is None  # transformers here has Mixtral: built here
+    monkeypatch.setattr(weights, "_builds_here", lambda config: False)
     assert weights.write_checkpoint(TINY_MOE, str(tmp_path / "child"), 3, "float32") == key
     with safe_open(str(tmp_path / "here" / "model.safetensors"), "pt") as fa, \
             safe_open(str(tmp_path / "child" / "model.safetensors"), "pt") as fb:
@@ -91,14 +93,21 @@ def test_the_writers_transformers_version_keys_its_checkpoints(tmp_path, monkeyp
     fake = tmp_path / "site" / "transformers"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("__version__ = '0.0.fake'\n")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(weights.__file__)))
-    monkeypatch.setenv(weights.WRITER_PATH_VAR, os.pathsep.join([str(tmp_path / "site"), repo]))
-    assert weights._transformers_version() == "0.0.fake"  # the writer's, not this process's
+    monkeypatch.setenv(weights.WRITER_PATH_VAR, os.pathsep.join([str(tmp_path / "site"), REPO]))
+    assert weights._transformers_version(TINY_MOE) != "0.0.fake"  # built here: this process's version
+    monkeypatch.setattr(weights, "_builds_here", lambda config: False)
+    assert weights._transformers_version(TINY_MOE) == "0.0.fake"  # the writer's, not this process's
     with pytest.raises(weights.WeightsError, match="writing the weights on cpu failed"):  # built there, not here
         weights.write_checkpoint(TINY_MOE, str(tmp_path / "w"), 3, "float32")
     (fake / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
     with pytest.raises(weights.WeightsError, match="transformers does not import there: ImportError: broken on purpose"):
-        weights._transformers_version()
+        weights._transformers_version(TINY_MOE)
+
+
+def test_builds_here_knows_what_this_transformers_lacks():
+    assert weights._builds_here(TINY_MOE)
+    assert not weights._builds_here(dict(TINY_MOE, architectures=["NoSuchForCausalLM"]))
+    assert not weights._builds_here(dict(TINY_MOE, model_type="no_such_type"))
 
 
 # the tensors of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (the fk46-eagle-3 head), as vLLM's Eagle3LlamaForCausalLM and
