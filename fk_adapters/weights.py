@@ -135,9 +135,14 @@ def _transformers_version(config: dict) -> str:
     done = subprocess.run([sys.executable, "-c", "import transformers; print(transformers.__version__)"], env=env,
                           capture_output=True, text=True)
     if done.returncode:
-        lines = done.stderr.strip().splitlines() or ["no output"]
-        raise WeightsError(f"{WRITER_PATH_VAR}={env['PYTHONPATH']}: transformers does not import there: {lines[-1]}")
+        raise WeightsError(f"{WRITER_PATH_VAR}={env['PYTHONPATH']}: transformers does not import there: "
+                           f"{_last_line(done)}")
     return done.stdout.strip()
+
+
+def _last_line(done: subprocess.CompletedProcess) -> str:
+    """A failed child's last line of output: its exception's own line."""
+    return ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
 
 
 def _hf_config(config: dict):
@@ -168,8 +173,7 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, d
     finally:
         os.unlink(f.name)
     if done.returncode:
-        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        raise WeightsError(f"writing the weights on {device} failed: {lines[-1][-500:]}")  # the exception's own line
+        raise WeightsError(f"writing the weights on {device} failed: {_last_line(done)[-500:]}")
 
 
 def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:

@@ -37,7 +37,8 @@ for step in "$@"; do
       if ls "$JIT"/jit.tgz.part* >/dev/null 2>&1; then
         cat "$JIT"/jit.tgz.part* | tar xzf - -C "$HOME" && echo "JIT caches restored from $JIT"
       fi
-      for site in "/tmp/fk-site/$ENGINE" "$FKSITE"; do
+      SITES="/tmp/fk-site/$ENGINE"; [ "$ENGINE" = sglang ] && SITES="$SITES $FKSITE"
+      for site in $SITES; do
         (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \
           --target "$site" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong plugins/fk-slow 2>&1 \
           | grep -v -i warning)
