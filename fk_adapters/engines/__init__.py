@@ -6,6 +6,7 @@ subprocess (possibly with its own Python, ``FK_<ENGINE>_PYTHON``) that imports i
 """
 from __future__ import annotations
 
+import glob
 import os
 import sys
 from dataclasses import dataclass, field
@@ -13,6 +14,26 @@ from dataclasses import dataclass, field
 
 class EngineError(ValueError):
     """Unknown engine, or an engine that is not installed."""
+
+
+def with_pth_dirs(pythonpath: str) -> str:
+    """``pythonpath`` plus the folders that the ``.pth`` files in its directories name.
+
+    Python reads ``.pth`` files only in site directories, and a ``pip install --target`` folder is
+    none: SGLang's ``cutlass`` (nvidia-cutlass-dsl) is reachable only through one.
+    """
+    dirs = [d for d in pythonpath.split(os.pathsep) if d]
+    for d in list(dirs):
+        for pth in sorted(glob.glob(os.path.join(glob.escape(d), "*.pth"))):
+            with open(pth, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    line = line.strip()
+                    if not line or line.startswith(("#", "import ", "import\t")):
+                        continue
+                    named = os.path.join(d, line)
+                    if os.path.isdir(named) and named not in dirs:
+                        dirs.append(named)
+    return os.pathsep.join(dirs)
 
 
 @dataclass(frozen=True)
@@ -48,8 +69,8 @@ class EngineSpec:
     @property
     def pythonpath(self) -> str:
         """``FK_<ENGINE>_PYTHONPATH``: where this engine's packages live when engines with clashing
-        dependencies share one machine (empty: the inherited PYTHONPATH)."""
-        return os.environ.get(f"FK_{self.name.upper()}_PYTHONPATH", "")
+        dependencies share one machine (empty: the inherited PYTHONPATH), with its ``.pth`` folders."""
+        return with_pth_dirs(os.environ.get(f"FK_{self.name.upper()}_PYTHONPATH", ""))
 
     def process_env(self) -> dict:
         """Environment of any process that imports this engine."""

@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
 from fk_adapters import engines
@@ -19,6 +23,25 @@ def test_per_engine_python_path_and_cache(monkeypatch):
     assert env["PYTHONPATH"] == "/tmp/fk-site/sglang" and env[spec.cache_var] == "/c"
     assert spec.process_env()["PYTHONPATH"] == "/tmp/fk-site/sglang"
     assert engines.get("vllm").env("cpu")["TRITON_INTERPRET"] == "1"
+
+
+def test_an_engine_site_brings_the_folders_its_pth_files_name(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "dsl" / "python_packages" / "cutlass_like").mkdir(parents=True)
+    (site / "dsl" / "python_packages" / "cutlass_like" / "__init__.py").write_text("OK = 1\n")
+    (site / "dsl.pth").write_text("dsl/python_packages\n")
+    (site / "other.pth").write_text("# a comment\nimport os; os.environ['FK_PTH_RAN'] = '1'\nmissing/dir\n")
+    monkeypatch.setenv("FK_SGLANG_PYTHONPATH", f"{site}{os.pathsep}{tmp_path / 'plain'}")
+    spec = engines.get("sglang")
+    named = str(site / "dsl" / "python_packages")
+    assert spec.pythonpath.split(os.pathsep) == [str(site), str(tmp_path / "plain"), named]
+    env = spec.process_env()
+    assert env["PYTHONPATH"] == spec.env("cuda")["PYTHONPATH"] == spec.pythonpath
+    out = subprocess.run([sys.executable, "-c", "import cutlass_like, os; print(cutlass_like.OK, os.environ.get('FK_PTH_RAN'))"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "None"]  # a .pth import line is never run for an engine site
+    monkeypatch.setenv("FK_SGLANG_PYTHONPATH", str(tmp_path / "plain"))
+    assert spec.pythonpath == str(tmp_path / "plain")
 
 
 def test_what_compiled_mode_means_per_engine():
