@@ -7,6 +7,9 @@ newest file per (scenario, engine) sets the status.
 """
 from __future__ import annotations
 
+import json
+import os
+import statistics
 from dataclasses import dataclass, field
 
 from fk_adapters import aggregates, results_files
@@ -23,6 +26,7 @@ class Seen:
     figures: list[str] = field(default_factory=list)
     slots: dict[str, int] = field(default_factory=dict)
     slots_created: str = ""
+    served: str = ""  # the rate the newest capture's own run served at (eager, recorder on): not a speed figure
 
 
 def _first_line(text) -> str:
@@ -40,6 +44,22 @@ def _rate(row: dict) -> str | None:
             if base.get("median"):
                 return f"{base['median']:.3g} {unit} ({name})"
     return None
+
+
+def _served(capture_path: str, engine: str) -> str:
+    """The median rate of the first workload that the capture's own run (``<engine>-run/result.json`` beside
+    it) served, or ""."""
+    try:
+        with open(os.path.join(os.path.dirname(capture_path), f"{engine}-run", "result.json")) as f:
+            res = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    for name, repeats in ((res.get("perf") or {}).get("throughput") or {}).items():
+        for key, unit in RATES:
+            rates = [r[key] for r in repeats if isinstance(r, dict) and r.get(key)]
+            if rates:
+                return f"{statistics.median(rates):.3g} {unit} ({name}, served in fk capture: eager, every slot call recorded)"
+    return ""
 
 
 def _from_run(res: dict, path: str, into: dict) -> None:
@@ -70,6 +90,7 @@ def _from_capture(res: dict, path: str, into: dict) -> None:
         return
     seen.slots = {slot: sum(s.get("calls", 0) for s in sigs) for slot, sigs in res.get("slots", {}).items()}
     seen.slots_created = created
+    seen.served = _served(path, res.get("engine", "?"))
     if created >= seen.created:  # the newest file says whether it runs
         seen.status, seen.created, seen.source = "runs", created, path
 

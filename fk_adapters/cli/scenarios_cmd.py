@@ -31,16 +31,26 @@ def _pending(sc: scenarios.Scenario, host: str) -> str:
     return "not run yet"
 
 
+def _scope(sc: scenarios.Scenario, host: str) -> str:
+    """How much of a multimodal model fk serves: vLLM builds the language model alone (the scenario's flag);
+    SGLang builds the towers but, with multimodal input off, never calls them."""
+    if not (sc.engine or {}).get("language_model_only"):
+        return ""
+    return {"vllm": " (language model only)", "sglang": " (text only)"}.get(host, "")
+
+
 def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str]]:
     if not sc.hosts:
         return f"not hosted: {sc.catalog.get('not_hosted', '')}", []
     parts, figures = [], []
     for host in sc.hosts:
         s = seen.get((sc.name, host))
-        scope = " (language model only)" if host == "vllm" and (sc.engine or {}).get("language_model_only") else ""
+        scope = _scope(sc, host)
         parts.append(f"{host}: {s.status if s and s.status else _pending(sc, host)}{scope}")
         if s:
             figures += [f"{host}: {f}" for f in s.figures]
+            if s.served and not any(unit in f for f in s.figures for _, unit in scenario_status.RATES):
+                figures.append(f"{host}: {s.served}")
             if s.slots:
                 figures.append(f"{host} slots: " + ", ".join(f"{k} x{v}" for k, v in s.slots.items() if v))
     return "; ".join(parts), figures

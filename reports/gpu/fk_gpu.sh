@@ -1,6 +1,7 @@
 #!/bin/bash
 # GPU evidence for one engine's adapter. Run on the lent GPU machine from the repository root,
-# after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE):
+# after staging the engine with ../shared/device/stage.py ENGINE (it lands in /tmp/fk-site/ENGINE), and for SGLang
+# the wheel its lock leaves out with reports/gpu/stage_extra.sh sglang (`setup` installs it):
 #   bash reports/gpu/fk_gpu.sh ENGINE STEP [STEP ...]
 #   ENGINE: vllm | sglang | transformers (steps setup, tfx, pack)
 #   STEP: setup tests smoke triton passthrough aa wrong both capture check fk46 fk46ab tfx tfxab deltas jitpack pack
@@ -37,6 +38,12 @@ for step in "$@"; do
       if ls "$JIT"/jit.tgz.part* >/dev/null 2>&1; then
         cat "$JIT"/jit.tgz.part* | tar xzf - -C "$HOME" && echo "JIT caches restored from $JIT"
       fi
+      for part0 in /tmp/fkstage/extra-"$ENGINE"/*.whl.part00; do  # wheels the staged lock lacks (stage_extra.sh)
+        [ -e "$part0" ] || continue
+        whl=${part0%.part00}; cat "$whl".part* > "$whl"
+        if log=$(python3 -m pip install -q --no-deps --no-index --no-compile --target "/tmp/fk-site/$ENGINE" "$whl" 2>&1)
+        then echo "installed $(basename "$whl")"; else echo "$log" | tail -3; fi
+      done
       SITES="/tmp/fk-site/$ENGINE"; [ "$ENGINE" = sglang ] && SITES="$SITES $FKSITE"
       for site in $SITES; do
         (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \

@@ -165,9 +165,32 @@ def test_fk_scenarios_lists_filters_and_refuses_unknown_hosts(capsys, tmp_path):
     assert main(["scenarios", "--json", "--engine", "vllm", "--results", str(tmp_path)]) == 0
     status = {r["scenario"]: r["status"] for r in json.loads(capsys.readouterr().out)}
     assert "vllm: not run yet (language model only)" in status["fk46-qwen2-vl"]  # the towers are not served
+    assert "sglang: not run yet (text only)" in status["fk46-qwen2-vl"]  # built, never called
     assert "language model only" not in status["fk46-llama-3.1"]
     assert "vllm: not driven by fk (embedding model" in status["fk46-colbertv2"]  # no token workloads to serve
     assert "transformers: not run yet" in status["fk46-colbertv2"]
+
+
+def test_fk_scenarios_shows_the_rate_a_capture_served_at_only_where_no_run_measured_one(capsys, tmp_path):
+    def capture(name, engine, created):
+        d = tmp_path / name
+        (d / f"{engine}-run").mkdir(parents=True)
+        (d / f"{engine}.json").write_text(json.dumps({"scenario": name, "engine": engine, "created": created,
+                                                      "total_calls": {}, "slots": {"rms_norm": [{"calls": 5}]}}))
+        (d / f"{engine}-run" / "result.json").write_text(json.dumps({"perf": {"throughput": {"prefill-heavy": [
+            {"tokens_per_s": 100.0}, {"tokens_per_s": 300.0}, {"tokens_per_s": 200.0}]}}}))
+    capture("fk46-mixtral", "sglang", "2026-01-02")
+    capture("fk46-llama-3.1", "vllm", "2026-01-02")
+    row = {"scenario": "fk46-llama-3.1", "status": "PASSED", "baseline": {"status": "ok"},
+           "perf": {"throughput": {"balanced": {"tokens_per_s": {"baseline": {"median": 999.0}}}}}}
+    (tmp_path / "ab.json").write_text(json.dumps({"engine": "vllm", "created": "2026-01-01", "device": "cuda",
+                                                  "candidate": "triton", "verdict": "PASS", "scenarios": [row]}))
+    assert main(["scenarios", "--json", "--results", str(tmp_path)]) == 0
+    figures = {r["scenario"]: r["figures"] for r in json.loads(capsys.readouterr().out)}
+    assert "sglang: 200 tok/s (prefill-heavy, served in fk capture: eager, every slot call recorded)" in figures["fk46-mixtral"]
+    assert "sglang slots: rms_norm x5" in figures["fk46-mixtral"]
+    llama = figures["fk46-llama-3.1"]
+    assert any("999 tok/s" in f for f in llama) and not any("served in fk capture" in f for f in llama)
 
 
 def test_a_scenario_whose_weights_cannot_be_written_is_recorded_as_failed(monkeypatch, capsys, tmp_path):

@@ -1,0 +1,20 @@
+#!/bin/bash
+# Wheels an engine needs on the GPU machine that ../shared/device/locks/ leaves out, listed in
+# reports/gpu/extra-ENGINE.txt: downloads them here and splits them into parts under .stage/extra-ENGINE/
+# (36 MiB each, to travel beside the working tree), and prints one GPU command per part.
+# `fk_gpu.sh ENGINE setup` joins the parts in /tmp/fkstage/extra-ENGINE and installs them into the engine's site.
+set -eu
+ENGINE=$1
+LIST=reports/gpu/extra-$ENGINE.txt DEST=.stage/extra-$ENGINE CACHE=${CACHE:-$HOME/.cache/fk-device-wheels}
+mkdir -p "$CACHE" && rm -rf "$DEST" && mkdir -p "$DEST"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$CACHE" -r "$LIST" 2>&1 | grep -v WARNING || true
+grep -v '^#' "$LIST" | while read -r req; do
+  [ -n "$req" ] || continue
+  name=$(echo "${req%%==*}" | tr - _); version=${req##*==}
+  whl=$(ls "$CACHE"/"$name"-"$version"-*.whl | head -1)
+  split -b 36m -d "$whl" "$DEST/$(basename "$whl").part"
+done
+for p in "$DEST"/*; do
+  echo "send $p  then run: mkdir -p /tmp/fkstage/extra-$ENGINE && cp $p /tmp/fkstage/extra-$ENGINE/"
+done
