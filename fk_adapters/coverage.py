@@ -31,11 +31,18 @@ def _routed(capture: dict, fam: str) -> bool:
     return any(calls.get(s, 0) for s in op_families.SLOT_FAMILIES.get(fam, ()))
 
 
+def op_shares(capture: dict) -> dict[str, float]:
+    """A run's device-time share per op family, sorted from its kernel times by today's families when it
+    kept them (so older captures follow fixes to the families), else as the capture stored them."""
+    profile = capture.get("profile", {})
+    return op_families.shares(profile["kernel_us"]) if profile.get("kernel_us") else profile.get("op_shares", {})
+
+
 def uncovered_shares(capture: dict) -> dict[str, float]:
     """A run's device-time shares outside the slots it called; a catalog family whose slots the
     run never called (e.g. an activation fused inside a MoE kernel's path) is named as such."""
     out = {}
-    for fam, share in capture.get("profile", {}).get("op_shares", {}).items():
+    for fam, share in op_shares(capture).items():
         if fam not in op_families.SLOT_FAMILIES:
             out[fam] = share
         elif not _routed(capture, fam):
@@ -46,7 +53,7 @@ def uncovered_shares(capture: dict) -> dict[str, float]:
 def uncovered_ranking(captures: list[dict]) -> list[tuple[str, float, int]]:
     """Op families outside what the catalog covered, by mean device-time share over the profiled
     runs: (family, mean share, runs where it appears), largest first."""
-    profiled = [uncovered_shares(c) for c in captures if c.get("profile", {}).get("op_shares")]
+    profiled = [uncovered_shares(c) for c in captures if op_shares(c)]
     if not profiled:
         return []
     fams = {f for shares in profiled for f in shares}
@@ -67,7 +74,7 @@ def render(captures: list[dict], command: str = "") -> tuple[str, dict]:
     rows = []
     for c in captures:
         total = c.get("total_calls", {})
-        shares = c.get("profile", {}).get("op_shares", {})
+        shares = op_shares(c)
         in_catalog = sum(v for f, v in shares.items() if f in op_families.SLOT_FAMILIES and _routed(c, f))
         rows.append([c["scenario"], c.get("engine", "?"), c.get("device", "?")] + [total.get(s, "-") for s in slots]
                     + [f"{100 * in_catalog:.1f}%" if shares else "-"])
@@ -83,6 +90,6 @@ def render(captures: list[dict], command: str = "") -> tuple[str, dict]:
     data = {"kind": "coverage", "fk_version": __version__, "command": command,
             "captures": [{"scenario": c["scenario"], "engine": c.get("engine"), "device": c.get("device"),
                           "path": c["path"], "total_calls": c.get("total_calls", {}),
-                          "op_shares": c.get("profile", {}).get("op_shares", {})} for c in captures],
+                          "op_shares": op_shares(c)} for c in captures],
             "uncovered_ranking": [{"family": f, "mean_share": m, "runs": n} for f, m, n in ranking]}
     return "\n".join(lines) + "\n", data

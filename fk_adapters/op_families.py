@@ -13,7 +13,7 @@ FAMILIES: list[tuple[str, str]] = [
     ("rms_norm", r"rms_?norm"),
     ("layer_norm", r"layer_?norm|layernorm|group_?norm|ln_fwd"),
     ("rotary", r"rotary|rope"),
-    ("moe", r"moe|expert|topk_?gating|router|grouped_?gemm"),
+    ("moe", r"moe|expert|topk_?gating|router|grouped_?gemm|matmul_ogs"),  # ogs: triton_kernels' MoE matmul
     ("ssm / linear attention", r"mamba|ssd_|selective|_scan|causal_conv|gated_delta|chunk_gla|kda|linear_attn|fla_"),
     ("attention", r"flash|fmha|attn|attention|mla_|paged|sdpa|merge_state"),
     ("activation", r"silu|gelu|swiglu|geglu|act_and_mul|relu|sigmoid|tanh"),

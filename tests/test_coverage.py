@@ -30,3 +30,11 @@ def test_matrix_takes_the_newest_capture_and_ranks_families_outside_the_catalog(
     text, data = coverage.render(caps)
     assert "| m " in text and "10.0%" in text and "Where the catalog should grow" in text
     assert data["uncovered_ranking"][0]["family"] == "gemm"
+
+
+def test_shares_are_sorted_again_from_kernel_times_where_the_capture_kept_them():
+    stale = {"activation": 0.5, "gemm": 0.5}  # as sorted before matmul_ogs was known to be MoE
+    kept = {"profile": {"op_shares": stale, "kernel_us": {"_p_matmul_ogs_NNN_bf16_swiglu": 50.0, "nvjet_tst": 50.0}}}
+    assert coverage.op_shares(kept) == {"moe": 0.5, "gemm": 0.5}
+    assert coverage.op_shares({"profile": {"op_shares": stale}}) == stale
+    assert coverage.op_shares({}) == {}
