@@ -129,7 +129,9 @@ for step in "$@"; do
       done ;;
     jitpack)
       mkdir -p "$ROOT/jit" && rm -f "$ROOT"/jit/jit.tgz.part*
-      tar czf - -C "$HOME" .triton .cache/flashinfer | split -b 15m -d - "$ROOT/jit/jit.tgz.part"
+      # Triton's, FlashInfer's, DeepGEMM's and SGLang's tvm-ffi JIT builds, where this machine made them
+      DIRS=$(cd "$HOME" && ls -d .triton .cache/flashinfer .cache/deep_gemm .cache/tvm-ffi 2>/dev/null)
+      tar czf - -C "$HOME" $DIRS | split -b 15m -d - "$ROOT/jit/jit.tgz.part"
       ls -la "$ROOT/jit" ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' --exclude=jit * \

@@ -435,3 +435,9 @@ def test_driver_reports_the_runtime_it_resolved():
                                enable_torch_compile=False, attention_backend="fa3")
     assert driver.runtime(sa) == {"cuda_graphs": {"decode": "full", "prefill": "breakable"}, "torch_compile": False,
                                   "attention_backend": "fa3"}
+    dsa = dict(kv_cache_dtype="bfloat16", page_size=64, dsa_prefill_backend="flashmla_sparse", dsa_decode_backend="fa3")
+    assert "page_size" not in driver.runtime(types.SimpleNamespace(**vars(sa), **dsa))
+    sa.attention_backend = "dsa"
+    assert driver.runtime(types.SimpleNamespace(**vars(sa), **dsa)) == {
+        "cuda_graphs": {"decode": "full", "prefill": "breakable"}, "torch_compile": False, "attention_backend": "dsa",
+        **dsa}
