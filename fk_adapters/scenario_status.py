@@ -58,7 +58,8 @@ def _served(capture_path: str, engine: str) -> str:
         for key, unit in RATES:
             rates = [r[key] for r in repeats if isinstance(r, dict) and r.get(key)]
             if rates:
-                return f"{statistics.median(rates):.3g} {unit} ({name}, served in fk capture: eager, every slot call recorded)"
+                how = "served in fk capture: eager, every slot call recorded"
+                return f"{statistics.median(rates):.3g} {unit} ({name}, {how})"
     return ""
 
 
