@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from dataclasses import dataclass, field
 
-from fk_adapters import aggregates, results_files
+from fk_adapters import aggregates, metrics, results_files
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.scenarios import requests_divisor
 
@@ -26,6 +25,7 @@ class Seen:
     figures: list[str] = field(default_factory=list)
     slots: dict[str, int] = field(default_factory=dict)
     slots_created: str = ""
+    rate: str = ""  # the newest run's measured rate
     served: str = ""  # the rate the newest capture's own run served at (eager, recorder on): not a speed figure
 
 
@@ -36,14 +36,22 @@ def _first_line(text) -> str:
 RATES = (("tokens_per_s", "tok/s"), ("items_per_s", "items/s"))  # LLMs; models without tokens
 
 
-def _rate(row: dict) -> str | None:
-    """The baseline's median throughput of the first workload that has one, in tokens/s or items/s."""
-    for name, w in (row.get("perf") or {}).get("throughput", {}).items():
+def _first_rate(throughput: dict, median) -> tuple[float, str, str] | None:
+    """(median, unit, workload) of the first throughput workload that has a rate, in tokens/s or items/s;
+    ``median(workload, key)`` reads it out of that file's shape."""
+    for name, w in (throughput or {}).items():
         for key, unit in RATES:
-            base = (w.get(key) or {}).get("baseline") or {}
-            if base.get("median"):
-                return f"{base['median']:.3g} {unit} ({name})"
+            value = median(w, key)
+            if value:
+                return value, unit, name
     return None
+
+
+def _rate(row: dict) -> str | None:
+    """The baseline's median throughput of the first workload that has one (an ``fk run`` row)."""
+    found = _first_rate((row.get("perf") or {}).get("throughput"),
+                        lambda w, key: ((w.get(key) or {}).get("baseline") or {}).get("median"))
+    return f"{found[0]:.3g} {found[1]} ({found[2]})" if found else None
 
 
 def _served(capture_path: str, engine: str) -> str:
@@ -54,13 +62,10 @@ def _served(capture_path: str, engine: str) -> str:
             res = json.load(f)
     except (OSError, ValueError):
         return ""
-    for name, repeats in ((res.get("perf") or {}).get("throughput") or {}).items():
-        for key, unit in RATES:
-            rates = [r[key] for r in repeats if isinstance(r, dict) and r.get(key)]
-            if rates:
-                how = "served in fk capture: eager, every slot call recorded"
-                return f"{statistics.median(rates):.3g} {unit} ({name}, {how})"
-    return ""
+    found = _first_rate((res.get("perf") or {}).get("throughput"), lambda repeats, key: metrics.spread(
+        [r[key] for r in repeats if isinstance(r, dict) and r.get(key)]).get("median"))
+    how = "served in fk capture: eager, every slot call recorded"
+    return f"{found[0]:.3g} {found[1]} ({found[2]}, {how})" if found else ""
 
 
 def _from_run(res: dict, path: str, into: dict) -> None:
@@ -73,7 +78,7 @@ def _from_run(res: dict, path: str, into: dict) -> None:
         ok = base.get("status") == "ok"
         seen.status = "runs" if ok else f"fails: {_first_line(base.get('error') or base.get('status'))}"
         seen.created, seen.source, seen.figures = created, path, []
-        rate = _rate(row)
+        rate = seen.rate = _rate(row) or ""
         if rate:
             shared = " (disturbed: the GPU was shared)" if disturbed(row) else ""
             seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
@@ -112,4 +117,7 @@ def collect(roots: list[str]) -> dict[tuple[str, str], Seen]:
             _from_capture(res, path, found)
         elif res.get("kind") == "capture-failure":
             _from_failure(res, path, found)
+    for seen in found.values():  # a capture's rate stands in only where no run measured one
+        if seen.served and not seen.rate:
+            seen.figures.append(seen.served)
     return found

@@ -49,8 +49,6 @@ def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str]]:
         parts.append(f"{host}: {s.status if s and s.status else _pending(sc, host)}{scope}")
         if s:
             figures += [f"{host}: {f}" for f in s.figures]
-            if s.served and not any(unit in f for f in s.figures for _, unit in scenario_status.RATES):
-                figures.append(f"{host}: {s.served}")
             if s.slots:
                 figures.append(f"{host} slots: " + ", ".join(f"{k} x{v}" for k, v in s.slots.items() if v))
     return "; ".join(parts), figures

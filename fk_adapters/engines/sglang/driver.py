@@ -136,8 +136,9 @@ def runtime(sa) -> dict:
     out = {"cuda_graphs": graphs, "torch_compile": bool(getattr(sa, "enable_torch_compile", False)),
            "attention_backend": getattr(sa, "attention_backend", None)}
     # DeepSeek-V3.2's sparse attention (DSA) picks its kernels, cache dtype and page size by GPU generation
-    dsa = ("kv_cache_dtype", "page_size", "dsa_prefill_backend", "dsa_decode_backend")
-    out.update({k: getattr(sa, k) for k in dsa if out["attention_backend"] == "dsa" and getattr(sa, k, None)})
+    if out["attention_backend"] == "dsa":
+        dsa = ("kv_cache_dtype", "page_size", "dsa_prefill_backend", "dsa_decode_backend")
+        out.update({k: getattr(sa, k) for k in dsa if getattr(sa, k, None)})
     if getattr(sa, "speculative_algorithm", None):
         out["speculative"] = {k: getattr(sa, k, None) for k in (
             "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
