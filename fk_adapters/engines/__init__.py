@@ -50,6 +50,7 @@ class EngineSpec:
     compiled_label: str = "torch.compile + CUDA graphs"
     natives: str = ""  # module with NATIVES: the engine's own kernel per slot, in the slot interface
     natives_setup: str = ""  # module to import first, so the engine's kernels are registered
+    no_float32: str = ""  # why it cannot run a float32 reference: HF transformers makes it instead
 
     def modes(self, mode: str, device: str) -> tuple[bool, bool]:
         """(ops traced by torch.compile, CUDA graphs captured) for an fk mode on a device."""
@@ -103,6 +104,8 @@ ENGINES = {
                          devices=("cuda",), env_cuda={"SGLANG_PLUGINS": "fk_adapters"}, cache_var="SGLANG_CACHE_DIR",
                          compiled_cuda=(False, True), natives="fk_adapters.engines.sglang.natives",
                          natives_setup="sgl_kernel",
+                         no_float32="sgl_kernel's rmsnorm takes no float32: 'failed to dispatch data type Float', "
+                                    "SGLang 0.5.15 on an H100",
                          compiled_label="CUDA graphs (SGLang default: decode full, prefill breakable), no torch.compile"),
     # HF transformers, for architectures only it implements. Always eager (fk's "compiled" included). On CPU
     # the GPUs are hidden, so a --device cpu run on a GPU host stays on the CPU (the driver uses cuda if it sees one).

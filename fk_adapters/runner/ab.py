@@ -291,14 +291,19 @@ def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict,
     """The float32 reference: (its result, why the engine did not make it itself, or "").
 
     The stock engine runs ``reference_job`` (logs/<scenario>/reference). Where it cannot (e.g. a kernel it has in bf16
-    only), HF transformers' implementation of the same checkpoint runs it (logs/<scenario>/reference-transformers).
-    Either is taken from --baseline-from's or --reference-from's run instead when that run made it for the same job."""
+    only, or an engine that declares ``no_float32``), HF transformers' implementation of the same checkpoint runs it
+    (logs/<scenario>/reference-transformers). Either is taken from --baseline-from's or --reference-from's run
+    instead when that run made it for the same job."""
     ref_job = reference_job(job)
     fallback = transformers_reference_job(job, sc) if cfg.engine.name != TRANSFORMERS else None
+    cannot = f"{cfg.engine.name} has no float32 path ({cfg.engine.no_float32})" if (
+        cfg.engine.no_float32 and fallback is not None) else ""
     for source in filter(None, (cfg.baseline_from, cfg.reference_from)):
         try:
-            res = reuse_run(source, sc.name, ref_job, REFERENCE)
-            own = "" if res.get("status") == "ok" else _ended(f"{cfg.engine.name}'s float32 run", res)
+            own, res = cannot, None
+            if not cannot:
+                res = reuse_run(source, sc.name, ref_job, REFERENCE)
+                own = "" if res.get("status") == "ok" else _ended(f"{cfg.engine.name}'s float32 run", res)
             if own and fallback is not None:
                 res = reuse_run(source, sc.name, fallback, TRANSFORMERS_REFERENCE)
         except BaselineMismatch as exc:
@@ -308,11 +313,13 @@ def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict,
         if res.get("status") == "ok":
             echo(f"{sc.name} [reference] reused from {res['reused_from']}")
             return res, own
-    res = _engine_process(cfg, sc, ref_job, os.path.join(cfg.out_dir, "logs", sc.name, REFERENCE), [], "reference",
-                          echo)
-    if res["status"] == "ok" or fallback is None:
-        return res, ""
-    own = _ended(f"{cfg.engine.name}'s float32 run", res)
+    own = cannot
+    if not cannot:
+        res = _engine_process(cfg, sc, ref_job, os.path.join(cfg.out_dir, "logs", sc.name, REFERENCE), [],
+                              "reference", echo)
+        if res["status"] == "ok" or fallback is None:
+            return res, ""
+        own = _ended(f"{cfg.engine.name}'s float32 run", res)
     echo(f"{sc.name}: {own}; HF transformers' implementation of the checkpoint runs it in float32 instead")
     return _engine_process(cfg, sc, fallback, os.path.join(cfg.out_dir, "logs", sc.name, TRANSFORMERS_REFERENCE), [],
                            "reference: transformers", echo, engines.get(TRANSFORMERS)), own

@@ -100,11 +100,22 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
 _LOGGED_ERROR = re.compile(r"\bERROR\b.*?\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
 
 
+_TRACEBACK_END = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
+
+
 def first_logged_error(log_text: str, limit: int = 300) -> str | None:
-    """The first ``ERROR``-level log line that names an exception: an engine's root cause, which its
-    helper processes log before the driver sees only a generic failure ("See root cause above")."""
-    for line in log_text.splitlines():
+    """The engine's root cause, which its helper processes log before the driver sees only a generic
+    failure ("See root cause above"): the first ``ERROR``-level line that names an exception, else
+    the exception that ends the first traceback (SGLang's schedulers log theirs without a level)."""
+    lines = log_text.splitlines()
+    for line in lines:
         m = _LOGGED_ERROR.search(line)
+        if m:
+            return f"{m.group(1)}: {m.group(2).strip()}"[:limit]
+    in_traceback = False
+    for line in lines:
+        in_traceback = in_traceback or line.rstrip().endswith("Traceback (most recent call last):")
+        m = _TRACEBACK_END.match(line) if in_traceback else None
         if m:
             return f"{m.group(1)}: {m.group(2).strip()}"[:limit]
     return None

@@ -95,6 +95,23 @@ def test_the_first_logged_error_names_the_root_cause():
     assert len(first_logged_error("ERROR x ValueError: " + "y" * 1000)) == 300
 
 
+SCHEDULER_LOG = """\
+[2026-11-23 06:59:53] Scheduler hit an exception: Traceback (most recent call last):
+  File "/tmp/fk-site/sglang/sgl_kernel/elementwise.py", line 27, in _rmsnorm_internal
+    torch.ops.sgl_kernel.rmsnorm.default(out, input, weight, eps, enable_pdl)
+RuntimeError: rmsnorm(at::Tensor&, at::Tensor&, at::Tensor&, double, bool)::<lambda()> failed to dispatch data type Float
+
+RuntimeError: a later, generic failure
+"""
+
+
+def test_without_an_error_level_line_the_first_traceback_names_the_root_cause():
+    from fk_adapters.runner.proc import first_logged_error
+
+    assert first_logged_error(SCHEDULER_LOG) == ("RuntimeError: rmsnorm(at::Tensor&, at::Tensor&, at::Tensor&, double, "
+                                                 "bool)::<lambda()> failed to dispatch data type Float")
+
+
 def test_a_failed_run_names_the_root_cause_its_engine_logged(tmp_path):
     (tmp_path / "loud_driver.py").write_text(f"print({ENGINE_CORE_LOG!r}, flush=True)\nraise SystemExit(1)\n")
     res = run_job(sys.executable, "loud_driver", {}, str(tmp_path / "run"), {"PYTHONPATH": str(tmp_path)}, 30)

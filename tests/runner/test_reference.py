@@ -149,3 +149,19 @@ def test_reference_from_reuses_an_earlier_runs_reference_and_runs_one_when_it_ha
     fake.calls.clear()
     row = _run(tmp_path / "other", reference_from=str(tmp_path / "nowhere"))
     assert [c[0] for c in fake.calls] == ["baseline", "candidate", "reference"] and row["status"] == "PASSED"
+
+
+def test_an_engine_without_a_float32_path_goes_straight_to_transformers(fake, tmp_path):
+    fake.base, fake.cand = 0.3, -0.3
+    engine = dataclasses.replace(engines.get("vllm"), no_float32="its norm kernel takes no float32")
+    row = _run(tmp_path, engine=engine)
+    assert [c[0] for c in fake.calls[2:]] == ["reference-transformers"]  # no doomed float32 engine run first
+    made_by = "HF transformers 5.19.0, as vllm has no float32 path (its norm kernel takes no float32)"
+    assert row["status"] == "PASSED" and row["correctness"]["reference"]["made_by"] == made_by
+    fake.calls.clear()
+    again = _run(tmp_path / "again", engine=engine, baseline_from=str(tmp_path / "out"))
+    assert [c[0] for c in fake.calls] == ["candidate"] and again["correctness"]["reference"]["made_by"] == made_by
+
+
+def test_sglang_declares_that_it_has_no_float32_path():
+    assert "float32" in engines.get("sglang").no_float32 and not engines.get("vllm").no_float32

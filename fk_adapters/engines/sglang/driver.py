@@ -98,9 +98,11 @@ def _generate(engine, prompts, max_new_tokens: int, **kw) -> list[dict]:
 
 
 def _probe(engine, out_dir: str, tag: str) -> list[dict]:
+    if not os.environ.get("FK_PLUGINS", "").strip():
+        return []  # stock run: the general plugin added no probe methods
     try:
         engine.collective_rpc("fk_probe_dump", out_dir=out_dir, tag=tag)
-    except Exception as exc:  # no fk plugin in the schedulers (baseline run)
+    except Exception as exc:
         phase(f"no probe from the schedulers ({type(exc).__name__}: {exc})")
         return []
     return read_probes(out_dir, tag)

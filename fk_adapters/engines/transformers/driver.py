@@ -42,8 +42,18 @@ def load_model(job: dict, device: str):
     cls = model_class(arch)
     if cls is None:
         raise ValueError(f"transformers {transformers.__version__} has no class {arch}")
-    model = cls.from_pretrained(job["model_dir"], dtype=getattr(torch, job["dtype"]))
-    return model.to(device).eval()
+    return cls.from_pretrained(job["model_dir"], **load_kwargs(cls, job["dtype"])).to(device).eval()
+
+
+def load_kwargs(cls, dtype: str) -> dict:
+    """In float32 (a reference run) MoE experts run one by one: transformers' batched experts
+    gather a weight matrix per token, which for a prompt batch outgrows a GPU in float32."""
+    import torch
+
+    kw = {"dtype": getattr(torch, dtype)}
+    if dtype == "float32" and hasattr(cls, "_can_set_experts_implementation"):
+        kw["experts_implementation"] = "eager"
+    return kw
 
 
 def run(job: dict) -> dict:
