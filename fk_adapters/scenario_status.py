@@ -86,7 +86,21 @@ def _from_run(res: dict, path: str, into: dict) -> None:
             speed = aggregates.per_scenario(row)["speedup"]
             one_repeat = f", 1/{requests_divisor(res['quick'])} of the requests, one repeat" if res.get("quick") else ""
             pace = f" at {speed:.3g}x the stock speed (blend{one_repeat})" if speed is not None else ""
-            seen.figures.append(f"{res['candidate']}: {row['status']}{pace}")
+            seen.figures.append(f"{res['candidate']}: {verdict(row)}{pace}")
+
+
+def verdict(row: dict) -> str:
+    """A run's status, saying what judged a bf16/fp16 pass or fail: a float32 run, or the fixed thresholds alone."""
+    status, c = row["status"], row.get("correctness") or {}
+    if status not in ("PASSED", "INCORRECT"):
+        return status
+    if c.get("reference_error"):
+        return f"{status} (fixed thresholds; no float32 reference could be made)"
+    if c.get("reference"):
+        return f"{status} (against a float32 run)"
+    if status == "INCORRECT" and c.get("dtype") in ("bfloat16", "float16") and "fixed" not in c:
+        return f"{status} (fixed thresholds; run before fk's float32 check)"
+    return status
 
 
 def _from_capture(res: dict, path: str, into: dict) -> None:

@@ -69,3 +69,16 @@ def test_a_plugin_run_gives_its_verdict_with_the_blended_speed(tmp_path):
                                              "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures
     assert figures[1] == "triton: PASSED at 0.8x the stock speed (blend, 1/32 of the requests, one repeat)"
+
+
+def test_a_verdict_says_whether_a_float32_run_or_the_fixed_thresholds_alone_judged_it():
+    def row(status, **correctness):
+        return {"status": status, "correctness": {"dtype": "bfloat16", **correctness}}
+
+    assert scenario_status.verdict(row("PASSED", fixed={"passed": False}, reference={"passed": True})) == (
+        "PASSED (against a float32 run)")
+    assert scenario_status.verdict(row("INCORRECT", fixed={"passed": False}, reference_error="OOM")) == (
+        "INCORRECT (fixed thresholds; no float32 reference could be made)")
+    assert scenario_status.verdict(row("INCORRECT")) == "INCORRECT (fixed thresholds; run before fk's float32 check)"
+    assert scenario_status.verdict(row("PASSED")) == "PASSED"  # within the fixed thresholds: nothing else was asked
+    assert scenario_status.verdict(row("NOT_EXERCISED", reference={"passed": True})) == "NOT_EXERCISED"
