@@ -55,6 +55,11 @@ def allowlist_from_env() -> list[str] | None:
     return parse_allowlist(os.environ.get(ENV_ALLOW))
 
 
+def any_selected_in_env() -> bool:
+    """Whether this process was given fk plugins at all (unset or empty ``FK_PLUGINS``: a stock engine)."""
+    return bool(os.environ.get(ENV_ALLOW, "").strip())
+
+
 def strict_from_env() -> bool:
     return os.environ.get(ENV_STRICT, "").strip().lower() in ("1", "true", "yes", "on")
 

@@ -81,6 +81,16 @@ def test_allowlist_selects_and_orders(make_plugin):
     assert load_plugins([]) == []
 
 
+def test_a_process_without_fk_plugins_in_its_environment_is_stock(monkeypatch):
+    from fk_adapters.plugins import any_selected_in_env
+
+    monkeypatch.delenv("FK_PLUGINS", raising=False)
+    assert not any_selected_in_env()
+    for value, selected in (("", False), ("  ", False), ("triton", True), ("triton,wrong", True)):
+        monkeypatch.setenv("FK_PLUGINS", value)
+        assert any_selected_in_env() is selected
+
+
 def test_allowlist_from_environment(make_plugin, monkeypatch):
     from fk_adapters.plugins import allowlist_from_env, strict_from_env
 

@@ -97,10 +97,9 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
     return res
 
 
-_LOGGED_ERROR = re.compile(r"\bERROR\b.*?\b([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
-
-
-_TRACEBACK_END = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)")
+_EXCEPTION = r"([A-Za-z_][\w.]*(?:Error|Exception)): (.+)"
+_LOGGED_ERROR = re.compile(r"\bERROR\b.*?\b" + _EXCEPTION)
+_TRACEBACK_END = re.compile("^" + _EXCEPTION)
 
 
 def first_logged_error(log_text: str, limit: int = 300) -> str | None:
@@ -108,16 +107,17 @@ def first_logged_error(log_text: str, limit: int = 300) -> str | None:
     failure ("See root cause above"): the first ``ERROR``-level line that names an exception, else
     the exception that ends the first traceback (SGLang's schedulers log theirs without a level)."""
     lines = log_text.splitlines()
-    for line in lines:
-        m = _LOGGED_ERROR.search(line)
-        if m:
-            return f"{m.group(1)}: {m.group(2).strip()}"[:limit]
+    m = next(filter(None, map(_LOGGED_ERROR.search, lines)), None) or _first_traceback_end(lines)
+    return f"{m.group(1)}: {m.group(2).strip()}"[:limit] if m else None
+
+
+def _first_traceback_end(lines: list[str]) -> re.Match | None:
     in_traceback = False
     for line in lines:
         in_traceback = in_traceback or line.rstrip().endswith("Traceback (most recent call last):")
         m = _TRACEBACK_END.match(line) if in_traceback else None
         if m:
-            return f"{m.group(1)}: {m.group(2).strip()}"[:limit]
+            return m
     return None
 
 

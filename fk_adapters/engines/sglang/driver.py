@@ -98,7 +98,9 @@ def _generate(engine, prompts, max_new_tokens: int, **kw) -> list[dict]:
 
 
 def _probe(engine, out_dir: str, tag: str) -> list[dict]:
-    if not os.environ.get("FK_PLUGINS", "").strip():
+    from fk_adapters.plugins import any_selected_in_env
+
+    if not any_selected_in_env():
         return []  # stock run: the general plugin added no probe methods
     try:
         engine.collective_rpc("fk_probe_dump", out_dir=out_dir, tag=tag)

@@ -27,7 +27,9 @@ _loaded_in: int | None = None  # pid that registered the hooks
 
 def register() -> None:
     global _loaded_in
-    if not os.environ.get("FK_PLUGINS", "").strip():
+    from fk_adapters.plugins import any_selected_in_env
+
+    if not any_selected_in_env():
         return
     if _loaded_in == os.getpid():
         return

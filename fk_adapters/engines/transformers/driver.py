@@ -63,6 +63,7 @@ def run(job: dict) -> dict:
     from fk_adapters import probe
     from fk_adapters.engines.loading import load_and_install
     from fk_adapters.engines.transformers import install
+    from fk_adapters.plugins import any_selected_in_env
 
     transformers.utils.logging.disable_progress_bar()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -75,7 +76,7 @@ def run(job: dict) -> dict:
     if not probe.capturing() and not job.get("correctness") and job["dtype"] != "float32":
         res.update(_reference(model, job, device))  # the stock model, before any plugin enters it
     t0 = time.perf_counter()
-    if os.environ.get("FK_PLUGINS", "").strip():  # none selected: stock transformers, no fk code in the model
+    if any_selected_in_env():  # none selected: stock transformers, no fk code in the model
         load_and_install("transformers", device, lambda chosen: install.install(model, chosen), {})
     res["startup_s"] = startup + time.perf_counter() - t0
     res["runtime"] = {"device": device, "mode": "eager",
