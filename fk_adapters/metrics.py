@@ -121,11 +121,26 @@ def _tokens_vs_reference(base: dict, cand: dict, ref: dict) -> dict:
             "first_divergence_c": sides["candidate"]["first_divergence"]}
 
 
+def reference_blind(tokens: dict) -> str:
+    """Why the float32 run cannot judge (``_tokens_vs_reference``'s figures), or '' when it can: the stock run parts
+    from it in so many requests that no candidate could part in more than its allowance."""
+    if tokens["allowed_c"] < tokens["requests"]:
+        return ""
+    return (f"cannot judge: the stock run itself parts from it outside a near tie in "
+            f"{tokens['parted_b']}/{tokens['requests']} requests, so no candidate, right or wrong, could part in more "
+            f"than the {tokens['allowed_c']} allowed")
+
+
 def reference_correctness(base: dict, cand: dict, ref: dict) -> dict:
     """Judge the candidate by how far its logprobs and greedy streams lie from the stock engine's float32 run of the
-    same job, next to how far the baseline's lie (TOKEN_REF_RATIO)."""
+    same job, next to how far the baseline's lie (TOKEN_REF_RATIO). Where that run cannot judge (``reference_blind``)
+    the verdict fails as ``inconclusive``."""
     teacher = _teacher_vs_reference(base["teacher_logprobs"], cand["teacher_logprobs"], ref["teacher_logprobs"])
     tokens = _tokens_vs_reference(base, cand, ref)
+    blind = reference_blind(tokens)
+    if blind:
+        return {"teacher_forced": teacher, "tokens": tokens, "passed": False, "failures": [blind],
+                "inconclusive": blind, "rule": _reference_rule()}
     failures = [] if teacher["positions"] else ["no teacher-forced logprobs to compare with the float32 run"]
     for k, what in (("mean_abs", "mean"), ("max_abs", "max")):
         if teacher["positions"] and not teacher[f"err_c_{k}"] <= teacher[f"limit_{k}"]:
@@ -137,9 +152,12 @@ def reference_correctness(base: dict, cand: dict, ref: dict) -> dict:
                         f"{tokens['requests']} requests (baseline: {tokens['parted_b']}; allowed "
                         f"{tokens['allowed_c']})")
     return {"teacher_forced": teacher, "tokens": tokens, "passed": not failures, "failures": failures,
-            "rule": {"ratio_mean_abs": TOKEN_REF_RATIO, "ratio_max_abs": TOKEN_REF_RATIO_MAX,
-                     "slack": TOKEN_REF_SLACK, "extra_partings": TOKEN_REF_EXTRA_PARTINGS,
-                     "min_partings": TOKEN_REF_MIN_PARTINGS}}
+            "rule": _reference_rule()}
+
+
+def _reference_rule() -> dict:
+    return {"ratio_mean_abs": TOKEN_REF_RATIO, "ratio_max_abs": TOKEN_REF_RATIO_MAX, "slack": TOKEN_REF_SLACK,
+            "extra_partings": TOKEN_REF_EXTRA_PARTINGS, "min_partings": TOKEN_REF_MIN_PARTINGS}
 
 
 def reference_summary(ref: dict) -> str:
@@ -148,7 +166,8 @@ def reference_summary(ref: dict) -> str:
     figures = (f"mean ratio {tf['ratio_mean_abs']:.2f} (<= {TOKEN_REF_RATIO:g}), max ratio {tf['ratio_max_abs']:.2f} "
                f"(<= {TOKEN_REF_RATIO_MAX:g}), streams parted from float32 {tok['parted_c']} vs baseline "
                f"{tok['parted_b']} (<= {tok['allowed_c']})")
-    return f"float32 reference: {'passed' if ref['passed'] else 'failed'} ({figures})"
+    verdict = "inconclusive" if ref.get("inconclusive") else "passed" if ref["passed"] else "failed"
+    return f"float32 reference: {verdict} ({figures})"
 
 
 def with_reference(fixed: dict, ref: dict | None, error: str = "", made_by: str = "") -> dict:
@@ -166,6 +185,8 @@ def with_reference(fixed: dict, ref: dict | None, error: str = "", made_by: str 
     by = f" (made by {made_by})" if made_by else ""
     out.update(reference=dict(ref, made_by=made_by) if made_by else ref, passed=ref["passed"], failures=failures,
                summary=f"{head}; {reference_summary(ref)}{by}")
+    if ref.get("inconclusive"):
+        out["inconclusive"] = ref["inconclusive"]
     return out
 
 

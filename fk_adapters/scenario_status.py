@@ -92,8 +92,13 @@ def _from_run(res: dict, path: str, into: dict) -> None:
 def verdict(row: dict) -> str:
     """A run's status, saying what judged a bf16/fp16 pass or fail: a float32 run, or the fixed thresholds alone."""
     status, c = row["status"], row.get("correctness") or {}
+    if status == "INCONCLUSIVE":
+        return f"{status} (the float32 run {c.get('inconclusive', 'could not judge')})"
     if status not in ("PASSED", "INCORRECT"):
         return status
+    blind = metrics.reference_blind(c["reference"]["tokens"]) if "tokens" in c.get("reference", {}) else ""
+    if blind:  # a run from before fk's reference_blind rule, judged again by it
+        return f"INCONCLUSIVE (was {status}; fk's later rule: the float32 run {blind})"
     if c.get("reference_error"):
         return f"{status} (fixed thresholds; no float32 reference could be made)"
     if c.get("reference"):

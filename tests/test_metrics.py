@@ -281,6 +281,21 @@ def test_greedy_partings_from_float32_count_against_the_baselines():
                                          _run(many, ref["teacher_logprobs"]))["tokens"]["allowed_c"] == 4  # 16 / 4
 
 
+def test_a_float32_run_that_the_baseline_parts_from_everywhere_cannot_judge():
+    ref, base, cand = _ref_runs(shift=0.3)
+    top = [[[t, 90, 91, 92, 93] for t in row] for row in ref["tokens"]]
+    ref["token_top_ids"] = base["token_top_ids"] = cand["token_top_ids"] = top
+    base["tokens"] = cand["tokens"] = [[9, 2, 3, 4]] * 4  # both part at the first token: the allowance covers all
+    judged = metrics.reference_correctness(base, cand, ref)
+    assert not judged["passed"] and judged["failures"] == [judged["inconclusive"]]
+    assert judged["inconclusive"].startswith("cannot judge: the stock run itself parts from it outside a near tie "
+                                             "in 4/4 requests")
+    res = metrics.with_reference(metrics.correctness(base, cand, "bfloat16"), judged)
+    assert res["inconclusive"] == judged["inconclusive"] and "; float32 reference: inconclusive (" in res["summary"]
+    base["tokens"] = [[9, 2, 3, 4]] + [[1, 2, 3, 4]] * 3  # one parting: 3 allowed of 4, the rule can fail again
+    assert "inconclusive" not in metrics.reference_correctness(base, cand, ref)
+
+
 def test_both_sides_at_float32_pass_on_the_slack_and_a_missing_reference_leaves_the_verdict():
     ref, base, cand = _ref_runs()
     assert metrics.reference_correctness(ref, ref, ref)["passed"]

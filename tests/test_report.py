@@ -38,6 +38,13 @@ def test_fk_report_command(tmp_path, capsys):
     assert "**FAIL**" in (tmp_path / "r.md").read_text()
 
 
+def test_fk_report_to_a_file_draws_the_run_plots_beside_it(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results()))
+    assert main(["report", str(path), "-o", str(tmp_path / "r.md")]) == 0
+    assert "](ratios.png)" in (tmp_path / "r.md").read_text() and (tmp_path / "ratios.png").exists()
+
+
 def test_side_by_side_report_for_two_engines(tmp_path):
     a, b = results(), results("INCORRECT", "FAIL")
     b["engine"], b["engine_version"] = "sglang", "0.5.15"

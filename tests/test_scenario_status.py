@@ -82,3 +82,16 @@ def test_a_verdict_says_whether_a_float32_run_or_the_fixed_thresholds_alone_judg
     assert scenario_status.verdict(row("INCORRECT")) == "INCORRECT (fixed thresholds; run before fk's float32 check)"
     assert scenario_status.verdict(row("PASSED")) == "PASSED"  # within the fixed thresholds: nothing else was asked
     assert scenario_status.verdict(row("NOT_EXERCISED", reference={"passed": True})) == "NOT_EXERCISED"
+
+
+def test_a_float32_run_that_cannot_judge_makes_the_verdict_inconclusive_also_in_earlier_results():
+    tokens = {"requests": 32, "parted_b": 32, "parted_c": 32, "allowed_c": 40}
+    old = {"status": "PASSED", "correctness": {"dtype": "bfloat16", "reference": {"passed": True, "tokens": tokens}}}
+    assert scenario_status.verdict(old) == (
+        "INCONCLUSIVE (was PASSED; fk's later rule: the float32 run cannot judge: the stock run itself parts from it "
+        "outside a near tie in 32/32 requests, so no candidate, right or wrong, could part in more than the 40 allowed)")
+    new = {"status": "INCONCLUSIVE", "correctness": {"inconclusive": "cannot judge: ..."}}
+    assert scenario_status.verdict(new) == "INCONCLUSIVE (the float32 run cannot judge: ...)"
+    judged = dict(tokens, parted_b=19, allowed_c=27)  # Mixtral in vLLM: the float32 run still judges
+    assert scenario_status.verdict({"status": "PASSED", "correctness": {"reference": {"tokens": judged}}}) == (
+        "PASSED (against a float32 run)")

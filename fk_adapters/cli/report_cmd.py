@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from fk_adapters.report import render
 
@@ -9,7 +10,7 @@ from fk_adapters.report import render
 def add_parser(sub):
     p = sub.add_parser("report", help="render a results JSON (from fk run or fk check) as markdown")
     p.add_argument("results", help="results.json written by fk run")
-    p.add_argument("-o", "--output", help="write the markdown here (default: print it)")
+    p.add_argument("-o", "--output", help="write the markdown here, with its plots drawn beside it (default: print it)")
     return p
 
 
@@ -25,8 +26,12 @@ def load_results(path: str) -> dict:
 
 
 def run(args) -> int:
-    md = render(load_results(args.results))
+    results = load_results(args.results)
+    md = render(results)
     if args.output:
+        from fk_adapters.cli.common import plots_section
+
+        md += plots_section(os.path.dirname(os.path.abspath(args.output)), results)
         with open(args.output, "w") as f:
             f.write(md)
         print(f"wrote {args.output}")

@@ -16,8 +16,8 @@ from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
 from fk_adapters.scenarios import Scenario, build_job
 from fk_adapters.weights import scenario_checkpoint
 
-PASSED, INCORRECT, NOT_EXERCISED, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT = (
-    "PASSED", "INCORRECT", "NOT_EXERCISED", "LOAD_ERROR", "RUNTIME_ERROR", "TIMEOUT")
+PASSED, INCORRECT, INCONCLUSIVE, NOT_EXERCISED, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT = (
+    "PASSED", "INCORRECT", "INCONCLUSIVE", "NOT_EXERCISED", "LOAD_ERROR", "RUNTIME_ERROR", "TIMEOUT")
 
 
 @dataclass
@@ -253,7 +253,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     row["failures"] += row["correctness"]["failures"]
     if cfg.aa:
         row["failures"] += _round_checks(cfg, runs, {})
-        row["status"] = PASSED if not row["failures"] else INCORRECT
+        row["status"] = PASSED if not row["failures"] else _wrong_or_unjudged(row["correctness"])
         return row
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg))
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
@@ -386,6 +386,11 @@ def evidence_mode(cfg: RunConfig) -> str:
     return "compiled" if traced else "graphs" if graphs else "eager"
 
 
+def _wrong_or_unjudged(correctness: dict) -> str:
+    """A failed correctness verdict: INCORRECT, or INCONCLUSIVE where its float32 reference could not judge."""
+    return INCONCLUSIVE if correctness.get("inconclusive") else INCORRECT
+
+
 def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str, list[str]]:
     """Status of a candidate that ran: loaded everywhere, kernels ran, outputs agree."""
     ev = row["evidence"]
@@ -400,7 +405,7 @@ def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str
         notes = sorted({n for rec in loads for n in rec.get("notes", [])})
         return NOT_EXERCISED, ["no kernel of the selected plugins was installed" + (f" ({'; '.join(notes)})" if notes else "")]
     if not row["correctness"]["passed"]:
-        return INCORRECT, []
+        return _wrong_or_unjudged(row["correctness"]), []
     unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
     if unexercised and not allow_unexercised:
         return NOT_EXERCISED, [f"not exercised: {', '.join(unexercised)}"]

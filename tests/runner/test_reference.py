@@ -18,7 +18,7 @@ class FakeEngine:
 
     def __init__(self, base=0.0, cand=0.0, ref_status="ok", tfx_status="ok"):
         self.calls, self.base, self.cand, self.ref_status, self.tfx_status = [], base, cand, ref_status, tfx_status
-        self.jobs = {}
+        self.jobs, self.tokens = {}, {}  # tokens: {side: greedy streams} in place of [[1, 2, 3]] x 4
 
     def __call__(self, python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
         side = os.path.basename(run_dir)
@@ -26,7 +26,8 @@ class FakeEngine:
         self.jobs[side] = (driver, job)
         off = 0.0 if side.startswith("reference") else self.cand if side.startswith("candidate") else self.base
         teacher = [[x + (off if i % 2 else -off) for i, x in enumerate(row)] for row in TRUTH]
-        res = {"status": "ok", "wall_s": 1.0, "tokens": [[1, 2, 3]] * 4, "teacher_logprobs": teacher}
+        res = {"status": "ok", "wall_s": 1.0, "tokens": self.tokens.get(side, [[1, 2, 3]] * 4),
+               "teacher_logprobs": teacher}
         if side == "reference-transformers":
             res["engine_version"] = "5.19.0"
         if side == "reference" and self.ref_status != "ok":
@@ -69,6 +70,19 @@ def test_a_candidate_farther_from_float32_stays_incorrect(fake, tmp_path):
     assert [c[0] for c in fake.calls] == ["baseline", "candidate", "reference"]
     assert row["status"] == "INCORRECT" and row["correctness"]["reference"]["passed"] is False
     assert any(f.startswith("float32 reference: teacher-forced mean") for f in row["failures"])
+
+
+def test_a_float32_run_that_the_stock_run_itself_parts_from_everywhere_leaves_the_verdict_inconclusive(fake, tmp_path):
+    fake.base, fake.cand = 0.3, -0.3
+    fake.tokens = {"baseline": [[7, 2, 3]] * 4, "candidate": [[8, 2, 3]] * 4}  # neither side keeps float32's first token
+    row = _run(tmp_path)
+    c = row["correctness"]
+    assert row["status"] == "INCONCLUSIVE" and not c["passed"] and c["reference"]["tokens"]["parted_b"] == 4
+    assert c["inconclusive"] == ("cannot judge: the stock run itself parts from it outside a near tie in 4/4 requests, "
+                                 "so no candidate, right or wrong, could part in more than the 6 allowed")
+    assert "float32 reference: inconclusive (" in row["notes"][0]
+    fake.tokens = {"baseline": [[7, 2, 3]] + [[1, 2, 3]] * 3, "candidate": [[8, 2, 3]] * 4}  # one parting: it judges
+    assert _run(tmp_path / "again")["status"] == "INCORRECT"
 
 
 def test_a_passing_verdict_or_a_float32_scenario_starts_no_reference_run(fake, tmp_path):
