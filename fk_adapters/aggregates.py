@@ -15,7 +15,8 @@ scenario
     tokens/s give the same ratio when lengths are fixed).
 outcome
     "failed": the run did not give a valid candidate (RUNTIME_ERROR, TIMEOUT, LOAD_ERROR, or no correctness
-    verdict); "incorrect": INCORRECT, INCONCLUSIVE or its correctness did not pass; "correct" otherwise (PASSED, NOT_EXERCISED).
+    verdict); "incorrect": INCORRECT, INCONCLUSIVE or its correctness did not pass; "correct" otherwise (PASSED,
+    NOT_EXERCISED).
 covered
     at least one selected slot was exercised (runner evidence); None where no evidence was taken (A/A).
 scored
