@@ -138,9 +138,17 @@ def reference_correctness(base: dict, cand: dict, ref: dict) -> dict:
     teacher = _teacher_vs_reference(base["teacher_logprobs"], cand["teacher_logprobs"], ref["teacher_logprobs"])
     tokens = _tokens_vs_reference(base, cand, ref)
     blind = reference_blind(tokens)
+    failures = [blind] if blind else _reference_failures(teacher, tokens)
+    out = {"teacher_forced": teacher, "tokens": tokens, "passed": not failures, "failures": failures,
+           "rule": {"ratio_mean_abs": TOKEN_REF_RATIO, "ratio_max_abs": TOKEN_REF_RATIO_MAX, "slack": TOKEN_REF_SLACK,
+                    "extra_partings": TOKEN_REF_EXTRA_PARTINGS, "min_partings": TOKEN_REF_MIN_PARTINGS}}
     if blind:
-        return {"teacher_forced": teacher, "tokens": tokens, "passed": False, "failures": [blind],
-                "inconclusive": blind, "rule": _reference_rule()}
+        out["inconclusive"] = blind
+    return out
+
+
+def _reference_failures(teacher: dict, tokens: dict) -> list[str]:
+    """What puts the candidate out of the float32 rule's bounds (none: it passes)."""
     failures = [] if teacher["positions"] else ["no teacher-forced logprobs to compare with the float32 run"]
     for k, what in (("mean_abs", "mean"), ("max_abs", "max")):
         if teacher["positions"] and not teacher[f"err_c_{k}"] <= teacher[f"limit_{k}"]:
@@ -151,13 +159,7 @@ def reference_correctness(base: dict, cand: dict, ref: dict) -> dict:
         failures.append(f"greedy tokens part from float32's outside a near tie in {tokens['parted_c']}/"
                         f"{tokens['requests']} requests (baseline: {tokens['parted_b']}; allowed "
                         f"{tokens['allowed_c']})")
-    return {"teacher_forced": teacher, "tokens": tokens, "passed": not failures, "failures": failures,
-            "rule": _reference_rule()}
-
-
-def _reference_rule() -> dict:
-    return {"ratio_mean_abs": TOKEN_REF_RATIO, "ratio_max_abs": TOKEN_REF_RATIO_MAX, "slack": TOKEN_REF_SLACK,
-            "extra_partings": TOKEN_REF_EXTRA_PARTINGS, "min_partings": TOKEN_REF_MIN_PARTINGS}
+    return failures
 
 
 def reference_summary(ref: dict) -> str:
