@@ -3,7 +3,7 @@
 Three kinds of file count: ``results.json`` of ``fk run`` (did the engine start and serve it, at
 what rate: tokens/s, or items/s for models without tokens, and the plugin's verdict), the workload files of ``fk capture`` (the slots its run
 exercised, with call counts) and its ``*.failed.json`` (why the engine could not serve it). The
-newest file per (scenario, engine) sets the status.
+newest file per (scenario, engine) sets the status; each plugin's newest run gives its verdict.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class Seen:
     slots: dict[str, int] = field(default_factory=dict)
     slots_created: str = ""
     rate: str = ""  # the newest run's measured rate
+    verdicts: dict[str, tuple[str, str]] = field(default_factory=dict)  # plugin -> (created, its newest verdict)
     served: str = ""  # the rate the newest capture's own run served at (eager, recorder on): not a speed figure
 
 
@@ -72,6 +73,11 @@ def _from_run(res: dict, path: str, into: dict) -> None:
     engine, created = res.get("engine", "?"), res.get("created", "")
     for row in res.get("scenarios", []):
         seen = into.setdefault((row.get("scenario"), engine), Seen())
+        if row.get("status") and res.get("candidate") and created >= seen.verdicts.get(res["candidate"], ("",))[0]:
+            speed = aggregates.per_scenario(row)["speedup"]
+            one_repeat = f", 1/{requests_divisor(res['quick'])} of the requests, one repeat" if res.get("quick") else ""
+            pace = f" at {speed:.3g}x the stock speed (blend{one_repeat})" if speed is not None else ""
+            seen.verdicts[res["candidate"]] = (created, f"{res['candidate']}: {verdict(row)}{pace}")
         if created < seen.created:
             continue
         base = row.get("baseline") or {}
@@ -82,11 +88,6 @@ def _from_run(res: dict, path: str, into: dict) -> None:
         if rate:
             shared = " (disturbed: the GPU was shared)" if disturbed(row) else ""
             seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
-        if row.get("status") and res.get("candidate"):
-            speed = aggregates.per_scenario(row)["speedup"]
-            one_repeat = f", 1/{requests_divisor(res['quick'])} of the requests, one repeat" if res.get("quick") else ""
-            pace = f" at {speed:.3g}x the stock speed (blend{one_repeat})" if speed is not None else ""
-            seen.figures.append(f"{res['candidate']}: {verdict(row)}{pace}")
 
 
 def verdict(row: dict) -> str:
@@ -139,4 +140,5 @@ def collect(roots: list[str]) -> dict[tuple[str, str], Seen]:
     for seen in found.values():  # a capture's rate stands in only where no run measured one
         if seen.served and not seen.rate:
             seen.figures.append(seen.served)
+        seen.figures += [text for _, (_, text) in sorted(seen.verdicts.items())]
     return found

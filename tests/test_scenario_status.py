@@ -95,3 +95,18 @@ def test_a_float32_run_that_cannot_judge_makes_the_verdict_inconclusive_also_in_
     judged = dict(tokens, parted_b=19, allowed_c=27)  # Mixtral in vLLM: the float32 run still judges
     assert scenario_status.verdict({"status": "PASSED", "correctness": {"reference": {"tokens": judged}}}) == (
         "PASSED (against a float32 run)")
+
+
+def test_each_plugin_keeps_its_newest_verdict_beside_the_newest_run(tmp_path):
+    def run(where, candidate, created, status):
+        row = {"scenario": "s", "status": status, "baseline": {"status": "ok"},
+               "perf": {"throughput": {"b": {"tokens_per_s": {"baseline": {"median": 10.0}}}}}}
+        _write(tmp_path / where / "results.json", {"engine": "transformers", "created": created, "device": "cuda",
+                                                   "candidate": candidate, "verdict": "?", "scenarios": [row]})
+
+    run("quick/triton", "triton", "2026-01-01", "INCORRECT")
+    run("full/triton", "triton", "2026-01-03", "PASSED")
+    run("full/wrong", "wrong", "2026-01-04", "INCORRECT")
+    run("old/wrong", "wrong", "2026-01-02", "PASSED")
+    figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
+    assert figures == ["10 tok/s (b) on cuda", "triton: PASSED", "wrong: INCORRECT"]
