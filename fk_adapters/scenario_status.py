@@ -74,10 +74,7 @@ def _from_run(res: dict, path: str, into: dict) -> None:
     for row in res.get("scenarios", []):
         seen = into.setdefault((row.get("scenario"), engine), Seen())
         if row.get("status") and res.get("candidate") and created >= seen.verdicts.get(res["candidate"], ("",))[0]:
-            speed = aggregates.per_scenario(row)["speedup"]
-            one_repeat = f", 1/{requests_divisor(res['quick'])} of the requests, one repeat" if res.get("quick") else ""
-            pace = f" at {speed:.3g}x the stock speed (blend{one_repeat})" if speed is not None else ""
-            seen.verdicts[res["candidate"]] = (created, f"{res['candidate']}: {verdict(row)}{pace}")
+            seen.verdicts[res["candidate"]] = (created, f"{res['candidate']}: {_plugin_figure(row, res.get('quick'))}")
         if created < seen.created:
             continue
         base = row.get("baseline") or {}
@@ -88,6 +85,18 @@ def _from_run(res: dict, path: str, into: dict) -> None:
         if rate:
             shared = " (disturbed: the GPU was shared)" if disturbed(row) else ""
             seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
+
+
+def _plugin_figure(row: dict, quick) -> str:
+    """The plugin's verdict and blended speed; a run where none of its kernels ran says so instead."""
+    per = aggregates.per_scenario(row)
+    if per["covered"] is False and row["status"] == "PASSED":
+        none = ", ".join(s for s, st in per["slots"].items() if st == "n/a")
+        why = f"the model has no layer for {none}" if per["applicable"] == 0 else "none of its kernels was called"
+        return f"not exercised: ran the stock model ({why})"
+    one_repeat = f", 1/{requests_divisor(quick)} of the requests, one repeat" if quick else ""
+    pace = f" at {per['speedup']:.3g}x the stock speed (blend{one_repeat})" if per["speedup"] is not None else ""
+    return f"{verdict(row)}{pace}"
 
 
 def verdict(row: dict) -> str:

@@ -110,3 +110,18 @@ def test_each_plugin_keeps_its_newest_verdict_beside_the_newest_run(tmp_path):
     run("old/wrong", "wrong", "2026-01-02", "PASSED")
     figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
     assert figures == ["10 tok/s (b) on cuda", "triton: PASSED", "wrong: INCORRECT"]
+
+
+def test_a_plugin_none_of_whose_kernels_ran_is_not_shown_as_passed_or_timed(tmp_path):
+    perf = {"throughput": {"b": {"items_per_s": {"baseline": {"median": 10.0}, "ratio": 1.22}}}}
+    row = {"scenario": "s", "status": "PASSED", "baseline": {"status": "ok"}, "perf": perf,
+           "evidence": {"slots": {"rms_norm": {"status": "n/a", "calls": 0}}}}
+    _write(tmp_path / "r" / "results.json", {"engine": "transformers", "created": "2026-01-01", "device": "cuda",
+                                             "candidate": "wrong", "verdict": "PASS", "scenarios": [row]})
+    figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
+    assert figures[1] == "wrong: not exercised: ran the stock model (the model has no layer for rms_norm)"
+    row["evidence"]["slots"]["rms_norm"]["status"] = "exercised"
+    _write(tmp_path / "r" / "results.json", {"engine": "transformers", "created": "2026-01-01", "device": "cuda",
+                                             "candidate": "wrong", "verdict": "PASS", "scenarios": [row]})
+    figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
+    assert figures[1] == "wrong: PASSED at 1.22x the stock speed (blend)"
