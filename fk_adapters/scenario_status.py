@@ -73,8 +73,9 @@ def _from_run(res: dict, path: str, into: dict) -> None:
     engine, created = res.get("engine", "?"), res.get("created", "")
     for row in res.get("scenarios", []):
         seen = into.setdefault((row.get("scenario"), engine), Seen())
-        if row.get("status") and res.get("candidate") and created >= seen.verdicts.get(res["candidate"], ("",))[0]:
-            seen.verdicts[res["candidate"]] = (created, f"{res['candidate']}: {_plugin_figure(row, res.get('quick'))}")
+        plugin = res.get("candidate")
+        if row.get("status") and plugin and created >= seen.verdicts.get(plugin, ("",))[0]:
+            seen.verdicts[plugin] = (created, f"{plugin}: {_plugin_figure(row, res.get('quick'))}")
         if created < seen.created:
             continue
         base = row.get("baseline") or {}
@@ -91,8 +92,8 @@ def _plugin_figure(row: dict, quick) -> str:
     """The plugin's verdict and blended speed; a run where none of its kernels ran says so instead."""
     per = aggregates.per_scenario(row)
     if per["covered"] is False and row["status"] == "PASSED":
-        none = ", ".join(s for s, st in per["slots"].items() if st == "n/a")
-        why = f"the model has no layer for {none}" if per["applicable"] == 0 else "none of its kernels was called"
+        why = f"the model has no layer for {', '.join(per['slots'])}" if per["applicable"] == 0 else (
+            "none of its kernels was called")
         return f"not exercised: ran the stock model ({why})"
     one_repeat = f", 1/{requests_divisor(quick)} of the requests, one repeat" if quick else ""
     pace = f" at {per['speedup']:.3g}x the stock speed (blend{one_repeat})" if per["speedup"] is not None else ""
