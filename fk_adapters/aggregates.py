@@ -16,7 +16,7 @@ scenario
 outcome
     "failed": the run did not give a valid candidate (RUNTIME_ERROR, TIMEOUT, LOAD_ERROR, or no correctness
     verdict); "incorrect": INCORRECT, INCONCLUSIVE or its correctness did not pass; "correct" otherwise (PASSED,
-    NOT_EXERCISED).
+    NOT_EXERCISED, NOT_APPLICABLE).
 covered
     at least one selected slot was exercised (runner evidence); None where no evidence was taken (A/A).
 scored

@@ -32,10 +32,10 @@ A scenario whose BASE or HEAD timings ``fk run`` marked disturbed (``perf.distur
 during a timed engine run) gets no delta: its workloads are "not compared", with the reason in its notes; an A/A
 file's disturbed scenarios are left out of its noise floor.
 
-Correctness, per shared scenario: HEAD's status must be PASSED (an INCORRECT, NOT_EXERCISED, LOAD_ERROR,
-RUNTIME_ERROR or TIMEOUT scenario in HEAD fails, even when BASE failed the same way), and no kernel may stop running:
-a slot exercised in BASE and not exercised (or absent) in HEAD fails. Teacher-forced max |Δlogprob|, greedy streams
-and output diffs are shown BASE -> HEAD.
+Correctness, per shared scenario: HEAD's status must be PASSED or NOT_APPLICABLE (an INCORRECT, NOT_EXERCISED,
+LOAD_ERROR, RUNTIME_ERROR or TIMEOUT scenario in HEAD fails, even when BASE failed the same way), and no kernel may
+stop running: a slot exercised in BASE and not exercised (or absent) in HEAD fails. Teacher-forced max |Δlogprob|,
+greedy streams and output diffs are shown BASE -> HEAD.
 
 Overall: FAIL when any delta is a regression or any shared scenario fails correctness; INCOMPLETE (also exit 1)
 when a shared scenario measured something but got no delta at all (e.g. BASE ended RUNTIME_ERROR, or its timings
@@ -52,7 +52,7 @@ from tabulate import tabulate
 from fk_adapters import stats
 from fk_adapters.gpu_share import disturbed
 
-PASSED = "PASSED"
+PASSED, NOT_APPLICABLE = "PASSED", "NOT_APPLICABLE"  # fk run's statuses that are not failures
 INCOMPLETE = "INCOMPLETE"  # nothing wrong found, but a shared scenario's performance could not be compared at all
 PRIMARY_THROUGHPUT = ("tokens_per_s", "items_per_s")
 UNITS = {"tokens_per_s": "tokens/s", "items_per_s": "items/s", "latency_s": "s"}
@@ -233,7 +233,7 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
     kernels = _kernels(b_row, h_row)
     stopped = [k["slot"] for k in kernels if k["change"] in ("stopped", "removed")]
     problems = []
-    if h_row.get("status") != PASSED:
+    if h_row.get("status") not in (PASSED, NOT_APPLICABLE):
         why = "; ".join(h_row.get("failures") or [])
         same = " (as in BASE)" if b_row.get("status") == h_row.get("status") else ""
         problems.append(f"{name}: {b_row.get('status')} -> {h_row.get('status')}{same}" + (f": {why}" if why else ""))

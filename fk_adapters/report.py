@@ -5,6 +5,7 @@ import json
 
 from tabulate import tabulate
 
+from fk_adapters.compare import NOT_APPLICABLE, PASSED
 from fk_adapters.gpu_share import disturbed
 
 
@@ -79,10 +80,12 @@ def render(results: dict) -> str:
     if "runs" in results:
         return render_side_by_side(results)
     rows = results["scenarios"]
-    passed = sum(r["status"] == "PASSED" for r in rows)
+    passed = sum(r["status"] == PASSED for r in rows)
+    stock = sum(r["status"] == NOT_APPLICABLE for r in rows)
     verdict = results.get("verdict", "?")
     lines = [f"# fk run: {results['candidate']} on {results['engine']} {results['engine_version']}", "",
              f"**{verdict}**: {passed}/{len(rows)} scenarios passed"
+             + (f", {stock} not applicable (no layer for any selected slot: the stock model ran)" if stock else "")
              + (f"; {'; '.join(results['problems'])}" if results.get("problems") else ""), "",
              f"- device: {results['device']}, mode: {results.get('mode_detail') or results['mode']}, "
              f"fk {results['fk_version']}, "

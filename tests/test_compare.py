@@ -97,6 +97,13 @@ def test_a_correctness_regression_fails():
     assert compare.compare(head, copy.deepcopy(head))["verdict"] == "FAIL"
 
 
+def test_a_scenario_where_no_slot_applies_is_not_a_correctness_failure():
+    stock = row(status="NOT_APPLICABLE", slots={"rms_norm": ("n/a", 0)})
+    stock["correctness"]["passed"] = True
+    cmp = compare.compare(results(copy.deepcopy(stock)), results(stock))
+    assert cmp["verdict"] == "PASS" and cmp["scenarios"][0]["correct"] and cmp["problems"] == []
+
+
 def test_a_kernel_that_stopped_running_is_flagged_and_fails():
     head = results(row(slots={"rms_norm": ("exercised", 42), "silu_and_mul": ("not exercised", 0)}))
     cmp = compare.compare(results(row()), head)

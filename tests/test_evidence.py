@@ -70,6 +70,20 @@ def test_verdict_order_load_then_install_then_correctness_then_exercise():
     assert _verdict(stray, [LOAD], True)[0] == "LOAD_ERROR"
 
 
+def test_a_model_with_no_layer_for_any_slot_is_not_applicable_and_one_with_no_call_is_not_exercised():
+    from fk_adapters.runner.ab import _verdict
+
+    no_layer = dict(LOAD, installed={"gelu_and_mul": LOAD["installed"]["gelu_and_mul"]})
+    row = {"evidence": evidence.judge(_result({}), [no_layer], "eager"), "correctness": {"passed": True},
+           "failures": []}
+    assert [e["status"] for e in row["evidence"]["slots"].values()] == ["n/a"]
+    assert _verdict(row, [no_layer], allow_unexercised=True) == ("NOT_APPLICABLE", [])
+    assert _verdict(dict(row, correctness={"passed": False}), [no_layer], True)[0] == "INCORRECT"  # stock vs stock
+    never = {"evidence": evidence.judge(_result({}), [LOAD], "eager"), "correctness": {"passed": True}, "failures": []}
+    status, why = _verdict(never, [LOAD], allow_unexercised=True)  # the permission covers some slots, not all
+    assert status == "NOT_EXERCISED" and "rms_norm, silu_and_mul" in why[0]
+
+
 def test_graphs_mode_counts_capture_calls_unless_names_are_declared():
     """SGLang's graphs run the hooked Python at capture: calls prove a nameless kernel ran; names need the profiler."""
     ev = evidence.judge(_result({"p:rms_norm": 7, "p:silu_and_mul": 3}, profile=[{"kernels": {}}]), [LOAD], "graphs")

@@ -31,6 +31,12 @@ def test_render_shows_verdict_evidence_and_ratios():
     assert "| x " in md and "42 calls" in md and "1.020 [0.990, 1.050]" in md and "3 / 1 / 0 of 4" in md
 
 
+def test_the_headline_counts_scenarios_where_no_slot_applied_apart_from_passes():
+    md = render(results(status="NOT_APPLICABLE"))
+    assert md.splitlines()[2] == ("**PASS**: 0/1 scenarios passed, 1 not applicable (no layer for any selected slot: "
+                                  "the stock model ran)")
+
+
 def test_fk_report_command(tmp_path, capsys):
     path = tmp_path / "results.json"
     path.write_text(json.dumps(results("INCORRECT", "FAIL")))

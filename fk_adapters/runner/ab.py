@@ -18,6 +18,8 @@ from fk_adapters.weights import scenario_checkpoint
 
 PASSED, INCORRECT, INCONCLUSIVE, NOT_EXERCISED, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT = (
     "PASSED", "INCORRECT", "INCONCLUSIVE", "NOT_EXERCISED", "LOAD_ERROR", "RUNTIME_ERROR", "TIMEOUT")
+NOT_APPLICABLE = "NOT_APPLICABLE"  # no selected slot has a layer in the model: the candidate ran the stock model
+OK_STATUSES = (PASSED, NOT_APPLICABLE)  # what does not fail a suite
 
 
 @dataclass
@@ -392,7 +394,8 @@ def _wrong_or_unjudged(correctness: dict) -> str:
 
 
 def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str, list[str]]:
-    """Status of a candidate that ran: loaded everywhere, kernels ran, outputs agree."""
+    """Status of a candidate that ran: loaded everywhere, kernels ran, outputs agree. NOT_APPLICABLE: outputs
+    agree, but the model has no layer for any selected slot, so the candidate ran the stock model."""
     ev = row["evidence"]
     unloaded = [w["pid"] for w in ev["workers"] if not w["plugins_loaded"]]
     if ev["load_errors"]:
@@ -406,7 +409,11 @@ def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str
         return NOT_EXERCISED, ["no kernel of the selected plugins was installed" + (f" ({'; '.join(notes)})" if notes else "")]
     if not row["correctness"]["passed"]:
         return _wrong_or_unjudged(row["correctness"]), []
+    if all(e["status"] == "n/a" for e in ev["slots"].values()):
+        return NOT_APPLICABLE, []
     unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
+    if not any(e["status"] == "exercised" for e in ev["slots"].values()):
+        return NOT_EXERCISED, [f"none of the plugin's kernels ran (hooked, never called: {', '.join(unexercised)})"]
     if unexercised and not allow_unexercised:
         return NOT_EXERCISED, [f"not exercised: {', '.join(unexercised)}"]
     return (INCORRECT if row["failures"] else PASSED), []
@@ -519,7 +526,7 @@ def finish(results: dict, cfg: RunConfig) -> None:
     never = sorted(s for s, c in cov.items() if not c["exercised_in"])
     uncovered = [s for s in never if not cov[s]["not_exercised_in"]]  # no scenario's model has a layer for it
     unexercised = [s for s in never if s not in uncovered]
-    problems = [f"{r['scenario']}: {r['status']}" for r in rows if r["status"] != PASSED]
+    problems = [f"{r['scenario']}: {r['status']}" for r in rows if r["status"] not in OK_STATUSES]
     if unexercised and not cfg.allow_unexercised and not cfg.aa:
         problems.append(f"slots never exercised in this suite: {', '.join(unexercised)}")
     if uncovered and not cfg.allow_uncovered and not cfg.aa:

@@ -33,6 +33,16 @@ def test_slot_with_layers_that_never_ran_needs_allow_unexercised():
     assert res["verdict"] == "FAIL" and any("never exercised in this suite: silu_and_mul" in p for p in res["problems"])
 
 
+def test_a_scenario_where_no_slot_applies_does_not_fail_the_suite():
+    rows = [_row("PASSED", rms_norm="exercised"), _row("NOT_APPLICABLE", rms_norm="n/a")]
+    res = {"scenarios": rows}
+    finish(res, _cfg())
+    assert res["verdict"] == "PASS" and res["problems"] == []
+    rows.append(_row("NOT_EXERCISED", rms_norm="not exercised"))
+    finish(res, _cfg(allow_unexercised=True))
+    assert res["verdict"] == "FAIL" and res["problems"] == [f"{rows[2]['scenario']}: NOT_EXERCISED"]
+
+
 def test_evidence_mode_follows_the_engine():
     assert evidence_mode(_cfg()) == "compiled"
     assert evidence_mode(_cfg(engine=engines.get("sglang"))) == "graphs"
