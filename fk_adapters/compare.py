@@ -51,8 +51,8 @@ from tabulate import tabulate
 
 from fk_adapters import stats
 from fk_adapters.gpu_share import disturbed
+from fk_adapters.runner.ab import OK_STATUSES, PASSED
 
-PASSED, NOT_APPLICABLE = "PASSED", "NOT_APPLICABLE"  # fk run's statuses that are not failures
 INCOMPLETE = "INCOMPLETE"  # nothing wrong found, but a shared scenario's performance could not be compared at all
 PRIMARY_THROUGHPUT = ("tokens_per_s", "items_per_s")
 UNITS = {"tokens_per_s": "tokens/s", "items_per_s": "items/s", "latency_s": "s"}
@@ -233,7 +233,7 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
     kernels = _kernels(b_row, h_row)
     stopped = [k["slot"] for k in kernels if k["change"] in ("stopped", "removed")]
     problems = []
-    if h_row.get("status") not in (PASSED, NOT_APPLICABLE):
+    if h_row.get("status") not in OK_STATUSES:
         why = "; ".join(h_row.get("failures") or [])
         same = " (as in BASE)" if b_row.get("status") == h_row.get("status") else ""
         problems.append(f"{name}: {b_row.get('status')} -> {h_row.get('status')}{same}" + (f": {why}" if why else ""))

@@ -5,8 +5,8 @@ import json
 
 from tabulate import tabulate
 
-from fk_adapters.compare import NOT_APPLICABLE, PASSED
 from fk_adapters.gpu_share import disturbed
+from fk_adapters.runner.ab import NOT_APPLICABLE, PASSED
 
 
 def _f(x, fmt=".3g") -> str:

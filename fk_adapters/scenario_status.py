@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fk_adapters import aggregates, metrics, results_files
 from fk_adapters.gpu_share import disturbed
+from fk_adapters.runner.ab import OK_STATUSES
 from fk_adapters.scenarios import requests_divisor
 
 
@@ -91,7 +92,7 @@ def _from_run(res: dict, path: str, into: dict) -> None:
 def _plugin_figure(row: dict, quick) -> str:
     """The plugin's verdict and blended speed; a run where none of its kernels ran says so instead."""
     per = aggregates.per_scenario(row)
-    if per["covered"] is False and row["status"] in ("PASSED", "NOT_APPLICABLE"):
+    if per["covered"] is False and row["status"] in OK_STATUSES:
         why = f"the model has no layer for {', '.join(per['slots'])}" if per["applicable"] == 0 else (
             "none of its kernels was called")
         return f"not exercised: ran the stock model ({why})"
