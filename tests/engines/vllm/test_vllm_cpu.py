@@ -206,9 +206,11 @@ def test_where_vllm_has_no_float32_path_transformers_makes_the_reference_and_a_w
     assert ref["teacher_forced"]["ratio_mean_abs"] > 3 and not ref["passed"]
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral", "tiny-deepseek-v3.2"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral", "tiny-deepseek-v3.2", "tiny-eagle-3"])
 def test_transformers_float32_reference_equals_vllms_own_where_both_run(tmp_path, name):
-    """The stand-in reference is only as good as its agreement with the engine's float32 run where that exists."""
+    """The stand-in reference is only as good as its agreement with the engine's float32 run where that exists.
+
+    tiny-eagle-3: vLLM decodes speculatively with the draft; transformers runs the target model alone."""
     from fk_adapters import scenarios
     from fk_adapters.engines import get
     from fk_adapters.runner import ab
