@@ -370,11 +370,16 @@ def correctness(base: dict, cand: dict, dtype: str) -> dict:
     return {"dtype": dtype, "passed": False, "failures": ["the runs carry neither tokens nor saved outputs to compare"]}
 
 
+def _no_slot_applies(slots: dict) -> bool:
+    """The model has no layer for any selected slot: the candidate ran the stock model."""
+    return bool(slots) and all(e["status"] == "n/a" for e in slots.values())
+
+
 def _notes(ev: dict, cand: dict) -> list[str]:
     """Why a candidate may have run stock: no selected slot applies to the model; modules left stock, and why."""
     notes = []
     slots = ev["slots"]
-    if slots and all(e["status"] == "n/a" for e in slots.values()):
+    if _no_slot_applies(slots):
         notes.append(f"no selected slot applies to this model (no layer for {', '.join(slots)}): "
                      "the candidate ran the stock model")
     left = probe.merged(cand.get("probe"), "not_routed")
@@ -409,7 +414,7 @@ def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str
         return NOT_EXERCISED, ["no kernel of the selected plugins was installed" + (f" ({'; '.join(notes)})" if notes else "")]
     if not row["correctness"]["passed"]:
         return _wrong_or_unjudged(row["correctness"]), []
-    if all(e["status"] == "n/a" for e in ev["slots"].values()):
+    if _no_slot_applies(ev["slots"]):
         return NOT_APPLICABLE, []
     unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
     if not any(e["status"] == "exercised" for e in ev["slots"].values()):
