@@ -18,6 +18,12 @@ def _sum(probes: list[dict], field: str, key: str) -> int:
     return sum(p.get(field, {}).get(key, 0) for p in probes or [])
 
 
+def _left_stock(probes: list[dict], slot: str) -> int:
+    """Layers built for ``slot`` that can never route to a plugin (not_routed keys "slot[/slot] (why)")."""
+    return sum(n for p in probes or [] for k, n in p.get("not_routed", {}).items()
+               if slot in k.split(" (", 1)[0].split("/") and "(call: " not in k)
+
+
 def _profiler_hits(profile: list[dict] | None, names: list[str]) -> int:
     if not profile or not names:
         return 0
@@ -67,7 +73,10 @@ def judge(result: dict, loads: list[dict], mode: str) -> dict:
               "traced": _sum(probes, "traced", key), "profiler_hits": _profiler_hits(profile, names),
               "profiled": profile is not None, "kernel_names": names}
         if ev["layers"] == 0:
-            ev["status"], ev["proof"] = "n/a", "the model built no layer for this slot"
+            stock = _left_stock(probes, slot)
+            ev["status"], ev["proof"] = "n/a", (
+                f"no layer the model built can route here ({stock} left stock, see the notes)" if stock
+                else "the model built no layer for this slot")
         elif mode == "eager":
             ok = ev["calls"] > 0
             ev["status"], ev["proof"] = ("exercised" if ok else "not exercised"), f"{ev['calls']} calls in the worker(s)"

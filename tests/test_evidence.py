@@ -98,3 +98,14 @@ def test_unknown_evidence_mode_is_an_error():
 
     with pytest.raises(ValueError, match="evidence mode"):
         evidence.judge(_result({}), [LOAD], "fast")
+
+
+def test_a_slot_whose_layers_all_stay_stock_says_so_instead_of_no_layer():
+    res = _result({"p:rms_norm": 7})
+    res["probe"][0]["not_routed"] = {"gelu_and_mul (GeluTanh overrides forward)": 2,
+                                     "rms_norm (call: dtype)": 4}
+    s = evidence.judge(res, [LOAD], "eager")["slots"]
+    assert s["gelu_and_mul"]["status"] == "n/a"
+    assert s["gelu_and_mul"]["proof"] == "no layer the model built can route here (2 left stock, see the notes)"
+    assert s["rms_norm"]["status"] == "exercised"  # a stock call of a routed layer changes nothing
+
