@@ -108,4 +108,3 @@ def test_a_slot_whose_layers_all_stay_stock_says_so_instead_of_no_layer():
     assert s["gelu_and_mul"]["status"] == "n/a"
     assert s["gelu_and_mul"]["proof"] == "no layer the model built can route here (2 left stock, see the notes)"
     assert s["rms_norm"]["status"] == "exercised"  # a stock call of a routed layer changes nothing
-
