@@ -1,16 +1,18 @@
 """Did each selected kernel really run? Judged from what the engine processes reported.
 
-Per slot: 'exercised' (proof found), 'not exercised' (the model built a layer for the
-slot but no proof the kernel ran: a failure unless allowed), or 'n/a' (the model has no
-layer for this slot). Proof is the call count in eager mode; under CUDA graphs it is
-the plugin's kernel names seen by the profiler or, for a kernel that declares no names,
-the calls made while graphs were captured (``graphs``: the engine runs the hooked Python
+Per slot: 'exercised' (proof found), 'not exercised' (the model built a layer for the slot but
+no proof the kernel ran: a failure unless allowed), or 'n/a' (no layer the model built can route
+to this slot: none built, or all left stock). Proof is the call count in eager mode; under CUDA
+graphs it is the plugin's kernel names seen by the profiler or, for a kernel that declares no
+names, the calls made while graphs were captured (``graphs``: the engine runs the hooked Python
 at capture) or, under torch.compile (``compiled``), its opaque op run at capture: the op's body
 runs only if the compiled graph calls it. A process that loaded its graph from the compile cache
-(a later round, or a later run of the same plugin code) traces nothing, so a trace is not required.
+(a later round, or a later run of the same plugin code) traces nothing, so a trace is not
+required.
 """
 from __future__ import annotations
 
+from fk_adapters import probe
 from fk_adapters.ops import op_key
 
 
@@ -20,7 +22,7 @@ def _sum(probes: list[dict], field: str, key: str) -> int:
 
 def _left_stock(probes: list[dict], slot: str) -> int:
     """Layers built for ``slot`` that can never route to a plugin (not_routed keys "slot[/slot] (why)")."""
-    return sum(n for p in probes or [] for k, n in p.get("not_routed", {}).items()
+    return sum(n for k, n in probe.merged(probes, "not_routed").items()
                if slot in k.split(" (", 1)[0].split("/") and "(call: " not in k)
 
 

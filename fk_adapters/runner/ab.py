@@ -371,7 +371,7 @@ def correctness(base: dict, cand: dict, dtype: str) -> dict:
 
 
 def _no_slot_applies(slots: dict) -> bool:
-    """The model has no layer for any selected slot: the candidate ran the stock model."""
+    """No selected slot has a layer that routes to the plugin: the candidate ran the stock model."""
     return bool(slots) and all(e["status"] == "n/a" for e in slots.values())
 
 
