@@ -85,7 +85,7 @@ def render(results: dict) -> str:
     verdict = results.get("verdict", "?")
     lines = [f"# fk run: {results['candidate']} on {results['engine']} {results['engine_version']}", "",
              f"**{verdict}**: {passed}/{len(rows)} scenarios passed"
-             + (f", {stock} not applicable (no layer for any selected slot: the stock model ran)" if stock else "")
+             + (f", {stock} not applicable (no layer routes to a selected slot: the stock model ran)" if stock else "")
              + (f"; {'; '.join(results['problems'])}" if results.get("problems") else ""), "",
              f"- device: {results['device']}, mode: {results.get('mode_detail') or results['mode']}, "
              f"fk {results['fk_version']}, "

@@ -93,7 +93,7 @@ def _plugin_figure(row: dict, quick) -> str:
     """The plugin's verdict and blended speed; a run where none of its kernels ran says so instead."""
     per = aggregates.per_scenario(row)
     if per["covered"] is False and row["status"] in OK_STATUSES:
-        why = f"the model has no layer for {', '.join(per['slots'])}" if per["applicable"] == 0 else (
+        why = f"no layer of the model routes to {', '.join(per['slots'])}" if per["applicable"] == 0 else (
             "none of its kernels was called")
         return f"not exercised: ran the stock model ({why})"
     one_repeat = f", 1/{requests_divisor(quick)} of the requests, one repeat" if quick else ""

@@ -119,12 +119,12 @@ def test_a_plugin_none_of_whose_kernels_ran_is_not_shown_as_passed_or_timed(tmp_
     _write(tmp_path / "r" / "results.json", {"engine": "transformers", "created": "2026-01-01", "device": "cuda",
                                              "candidate": "wrong", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
-    assert figures[1] == "wrong: not exercised: ran the stock model (the model has no layer for rms_norm)"
+    assert figures[1] == "wrong: not exercised: ran the stock model (no layer of the model routes to rms_norm)"
     row["status"] = "NOT_APPLICABLE"  # what fk run gives such a run now (PASSED above: results made before)
     _write(tmp_path / "r" / "results.json", {"engine": "transformers", "created": "2026-01-01", "device": "cuda",
                                              "candidate": "wrong", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
-    assert figures[1] == "wrong: not exercised: ran the stock model (the model has no layer for rms_norm)"
+    assert figures[1] == "wrong: not exercised: ran the stock model (no layer of the model routes to rms_norm)"
     row["status"] = "PASSED"
     row["evidence"]["slots"]["rms_norm"]["status"] = "exercised"
     _write(tmp_path / "r" / "results.json", {"engine": "transformers", "created": "2026-01-01", "device": "cuda",

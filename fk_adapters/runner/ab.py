@@ -380,7 +380,7 @@ def _notes(ev: dict, cand: dict) -> list[str]:
     notes = []
     slots = ev["slots"]
     if _no_slot_applies(slots):
-        notes.append(f"no selected slot applies to this model (no layer for {', '.join(slots)}): "
+        notes.append(f"no selected slot applies to this model (no layer it built routes to {', '.join(slots)}): "
                      "the candidate ran the stock model")
     left = probe.merged(cand.get("probe"), "not_routed")
     if left:
@@ -400,7 +400,7 @@ def _wrong_or_unjudged(correctness: dict) -> str:
 
 def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str, list[str]]:
     """Status of a candidate that ran: loaded everywhere, kernels ran, outputs agree. NOT_APPLICABLE: outputs
-    agree, but the model has no layer for any selected slot, so the candidate ran the stock model."""
+    agree, but no layer the model built routes to a selected slot, so the candidate ran the stock model."""
     ev = row["evidence"]
     unloaded = [w["pid"] for w in ev["workers"] if not w["plugins_loaded"]]
     if ev["load_errors"]:
