@@ -20,12 +20,6 @@ def _sum(probes: list[dict], field: str, key: str) -> int:
     return sum(p.get(field, {}).get(key, 0) for p in probes or [])
 
 
-def _left_stock(probes: list[dict], slot: str) -> int:
-    """Layers built for ``slot`` that can never route to a plugin (not_routed keys "slot[/slot] (why)")."""
-    return sum(n for k, n in probe.merged(probes, "not_routed").items()
-               if slot in k.split(" (", 1)[0].split("/") and "(call: " not in k)
-
-
 def _profiler_hits(profile: list[dict] | None, names: list[str]) -> int:
     if not profile or not names:
         return 0
@@ -75,7 +69,7 @@ def judge(result: dict, loads: list[dict], mode: str) -> dict:
               "traced": _sum(probes, "traced", key), "profiler_hits": _profiler_hits(profile, names),
               "profiled": profile is not None, "kernel_names": names}
         if ev["layers"] == 0:
-            stock = _left_stock(probes, slot)
+            stock = probe.merged(probes, "stock_layers")[slot]
             ev["status"], ev["proof"] = "n/a", (
                 f"no layer the model built can route here ({stock} left stock, see the notes)" if stock
                 else "the model built no layer for this slot")

@@ -19,7 +19,8 @@ ENV_CAPTURE = "FK_CAPTURE"
 
 calls: Counter = Counter()
 constructed: Counter = Counter()
-not_routed: Counter = Counter()
+not_routed: Counter = Counter()  # {what stayed on the engine's stock path (why): layers or calls}
+stock_layers: Counter = Counter()  # {slot: layers built for it that can never route to a plugin}
 traced: Counter = Counter()
 signatures: defaultdict[str, Counter] = defaultdict(Counter)  # {slot: {signature key: calls}}, capture mode only
 
@@ -32,6 +33,12 @@ def hit(key: str) -> None:
     calls[key] += 1
 
 
+def left_stock(slots, label: str) -> None:
+    """A layer built for ``slots`` stays on the engine's stock path; ``label`` names it and says why."""
+    not_routed[label] += 1
+    stock_layers.update(slots)
+
+
 def reset_calls() -> None:
     calls.clear()
     signatures.clear()
@@ -39,12 +46,12 @@ def reset_calls() -> None:
 
 def snapshot() -> dict:
     return {"pid": os.getpid(), "calls": dict(calls), "constructed": dict(constructed),
-            "not_routed": dict(not_routed), "traced": dict(traced),
+            "not_routed": dict(not_routed), "stock_layers": dict(stock_layers), "traced": dict(traced),
             "signatures": {slot: dict(c) for slot, c in signatures.items()}}
 
 
 def merged(snapshots: list[dict] | None, field: str) -> Counter:
-    """One counter of ``snapshot()`` (calls, constructed, not_routed, traced) summed over per-process snapshots."""
+    """One counter of ``snapshot()`` (calls, constructed, not_routed, stock_layers, traced) summed over per-process snapshots."""
     out: Counter = Counter()
     for snap in snapshots or []:
         out.update(snap.get(field, {}))

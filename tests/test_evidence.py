@@ -104,6 +104,7 @@ def test_a_slot_whose_layers_all_stay_stock_says_so_instead_of_no_layer():
     res = _result({"p:rms_norm": 7})
     res["probe"][0]["not_routed"] = {"gelu_and_mul (GeluTanh overrides forward)": 2,
                                      "rms_norm (call: dtype)": 4}
+    res["probe"][0]["stock_layers"] = {"gelu_and_mul": 2}
     s = evidence.judge(res, [LOAD], "eager")["slots"]
     assert s["gelu_and_mul"]["status"] == "n/a"
     assert s["gelu_and_mul"]["proof"] == "no layer the model built can route here (2 left stock, see the notes)"

@@ -7,3 +7,21 @@ def test_merged_sums_one_counter_over_the_processes_snapshots():
     assert probe.merged(snaps, "not_routed") == {"rms_norm (X: why)": 3, "silu_and_mul (Y: why)": 4}
     assert probe.merged(snaps, "calls") == {"a:rms_norm": 5}
     assert probe.merged(None, "calls") == {}
+
+
+def test_a_layer_left_stock_is_counted_per_slot_apart_from_calls_left_stock():
+    saved = dict(probe.not_routed), dict(probe.stock_layers)
+    probe.not_routed.clear()
+    probe.stock_layers.clear()
+    try:
+        probe.left_stock(("silu_and_mul", "gelu_and_mul"), "silu_and_mul/gelu_and_mul (M: why)")
+        probe.left_stock(("silu_and_mul", "gelu_and_mul"), "silu_and_mul/gelu_and_mul (M: why)")
+        probe.not_routed["rms_norm (call: dtype)"] += 3
+        snap = probe.snapshot()
+        assert snap["not_routed"] == {"silu_and_mul/gelu_and_mul (M: why)": 2, "rms_norm (call: dtype)": 3}
+        assert snap["stock_layers"] == {"silu_and_mul": 2, "gelu_and_mul": 2}
+    finally:
+        probe.not_routed.clear()
+        probe.stock_layers.clear()
+        probe.not_routed.update(saved[0])
+        probe.stock_layers.update(saved[1])

@@ -228,7 +228,10 @@ def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], ty
         cls = host()
         why = layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
         for s in slots:
-            (probe.not_routed if why else probe.constructed)[s + (f" ({why})" if why else "")] += 1
+            if why:
+                probe.left_stock((s,), f"{s} ({why})")
+            else:
+                probe.constructed[s] += 1
 
     return hook
 

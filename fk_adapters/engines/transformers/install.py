@@ -138,7 +138,7 @@ def route(model, ops_by_slot: dict) -> dict[str, list[str]]:
                     entered[slot].append(desc)
                 continue
             why = why or DIFFERS.format(slot=slot)
-        probe.not_routed[f"{'/'.join(slots)} ({cls}: {why})"] += 1
+        probe.left_stock(slots, f"{'/'.join(slots)} ({cls}: {why})")
     return entered
 
 

@@ -12,7 +12,10 @@ from fk_adapters import probe
 
 def _mark(layer, slots: tuple[str, ...], routed: bool, why: str = "") -> None:
     for s in slots:
-        (probe.constructed if routed else probe.not_routed)[f"{s}" + (f" ({why})" if why else "")] += 1
+        if routed:
+            probe.constructed[s] += 1
+        else:
+            probe.left_stock((s,), f"{s} ({why})")
 
 
 def rms_norm_class(base, ops: dict):

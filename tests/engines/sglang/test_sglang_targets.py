@@ -20,7 +20,7 @@ HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 
 @pytest.fixture(autouse=True)
 def _clean_probe():
-    for c in (probe.calls, probe.constructed, probe.not_routed, probe.traced):
+    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers, probe.traced):
         c.clear()
     yield
     targets.Runtime.batch_invariant = staticmethod(lambda: False)
@@ -225,6 +225,7 @@ def test_init_hook_counts_routable_and_never_routable_layers():
     hook(init, Host(), variance_size_override=4)
     assert probe.constructed["rms_norm"] == 1
     assert any("Sub" in k for k in probe.not_routed) and any("variance_size_override" in k for k in probe.not_routed)
+    assert probe.stock_layers == {"rms_norm": 2}
 
 
 def _kernel(slot, graph_safe):

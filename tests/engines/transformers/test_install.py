@@ -18,10 +18,10 @@ LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_at
 
 @pytest.fixture(autouse=True)
 def clean_probe():
-    for c in (probe.calls, probe.constructed, probe.not_routed):
+    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers):
         c.clear()
     yield
-    for c in (probe.calls, probe.constructed, probe.not_routed):
+    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers):
         c.clear()
 
 
@@ -98,6 +98,7 @@ def test_look_alikes_stay_stock_with_the_reason():
     assert entered["rms_norm"] == ["BitNetRMSNorm"] and probe.constructed["rms_norm"] == 9  # incl. the sub-norms
     assert probe.not_routed == {"silu_and_mul/gelu_and_mul (BitNetMLP: activation ReLUSquaredActivation is "
                                 "neither SiLU nor GELU)": 2}
+    assert probe.stock_layers == {"rms_norm": 5, "silu_and_mul": 2, "gelu_and_mul": 2}  # Gemma's norms, then BitNet's MLPs
     probe.not_routed.clear()
     silu_bitnet = build("BitNetForCausalLM", transformers.BitNetConfig(**LLAMA, hidden_act="silu"))
     install.route(silu_bitnet, ops_for("tfx_native", dict(natives.NATIVES)))
