@@ -51,7 +51,8 @@ def snapshot() -> dict:
 
 
 def merged(snapshots: list[dict] | None, field: str) -> Counter:
-    """One counter of ``snapshot()`` (calls, constructed, not_routed, stock_layers, traced) summed over per-process snapshots."""
+    """One counter of ``snapshot()`` (calls, constructed, not_routed, stock_layers, traced), summed over
+    per-process snapshots."""
     out: Counter = Counter()
     for snap in snapshots or []:
         out.update(snap.get(field, {}))
