@@ -59,7 +59,7 @@ def judge(result: dict, loads: list[dict], mode: str) -> dict:
     if mode not in MODES:
         raise ValueError(f"unknown evidence mode {mode!r}")
     probes, profile = result.get("probe", []), result.get("profile")
-    meta = kernel_meta(loads)
+    meta, stock_layers = kernel_meta(loads), probe.merged(probes, "stock_layers")
     slots = {}
     for slot, info in installed_kernels(loads).items():
         key = op_key(info["plugin"], slot)
@@ -69,7 +69,7 @@ def judge(result: dict, loads: list[dict], mode: str) -> dict:
               "traced": _sum(probes, "traced", key), "profiler_hits": _profiler_hits(profile, names),
               "profiled": profile is not None, "kernel_names": names}
         if ev["layers"] == 0:
-            stock = probe.merged(probes, "stock_layers")[slot]
+            stock = stock_layers[slot]
             ev["status"], ev["proof"] = "n/a", (
                 f"no layer the model built can route here ({stock} left stock, see the notes)" if stock
                 else "the model built no layer for this slot")

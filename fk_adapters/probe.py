@@ -39,6 +39,15 @@ def left_stock(slots, label: str) -> None:
     stock_layers.update(slots)
 
 
+def layer_built(slots, why: str | None = None) -> None:
+    """A layer built for each of ``slots``: routable to the plugin, or left stock when ``why`` says why not."""
+    for s in slots:
+        if why:
+            left_stock((s,), f"{s} ({why})")
+        else:
+            constructed[s] += 1
+
+
 def reset_calls() -> None:
     calls.clear()
     signatures.clear()

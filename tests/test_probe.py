@@ -10,7 +10,7 @@ def test_merged_sums_one_counter_over_the_processes_snapshots():
 
 
 def test_a_layer_left_stock_is_counted_per_slot_apart_from_calls_left_stock():
-    saved = dict(probe.not_routed), dict(probe.stock_layers)
+    saved = dict(probe.not_routed), dict(probe.stock_layers), dict(probe.constructed)
     probe.not_routed.clear()
     probe.stock_layers.clear()
     try:
@@ -20,8 +20,15 @@ def test_a_layer_left_stock_is_counted_per_slot_apart_from_calls_left_stock():
         snap = probe.snapshot()
         assert snap["not_routed"] == {"silu_and_mul/gelu_and_mul (M: why)": 2, "rms_norm (call: dtype)": 3}
         assert snap["stock_layers"] == {"silu_and_mul": 2, "gelu_and_mul": 2}
+        constructed = probe.constructed["rms_norm"]
+        probe.layer_built(("rms_norm",))
+        probe.layer_built(("rms_norm",), "variance_size_override")
+        assert probe.constructed["rms_norm"] == constructed + 1
+        assert probe.not_routed["rms_norm (variance_size_override)"] == 1 and probe.stock_layers["rms_norm"] == 1
     finally:
         probe.not_routed.clear()
         probe.stock_layers.clear()
         probe.not_routed.update(saved[0])
         probe.stock_layers.update(saved[1])
+        probe.constructed.clear()
+        probe.constructed.update(saved[2])

@@ -227,11 +227,7 @@ def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], ty
         original(layer, *args, **kwargs)
         cls = host()
         why = layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
-        for s in slots:
-            if why:
-                probe.left_stock((s,), f"{s} ({why})")
-            else:
-                probe.constructed[s] += 1
+        probe.layer_built(slots, why)
 
     return hook
 

@@ -10,14 +10,6 @@ from __future__ import annotations
 from fk_adapters import probe
 
 
-def _mark(layer, slots: tuple[str, ...], routed: bool, why: str = "") -> None:
-    for s in slots:
-        if routed:
-            probe.constructed[s] += 1
-        else:
-            probe.left_stock((s,), f"{s} ({why})")
-
-
 def rms_norm_class(base, ops: dict):
     """RMSNorm: 'rms_norm' without residual, 'fused_add_rms_norm' with it."""
     plain, fused = ops.get("rms_norm"), ops.get("fused_add_rms_norm")
@@ -27,7 +19,7 @@ def rms_norm_class(base, ops: dict):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._fk_routed = getattr(self, "variance_size_override", None) is None
-            _mark(self, slots, self._fk_routed, "" if self._fk_routed else "variance_size_override")
+            probe.layer_built(slots, None if self._fk_routed else "variance_size_override")
 
         def forward(self, x, residual=None):
             if not self._fk_routed:
@@ -50,7 +42,7 @@ def _routed(base, slot: str, forward):
     class FkLayer(base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            _mark(self, (slot,), True)
+            probe.layer_built((slot,))
 
     FkLayer.forward = forward
     return FkLayer
