@@ -20,7 +20,8 @@ outcome
 covered
     at least one selected slot was exercised (runner evidence); None where no evidence was taken (A/A).
 scored
-    correct, not uncovered, with a speedup, and timings not disturbed (another process on the GPU: ``perf.disturbed``,
+    correct, not uncovered, not NOT_PROVEN (a declared kernel name could not prove its run), with a speedup, and
+    timings not disturbed (another process on the GPU: ``perf.disturbed``,
     fk_adapters/gpu_share.py). Only scored scenarios enter the geomeans; the others count against
     the correctness and coverage factors instead (a model with a wrong or stock candidate has no speedup to claim).
 category / overall
@@ -32,11 +33,11 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from fk_adapters import scenarios
+from fk_adapters import scenarios, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.check.runner import weighted_geomean
 from fk_adapters.metrics import THROUGHPUT_KEYS
-from fk_adapters.runner.ab import INCORRECT, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT
+from fk_adapters.runner.ab import INCORRECT, LOAD_ERROR, NOT_PROVEN, RUNTIME_ERROR, TIMEOUT
 
 THROUGHPUT_WEIGHT = 0.5
 UNCATEGORIZED = "uncategorized"
@@ -96,7 +97,8 @@ def per_scenario(row: dict) -> dict:
             "covered": covered, "slots": slots, "exercised": exercised, "applicable": applicable,
             "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
             "disturbed": shared,
-            "scored": out == CORRECT and covered is not False and speed is not None and not shared}
+            "scored": (out == CORRECT and covered is not False and speed is not None and not shared
+                       and row.get("status") != NOT_PROVEN)}
 
 
 def category_of(name: str) -> str:
@@ -139,6 +141,7 @@ def summarize(results: dict, categories: dict[str, str] | None = None) -> dict:
     for r in rows:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     return {"candidate": results.get("candidate"), "engine": results.get("engine"), "aa": aa, "scenarios": rows,
+            "not_significant": variation.why_not(results),
             "categories": cats, "counts": dict(counts, scenarios=n, scored=sum(r["scored"] for r in rows)),
             "statuses": statuses,
             "overall": {"throughput": geomean(c["throughput"] for c in cats.values()),
@@ -187,4 +190,7 @@ def markdown(summary: dict) -> str:
              f"{k[FAILED]} failed of {k['scenarios']})",
              f"- coverage: {pct(o['coverage'])}" + (" (A/A: not applicable)" if summary["aa"] else ""),
              f"- score (overall x correctness x coverage): {_x(o['score'])}"]
+    if summary.get("not_significant"):
+        lines += [f"- **not significant**: {summary['not_significant']}; these geomeans and the score describe "
+                  "this one pair of processes only"]
     return "\n".join(lines) + "\n"

@@ -2,8 +2,9 @@
 
 One engine run in capture mode (``FK_CAPTURE=1``): the built-in recorder puts the engine's own
 kernel in every slot it hosts (outputs stay stock) and counts every distinct call signature
-(``fk_adapters.check.signature``). Always eager: under CUDA graphs or torch.compile the op
-body runs only at capture or trace time, so the counts would be wrong.
+(``fk_adapters.check.signature``), with the value statistics of its inputs (``fk_adapters.check.value_stats``).
+Always eager: under CUDA graphs or torch.compile the op body runs only at capture or trace time, so
+the counts would be wrong.
 """
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import datetime as dt
 import json
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fk_adapters import __version__, op_families, probe
+from fk_adapters.check import value_stats
 from fk_adapters.engines import EngineSpec
 from fk_adapters.engines.loading import CAPTURE_PLUGIN, capture_slots
 from fk_adapters.runner.proc import run_job
@@ -30,6 +32,9 @@ COUNTS_NOTE = ("calls: while serving the scenario's prompts (correctness and per
                "startup_calls: while the engine started (its profiling and warm-up runs); with --profile, calls include "
                "the profiled batch; "
                "summed over the engine's worker processes")
+VALUES_NOTE = (f"value_stats: per floating argument, over the first {value_stats.FIRST} calls of the signature and "
+               f"then every {value_stats.EVERY}th (engine start included): mean, std, abs_max, share of exact zeros, "
+               "row_rms [min, max] (RMS of each row of the last dimension); fk check draws inputs at these scales")
 
 
 class CaptureError(RuntimeError):
@@ -46,6 +51,7 @@ class CaptureConfig:
     quick: bool = False
     command: str = ""
     profile: bool = False  # also profile a few steps: device time per op family
+    engine_integrity: dict = field(default_factory=dict)  # engine_integrity.verify(): in every workload file
 
 
 PROFILE_STEPS = {"requests": 16, "max_tokens": 32}
@@ -77,13 +83,16 @@ def merge(snapshots: list[dict] | None) -> dict[str, Counter]:
     return out
 
 
-def slot_entries(final: Counter, at_start: Counter) -> list[dict]:
-    """One entry per signature, most called first; ``startup_calls`` only where the engine start made some."""
+def slot_entries(final: Counter, at_start: Counter, stats: dict | None = None) -> list[dict]:
+    """One entry per signature, most called first; ``startup_calls`` only where the engine start made some;
+    ``value_stats`` ({argument: summary}, ``fk_adapters.check.value_stats``) where ``stats`` has the signature."""
     rows = []
     for key, total in final.items():
         row = {"args": json.loads(key), "calls": total - at_start.get(key, 0)}
         if at_start.get(key):
             row["startup_calls"] = at_start[key]
+        if (stats or {}).get(key):
+            row["value_stats"] = {name: value_stats.summarise(raw) for name, raw in stats[key].items()}
         rows.append((key, row))
     rows.sort(key=lambda kr: (-kr[1]["calls"], -kr[1].get("startup_calls", 0), kr[0]))
     return [row for _, row in rows]
@@ -93,13 +102,15 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
     """The workload file's content from a capture run's result."""
     final, at_start = merge(res.get("probe")), merge(res.get("probe_after_start"))
     hooked = capture_slots(cfg.engine.name)
-    slots = {s: slot_entries(final[s], at_start.get(s, Counter())) for s in hooked if final.get(s)}
+    stats = value_stats.merge(res.get("probe"))
+    slots = {s: slot_entries(final[s], at_start.get(s, Counter()), stats.get(s)) for s in hooked if final.get(s)}
     not_routed = probe.merged(res.get("probe"), "not_routed")
     out = {"scenario": sc.name, "engine": cfg.engine.name, "engine_version": res.get("engine_version", "?"),
            "device": cfg.device, "dtype": sc.dtype, "mode": "eager", "mode_note": MODE_NOTE,
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": cfg.command,
            "fk_version": __version__, "quick": cfg.quick, "weights": weights,
-           "model": {k: sc.model[k] for k in MODEL_FIELDS if k in sc.model}, "workers": len(res.get("probe") or [])}
+           "model": {k: sc.model[k] for k in MODEL_FIELDS if k in sc.model}, "workers": len(res.get("probe") or []),
+           "engine_integrity": cfg.engine_integrity}
     if res.get("runtime"):  # how the engine says it ran (SGLang): graphs off
         out["runtime"] = res["runtime"]
     if not_routed:  # calls (SGLang) or layers (vLLM) left on the engine's stock path: not in this file
@@ -109,6 +120,7 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
         out["profile"] = {"steps": PROFILE_STEPS, "note": PROFILE_NOTE, "op_shares": op_families.shares(kernel_us),
                           "kernel_us": dict(sorted(kernel_us.items(), key=lambda kv: -kv[1]))}
     out["counts_note"] = COUNTS_NOTE
+    out["values_note"] = VALUES_NOTE
     out["total_calls"] = {s: sum(e["calls"] for e in slots.get(s, [])) for s in hooked}  # 0: hooked, never called
     out["slots"] = slots
     return out

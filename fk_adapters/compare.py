@@ -24,7 +24,9 @@ workload, the candidate/baseline ratio of its own run; the compared quantity is
 
 Verdict per delta (``stats.significant``) against margin = max(noise floor, threshold): "slower" (a regression)
 only when the whole interval lies beyond 1 - margin (throughput) / 1 + margin (latency); "faster" the other way;
-otherwise "no change". The noise floor comes from ``--noise-floor`` or an A/A results file (``noise_floor_from_aa``:
+otherwise "no change". A delta is judged only when the variation between engine processes is accounted for: both
+files ran at least ``variation.MIN_ROUNDS`` interleaved rounds, or a noise floor is given; otherwise it is "not
+judged" and the comparison INCOMPLETE. The noise floor comes from ``--noise-floor`` or an A/A results file (``noise_floor_from_aa``:
 the largest distance from 1 reached by any of its ratio intervals, ``stats.noise_floor``); without one, the threshold
 alone is the margin (said in the output). With an A/A file, a workload the A/A run measured is held to that
 workload's own A/A reach (``margins``): a noisy batch-1 latency does not widen the margin of a steady throughput.
@@ -49,7 +51,7 @@ import math
 
 from tabulate import tabulate
 
-from fk_adapters import stats
+from fk_adapters import stats, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.runner.ab import OK_STATUSES, PASSED
 
@@ -117,6 +119,8 @@ def side_interval(r: dict, seed: int = 0) -> dict | None:
     if not r or r.get("ratio") is None:
         return None
     bv, cv, paired = _values(r)
+    if bv is not None and paired:
+        return stats.rounds_interval(bv, cv)
     if bv is not None:
         out = stats.bootstrap_ratio(bv, cv, paired, n_boot=N_BOOT, conf=CONF, seed=seed)
         out["method"] = "bootstrap"
@@ -136,6 +140,8 @@ def delta_interval(b: dict, h: dict, seed: int = 0) -> dict | None:
         return None
     bb, bc, bp = _values(b)
     hb, hc, hp = _values(h)
+    if bb is not None and hb is not None and bp and hp:
+        return stats.rounds_delta_interval(bb, bc, hb, hc)
     if bb is not None and hb is not None:
         out = stats.bootstrap_ratio_of_ratios(bb, bc, hb, hc, bp, hp, n_boot=N_BOOT, conf=CONF, seed=seed)
         out["method"] = "bootstrap"
@@ -264,7 +270,10 @@ def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
     return by, default
 
 
-def _perf(b_row: dict, h_row: dict, margin_of) -> tuple[list[dict], list[str]]:
+NOT_JUDGED = "not judged"
+
+
+def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True) -> tuple[list[dict], list[str]]:
     rows, notes = [], []
     b_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(b_row)}
     h_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(h_row)}
@@ -286,6 +295,8 @@ def _perf(b_row: dict, h_row: dict, margin_of) -> tuple[list[dict], list[str]]:
             row["disturbed"] = unclean
         if delta is None:
             row["verdict"] = "not compared"
+        elif not judged:
+            row["verdict"] = NOT_JUDGED
         else:
             row["verdict"] = stats.significant(delta, margin, hib)
         row["regression"] = row["verdict"] == stats.SLOWER
@@ -331,6 +342,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     if floor is not None and not 0 <= floor["value"] < 1:
         raise CompareError(f"noise floor {floor['value']} is not a fraction in [0, 1)")
     by_workload, margin = margins(floor, threshold)
+    judged = floor is not None or (variation.between_processes(base) and variation.between_processes(head))
     b_rows = {r["scenario"]: r for r in base["scenarios"]}
     h_rows = {r["scenario"]: r for r in head["scenarios"]}
     shared = [s for s in h_rows if s in b_rows]
@@ -340,11 +352,12 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     scenarios, perf, uncompared = [], [], []
     for name in shared:
         sc = _scenario(b_rows[name], h_rows[name])
-        rows, notes = _perf(b_rows[name], h_rows[name], lambda *key: by_workload.get(key, margin))
+        rows, notes = _perf(b_rows[name], h_rows[name], lambda *key: by_workload.get(key, margin), judged)
         sc["notes"] += notes
         scenarios.append(sc)
         perf += rows
-        why = _uncompared(b_rows[name], h_rows[name], rows)
+        why = _uncompared(b_rows[name], h_rows[name], rows) or (
+            "no delta judged: " + _unjudged(base, head) if any(r["verdict"] == NOT_JUDGED for r in rows) else "")
         if why:
             uncompared.append(f"{name}: no performance compared ({why})")
     methods = sorted({r["delta"]["method"] for r in perf if r["delta"]})
@@ -374,6 +387,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
         "faster": sum(r["verdict"] == stats.FASTER for r in perf),
         "unchanged": sum(r["verdict"] == stats.NO_CHANGE for r in perf),
         "not_compared": sum(r["verdict"] == "not compared" for r in perf),
+        "not_judged": sum(r["verdict"] == NOT_JUDGED for r in perf),
         "correct": sum(s["correct"] for s in scenarios), "scenarios": len(scenarios),
         "stopped_kernels": sum(len(s["stopped"]) for s in scenarios),
     }
@@ -395,6 +409,12 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
             "warnings": _warnings(base, head, floor.get("meta") if floor else None),
             "only_base": [s for s in b_rows if s not in h_rows], "only_head": [s for s in h_rows if s not in b_rows],
             "scenarios": scenarios, "perf": perf}
+
+
+def _unjudged(base: dict, head: dict) -> str:
+    single = [label for label, d in (("BASE", base), ("HEAD", head)) if not variation.between_processes(d)]
+    return (f"{' and '.join(single)} ran fewer than {variation.MIN_ROUNDS} interleaved rounds and no noise floor was "
+            "given (--aa or --noise-floor): the variation between engine processes is not accounted for")
 
 
 def _aa_notes(base: dict, head: dict, floor: dict | None) -> list[str]:

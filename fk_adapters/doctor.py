@@ -17,6 +17,7 @@ import importlib.util
 import io
 import os
 import platform
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
@@ -26,11 +27,13 @@ __all__ = [
     "device_info",
     "doctor",
     "find_engine_dist",
+    "module_origin",
     "render",
     "verify_record",
 ]
 
 _CHUNK = 1 << 20  # bytes read per hashing step
+_SETTLE_NS = 2_000_000_000  # files changed this recently are hashed every time (see _check_one)
 
 
 class DoctorError(RuntimeError):
@@ -106,26 +109,37 @@ def _file_digest(path: str, algo: str) -> str:
     return base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode("ascii")
 
 
-def _check_one(abspath: str, digest: str, size: int | None) -> str:
-    """Return "ok", "missing" or "modified" for one recorded file."""
+def _check_one(abspath: str, digest: str, size: int | None, vouched: list | None = None,
+               settled_before: int = 0) -> tuple[str, list | None]:
+    """("ok", "cached", "missing" or "modified", the cache entry that vouches for the file next time or None).
+
+    ``vouched``: the entry an earlier verification left, [size, mtime_ns, ctime_ns, RECORD digest]; it stands
+    for a hash only while all four are unchanged. A file changed after ``settled_before`` (ns) gets no entry: a
+    write within its timestamp's tick could leave the stat unchanged.
+    """
     try:
         st = os.stat(abspath)
     except FileNotFoundError:
-        return "missing"
+        return "missing", None
     except OSError:
-        return "modified"
+        return "modified", None
+    entry = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest]
+    if vouched == entry:
+        return "cached", entry
     if size is not None and st.st_size != size:
-        return "modified"
+        return "modified", None
     algo, _, expected = digest.partition("=")
     try:
         actual = _file_digest(abspath, algo)
     except ValueError:  # unknown hash algorithm in RECORD
-        return "modified"
+        return "modified", None
     except FileNotFoundError:
-        return "missing"
+        return "missing", None
     except OSError:
-        return "modified"
-    return "ok" if actual == expected else "modified"
+        return "modified", None
+    if actual != expected:
+        return "modified", None
+    return "ok", entry if max(st.st_mtime_ns, st.st_ctime_ns) < settled_before else None
 
 
 # ------------------------------------------------------------ package scan
@@ -191,12 +205,15 @@ def _unrecorded_py(dist: md.Distribution, location: Path, recorded: set[str]) ->
 
 # -------------------------------------------------------------- public API
 
-def verify_record(dist_name: str) -> dict:
+def verify_record(dist_name: str, cache: dict | None = None) -> dict:
     """Verify every hashed file in a distribution's RECORD against the disk.
 
     Files listed without a hash (RECORD itself, ``.pyc``) are counted as
     skipped. ``unmodified`` is True only if nothing is modified, missing, or
     added as an unrecorded ``.py`` inside the distribution's packages.
+    ``cache``: {RECORD path: entry} of files an earlier call verified (see
+    ``_check_one``); files whose entry still matches are not hashed again, and
+    the dict is replaced by the entries of this call.
     """
     dist = _resolve_dist(dist_name)
     text = dist.read_text("RECORD")
@@ -216,9 +233,15 @@ def verify_record(dist_name: str) -> dict:
             continue
         todo.append((rel, os.path.normpath(os.path.join(location, rel)), digest, size))
 
+    vouched = cache or {}
+    settled_before = time.time_ns() - _SETTLE_NS
     workers = min(32, (os.cpu_count() or 4) * 2)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(lambda t: _check_one(t[1], t[2], t[3]), todo))
+        checked = list(pool.map(lambda t: _check_one(t[1], t[2], t[3], vouched.get(t[0]), settled_before), todo))
+    results = [r for r, _ in checked]
+    if cache is not None:
+        cache.clear()
+        cache.update((t[0], e) for t, (_, e) in zip(todo, checked) if e)
 
     modified = sorted(t[0] for t, r in zip(todo, results) if r == "modified")
     # Console scripts live outside the site dir (``../../bin/x``); `pip --target` puts them
@@ -234,6 +257,7 @@ def verify_record(dist_name: str) -> dict:
         "version": dist.version,
         "location": str(location),
         "files_checked": len(todo),
+        "files_from_cache": results.count("cached"),
         "files_skipped": skipped,
         "modified": modified,
         "missing": missing,
@@ -289,6 +313,17 @@ def device_info() -> dict:
     return info
 
 
+def module_origin(module: str) -> str | None:
+    """Where ``module``'s top-level package would be imported from (its file or folder), or None."""
+    try:  # find_spec on a top-level name locates without executing the module
+        spec = importlib.util.find_spec(module.split(".", 1)[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    return spec.origin or (list(spec.submodule_search_locations or []) or [None])[0]
+
+
 def doctor(engine_module: str) -> dict:
     """Full report for an engine module (e.g. "vllm", "sglang")."""
     dist = find_engine_dist(engine_module)
@@ -299,13 +334,7 @@ def doctor(engine_module: str) -> dict:
         )
     name = _dist_name(dist)
     record = verify_record(name)
-    origin = None
-    try:  # find_spec on a top-level name locates without executing the module
-        spec = importlib.util.find_spec(engine_module.split(".", 1)[0])
-        if spec is not None:
-            origin = spec.origin or (list(spec.submodule_search_locations or []) or [None])[0]
-    except (ImportError, ValueError):
-        pass
+    origin = module_origin(engine_module)
     shadowed = bool(
         origin
         and not Path(origin).resolve().is_relative_to(Path(record["location"]))

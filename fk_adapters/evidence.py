@@ -1,9 +1,11 @@
 """Did each selected kernel really run? Judged from what the engine processes reported.
 
 Per slot: 'exercised' (proof found), 'not exercised' (the model built a layer for the slot but
-no proof the kernel ran: a failure unless allowed), or 'n/a' (no layer the model built can route
+no proof the kernel ran: a failure unless allowed), 'not proven' (the kernel declares profiler names that cannot
+prove it ran: the plugin does not define them, the stock engine launches them, or another slot declares them too;
+see ``kernel_names``: always a failure), or 'n/a' (no layer the model built can route
 to this slot: none built, or all left stock). Proof is the call count in eager mode; under CUDA
-graphs it is the plugin's kernel names seen by the profiler or, for a kernel that declares no
+graphs it is the plugin's kernel names seen by the profiler (exact names) or, for a kernel that declares no
 names, the calls made while graphs were captured (``graphs``: the engine runs the hooked Python
 at capture) or, under torch.compile (``compiled``), its opaque op run at capture: the op's body
 runs only if the compiled graph calls it. A process that loaded its graph from the compile cache
@@ -12,18 +14,12 @@ required.
 """
 from __future__ import annotations
 
-from fk_adapters import probe
+from fk_adapters import kernel_names, probe
 from fk_adapters.ops import op_key
 
 
 def _sum(probes: list[dict], field: str, key: str) -> int:
     return sum(p.get(field, {}).get(key, 0) for p in probes or [])
-
-
-def _profiler_hits(profile: list[dict] | None, names: list[str]) -> int:
-    if not profile or not names:
-        return 0
-    return sum(n for p in profile for k, n in p.get("kernels", {}).items() if any(s in k for s in names))
 
 
 def installed_kernels(loads: list[dict]) -> dict[str, dict]:
@@ -54,21 +50,29 @@ def plugin_code(loads: list[dict]) -> dict[str, dict]:
     return out
 
 
-def judge(result: dict, loads: list[dict], mode: str) -> dict:
-    """Evidence per installed slot for one candidate run; ``mode`` is one of MODES."""
+def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
+    """Evidence per installed slot for one candidate run; ``mode`` is one of MODES; ``native``: the kernel names
+    the stock engine launches (the baseline's profile, ``kernel_names.known_native``)."""
     if mode not in MODES:
         raise ValueError(f"unknown evidence mode {mode!r}")
     probes, profile = result.get("probe", []), result.get("profile")
     meta, stock_layers = kernel_meta(loads), probe.merged(probes, "stock_layers")
+    installed = installed_kernels(loads)
+    declared = {s: meta.get((i["plugin"], s), {}) for s, i in installed.items()}
+    unproven = kernel_names.unproven({s: d["kernel_names"] for s, d in declared.items() if d.get("kernel_names")},
+                                     {s: d.get("kernel_names_defined", []) for s, d in declared.items()}, native)
     slots = {}
-    for slot, info in installed_kernels(loads).items():
+    for slot, info in installed.items():
         key = op_key(info["plugin"], slot)
-        names = meta.get((info["plugin"], slot), {}).get("kernel_names", [])
+        names = declared[slot].get("kernel_names", [])
         ev = {"plugin": info["plugin"], "kernel": info["kernel"], "entered": info["entered"],
               "layers": _sum(probes, "constructed", slot), "calls": _sum(probes, "calls", key),
-              "traced": _sum(probes, "traced", key), "profiler_hits": _profiler_hits(profile, names),
+              "traced": _sum(probes, "traced", key),
+              "profiler_hits": 0 if slot in unproven else kernel_names.hits(profile, names),
               "profiled": profile is not None, "kernel_names": names}
-        if ev["layers"] == 0:
+        if slot in unproven:
+            ev["status"], ev["proof"] = "not proven", "; ".join(unproven[slot])
+        elif ev["layers"] == 0:
             stock = stock_layers[slot]
             ev["status"], ev["proof"] = "n/a", (
                 f"no layer the model built can route here ({stock} left stock, see the notes)" if stock
@@ -92,6 +96,8 @@ def judge(result: dict, loads: list[dict], mode: str) -> dict:
             ev["proof"] = f"op run {ev['calls']}x (capture/eager), {how}"
         slots[slot] = ev
     errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]
+    errors += [f"pid {r['pid']}: plugin {p['name']!r} failed to load: {p['error']}"
+               for r in loads for p in r.get("plugins", []) if p.get("error")]
     loaded_pids = {r["pid"] for r in loads}
     workers = [{"pid": p["pid"], "plugins_loaded": p["pid"] in loaded_pids} for p in probes]
     return {"slots": slots, "processes": [{"pid": r["pid"], "role": r.get("role", ""),

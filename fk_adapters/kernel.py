@@ -22,8 +22,10 @@ class Kernel:
     slot's interface, and returns the kernel (a passthrough returns it unchanged).
     The flags are claims the adapters act on: a kernel that is not ``compile_safe``
     is refused in compiled mode, one that is not ``cuda_graph_safe`` under CUDA graphs.
-    ``kernel_names`` are substrings of the device kernel names the profiler will show
-    when this kernel runs; they are the proof that it ran under CUDA graphs.
+    ``kernel_names`` are the exact names (a Triton function's name, or a CUDA kernel's, optionally
+    ``ns::``-qualified) of device kernels the profiler will show when this kernel runs: the proof that it
+    ran under CUDA graphs. Each must be defined by the plugin's own distribution, not launched by the
+    stock engine, and declared for this slot only (``fk_adapters.kernel_names``), or the slot is "not proven".
     """
 
     slot: str

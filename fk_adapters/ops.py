@@ -3,7 +3,8 @@
 The op's body is the only place a kernel call is counted: it runs on every eager call,
 and only at capture time under CUDA graphs (where the profiler is the evidence). Its
 fake implementation gives torch.compile the result's shape without running the kernel.
-In capture mode (``FK_CAPTURE=1`` when the op is wrapped) it also counts each call's signature.
+In capture mode (``FK_CAPTURE=1`` when the op is wrapped) it also counts each call's signature and samples
+its inputs' value statistics.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
         return _registered[qualname]
     key = op_key(plugin, slot.name)
     allowed = set(dtypes)
-    record = _recorder(slot.name) if probe.capturing() else None
+    record = _recorder(slot) if probe.capturing() else None
 
     def body(*args):
         probe.hit(key)
@@ -59,11 +60,17 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
     return op
 
 
-def _recorder(slot_name: str):
-    """Counts each call's signature into ``probe.signatures[slot_name]``."""
-    from fk_adapters.check import signature
+def _recorder(slot):
+    """Counts each call's signature into ``probe.signatures[slot.name]`` and samples its inputs' value
+    statistics into ``probe.value_stats[slot.name]`` (``fk_adapters.check.value_stats``)."""
+    from fk_adapters.check import signature, value_stats
+
+    names = slot.param_names()
 
     def record(args) -> None:
-        probe.signatures[slot_name][signature.key(signature.describe(args))] += 1
+        key = signature.key(signature.describe(args))
+        counts = probe.signatures[slot.name]
+        counts[key] += 1
+        value_stats.record(probe.value_stats[slot.name], key, names, args, counts[key])
 
     return record

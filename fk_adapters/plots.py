@@ -2,9 +2,9 @@
 
 - ``fk run`` results (one engine, or side by side with ``runs``): one row per scenario x engine x workload x
   primary metric (throughput: tokens/s, or items/s for models without tokens; latency: s), the candidate/baseline
-  ratio as a point with its interval as an error bar. The interval is ``compare.side_interval``'s: the percentile
-  bootstrap of the per-repeat values when the file has them, else the range of the repeat-by-repeat ratios
-  (``pair_min``..``pair_max``); a single repeat has none (hollow point). Throughput > 1 and latency < 1 are faster.
+  ratio as a point with its interval as an error bar. The interval is ``compare.side_interval``'s, drawn only for a
+  run of ``variation.MIN_ROUNDS`` or more interleaved rounds (the t-interval over its rounds); a single pair of
+  engine processes, or a single repeat, has none (hollow point). Throughput > 1 and latency < 1 are faster.
 - ``fk compare`` output: the same chart of the deltas (HEAD ratio / BASE ratio), shaded by the comparison's margin.
 - ``fk check`` results: one bar per (workload, plugin, slot), the call-weighted geomean speedup over its shapes
   (engine kernel time / plugin kernel time, > 1 = plugin faster), whiskers at the slowest and fastest shape.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 
-from fk_adapters import compare, stats
+from fk_adapters import compare, stats, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.check.runner import weighted_geomean
 
@@ -70,6 +70,8 @@ def ratio_rows_from_results(results: dict, seed: int = 0) -> list[dict]:
                 iv = compare.side_interval(r, seed=seed)
                 if iv is None:
                     continue
+                if not variation.between_processes(run):  # repeats in one process per side: no interval to draw
+                    iv = {"ratio": iv["ratio"], "n": iv.get("n"), "method": "single pair", "note": stats.NO_INTERVAL}
                 parts = [sc["scenario"]] + ([engine] if several else [])
                 label = f"{' · '.join(parts)} · {KIND_WORDS[kind]} {workload} ({compare.UNITS.get(metric, metric)})"
                 if status and status != PASSED:
@@ -319,14 +321,17 @@ def _methods_note(rows: list[dict], conf: float = compare.CONF) -> str:
 
 
 def _run_title(results: dict) -> str:
+    from fk_adapters.engine_integrity import describe
+
     runs = _runs(results)
-    engines = ", ".join(f"{r.get('engine')} {r.get('engine_version') or ''}".strip() for r in runs)
+    engines = ", ".join(describe(r.get("engine"), (r.get("engine_integrity") or {}).get(r.get("engine")),
+                                 r.get("engine_version") or "") for r in runs)  # "stock" only when verified
     first = runs[0] if runs else {}
     cand = results.get("candidate", first.get("candidate"))
     device = f" ({first['device']})" if first.get("device") else ""
     if first.get("aa"):
-        return f"fk run A/A: stock {engines} vs. itself{device}"
-    return f"fk run: candidate {cand} vs. stock {engines}{device}"
+        return f"fk run A/A: {engines} vs. itself{device}"
+    return f"fk run: candidate {cand} vs. {engines}{device}"
 
 
 def write_plots(results: dict, out_dir: str, kind: str | None = None, floor: float | None = None) -> list[str]:

@@ -14,7 +14,7 @@ from importlib import metadata
 
 import pluggy
 
-from fk_adapters import hookspec
+from fk_adapters import hookspec, kernel_names
 from fk_adapters.kernel import Kernel, KernelSpecError
 
 GROUP = "fk_adapters"
@@ -37,11 +37,13 @@ class LoadedPlugin:
     info: dict = field(default_factory=dict)
     error: str = ""
     source_sha256: str = ""  # of the plugin package's source files: the same code wherever it is installed
+    names_defined: dict[str, list[str]] = field(default_factory=dict)  # {slot: declared kernel names it defines}
 
     def describe(self) -> dict:
         return {"name": self.name, "dist": self.dist, "version": self.version, "target": self.target,
                 "source_sha256": self.source_sha256, "info": self.info, "error": self.error,
-                "kernels": [k.describe() for k in self.kernels]}
+                "kernels": [dict(k.describe(), kernel_names_defined=self.names_defined.get(k.slot, []))
+                            for k in self.kernels]}
 
 
 def parse_allowlist(text: str | None) -> list[str] | None:
@@ -119,6 +121,8 @@ def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin
             raise KernelSpecError(f"two kernels for slot {k.slot!r}")
         seen.add(k.slot)
     plugin.kernels = kernels
+    plugin.names_defined = {k.slot: kernel_names.defined(ep.module, ep.dist, k.kernel_names)
+                            for k in kernels if k.kernel_names}
     return plugin
 
 

@@ -23,6 +23,7 @@ not_routed: Counter = Counter()  # {what stayed on the engine's stock path (why)
 stock_layers: Counter = Counter()  # {slot: layers built for it that can never route to a plugin}
 traced: Counter = Counter()
 signatures: defaultdict[str, Counter] = defaultdict(Counter)  # {slot: {signature key: calls}}, capture mode only
+value_stats: defaultdict[str, dict] = defaultdict(dict)  # {slot: {signature key: {arg: sums}}}, capture mode only
 
 
 def capturing() -> bool:
@@ -39,6 +40,14 @@ def left_stock(slots, label: str) -> None:
     stock_layers.update(slots)
 
 
+def call_left_stock(slot: str, why: str, traced: bool = False) -> None:
+    """A call of ``slot`` ran the engine's own path with every argument it was given; ``why`` says why.
+
+    ``traced``: counted once when torch.compile traced the call (the compiled graph then runs it stock
+    on every call), not per call."""
+    not_routed[f"{slot} (call{', counted once per compiled trace' if traced else ''}: {why})"] += 1
+
+
 def layer_built(slots, why: str | None = None) -> None:
     """A layer built for each of ``slots``: routable to the plugin, or left stock when ``why`` says why not."""
     for s in slots:
@@ -51,12 +60,21 @@ def layer_built(slots, why: str | None = None) -> None:
 def reset_calls() -> None:
     calls.clear()
     signatures.clear()
+    value_stats.clear()
 
 
 def snapshot() -> dict:
     return {"pid": os.getpid(), "calls": dict(calls), "constructed": dict(constructed),
             "not_routed": dict(not_routed), "stock_layers": dict(stock_layers), "traced": dict(traced),
-            "signatures": {slot: dict(c) for slot, c in signatures.items()}}
+            "signatures": {slot: dict(c) for slot, c in signatures.items()}, "value_stats": _value_stats()}
+
+
+def _value_stats() -> dict:
+    if not value_stats:
+        return {}
+    from fk_adapters.check.value_stats import export
+
+    return export(value_stats)
 
 
 def merged(snapshots: list[dict] | None, field: str) -> Counter:

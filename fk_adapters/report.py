@@ -5,6 +5,8 @@ import json
 
 from tabulate import tabulate
 
+from fk_adapters import variation
+from fk_adapters.engine_integrity import describe
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.runner.ab import NOT_APPLICABLE, PASSED
 
@@ -19,16 +21,18 @@ def _ratio(r: dict) -> str:
     return f"{r['ratio']:.3f} [{r['pair_min']:.3f}, {r['pair_max']:.3f}]"
 
 
-def _interval(r: dict) -> str:
-    """The ratio's 95% bootstrap interval (as fk compare computes it), or why there is none."""
-    from fk_adapters.compare import side_interval
-
-    iv = side_interval(r) if r else None
+def _interval(r: dict, results: dict) -> str:
+    """The ratio's 95% t-interval over interleaved rounds (``variation.interval``), or why there is none."""
+    if not r:
+        return "-"
+    if not variation.between_processes(results):
+        return "none (single pair)" if variation.rounds(results) == 1 else "none (too few rounds)"
+    iv = variation.interval(r, results)
     if not iv:
         return "-"
-    if iv.get("note") or iv.get("method") != "bootstrap":
-        return iv.get("note") or "no per-repeat values"
-    return f"[{iv['lo']:.3f}, {iv['hi']:.3f}]" + (" paired" if iv.get("paired") else "")
+    if iv.get("note"):
+        return iv["note"]
+    return f"{iv['ratio']:.3f} [{iv['lo']:.3f}, {iv['hi']:.3f}]"
 
 
 def _spread(s: dict) -> str:
@@ -55,7 +59,7 @@ def _entered(classes: list[str]) -> str:
     return ", ".join(classes) if len(classes) <= 2 else f"{classes[0]} +{len(classes) - 1} more classes"
 
 
-def _perf_rows(row: dict) -> list[list[str]]:
+def _perf_rows(row: dict, results: dict) -> list[list[str]]:
     out = []
     perf = row.get("perf", {})
     scenario = row["scenario"] + (" **(disturbed)**" if disturbed(row) else "")
@@ -63,12 +67,12 @@ def _perf_rows(row: dict) -> list[list[str]]:
         key, unit = ("items_per_s", "items/s") if "items_per_s" in r else ("tokens_per_s", "tokens/s")  # no tokens
         t = r[key]
         out.append([scenario, f"throughput {name}", unit, _spread(t.get("baseline")),
-                    _spread(t.get("candidate")), _ratio(t), _interval(t),
+                    _spread(t.get("candidate")), _ratio(t), _interval(t, results),
                     _ratio(r["output_tokens_per_s"]) if "output_tokens_per_s" in r else ""])
     for name, r in perf.get("latency", {}).items():
         t = r["latency_s"]
         out.append([scenario, f"latency {name}", "s", _spread(t.get("baseline")), _spread(t.get("candidate")),
-                    _ratio(t), _interval(t), ""])
+                    _ratio(t), _interval(t, results), ""])
     return out
 
 
@@ -90,7 +94,8 @@ def render(results: dict) -> str:
              f"- device: {results['device']}, mode: {results.get('mode_detail') or results['mode']}, "
              f"fk {results['fk_version']}, "
              f"created {results['created']}{_quick(results.get('quick'))}",
-             f"- baseline: stock {results['engine']} (no fk plugin)"
+             f"- baseline: {describe(results['engine'], results.get('engine_integrity', {}).get(results['engine']))} "
+             "(no fk plugin)"
              + (f", runs reused from `{results['baseline_from']}`" if results.get("baseline_from") else "")
              + f"; candidate: {results['candidate']}"]
     runtimes = {json.dumps(r["candidate"]["runtime"], sort_keys=True) for r in rows if r["candidate"].get("runtime")}
@@ -169,7 +174,7 @@ def render(results: dict) -> str:
                                     for s, c in sorted(cov.items())],
                                    headers=["slot", "plugin", "exercised in", "NOT exercised in", "no layer in"],
                                    tablefmt="github")]
-    perf_rows = [p for r in rows for p in _perf_rows(r)]
+    perf_rows = [p for r in rows for p in _perf_rows(r, results)]
     if perf_rows:
         rounds = results.get("interleave") or 1
         how = (f"{rounds} interleaved rounds (A B, B A, ...: each a fresh engine process); one value per "
@@ -178,9 +183,12 @@ def render(results: dict) -> str:
         lines += ["", "## Performance (candidate / baseline)", "",
                   f"{how}; ± is half the min-max range. Ratio: candidate median / baseline median [range of "
                   f"{'round' if rounds > 1 else 'repeat'}-by-{'round' if rounds > 1 else 'repeat'} ratios]; 95% CI: "
-                  "percentile bootstrap of that ratio (paired by round when interleaved). Throughput: >1 is faster; "
-                  "latency: <1 is faster.", "",
-                  tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
+                  "geometric mean of the round-by-round ratios with its t-interval, given only over "
+                  f"{variation.MIN_ROUNDS} or more interleaved rounds (the variation between engine processes). Throughput: >1 is faster; "
+                  "latency: <1 is faster.", ""]
+        if variation.why_not(results):
+            lines += [f"**No interval, no significance: {variation.why_not(results)}.**", ""]
+        lines += [tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
                                                "ratio (total) [range]", "95% CI", "ratio (output tokens/s)"],
                            tablefmt="github")]
         shared = [r["scenario"] for r in rows if disturbed(r)]

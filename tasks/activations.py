@@ -42,6 +42,7 @@ SILU_AND_MUL = Slot(
     make_inputs=_act_inputs,
     cases=ACT_CASES,
     traffic=lambda x: nbytes(x) * 3 // 2,
+    growth=2,  # gate times up
     entries={
         "vllm": ("CustomOp 'SiluAndMul' (vllm.model_executor.layers.activation)",),
         "sglang": ("SiluAndMul.forward_cuda (sglang.srt.layers.activation)",),
@@ -60,6 +61,7 @@ GELU_AND_MUL = Slot(
     make_inputs=_act_inputs,
     cases=GELU_CASES,
     traffic=lambda x, approximate: nbytes(x) * 3 // 2,
+    growth=2,
     entries={
         "vllm": ("CustomOp 'GeluAndMul' (vllm.model_executor.layers.activation), approximate 'none' or 'tanh'",),
         "sglang": ("GeluAndMul.forward_cuda (sglang.srt.layers.activation)",),

@@ -31,6 +31,7 @@ class Slot:
     dtype_arg: int = 0
     entries: dict[str, tuple[str, ...]] = field(default_factory=dict)
     traffic: Callable | None = None  # traffic(*args) -> bytes a kernel must read plus write, at least
+    growth: int = 1  # a result's magnitude grows as this power of its activations' (fk check's large scale)
 
     @property
     def in_place(self) -> bool:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fk_adapters import capture, engines, ops, probe, scenarios
-from fk_adapters.check import signature
+from fk_adapters.check import signature, value_stats
 from fk_adapters.engines.loading import CAPTURE_PLUGIN, kernel_callable, load_and_install
 from fk_adapters.tasks import SLOTS
 
@@ -51,6 +51,45 @@ def test_recorder_keeps_the_flags_and_is_off_without_the_env(monkeypatch):
     sigs = [json.loads(k) for k in probe.snapshot()["signatures"]["rotary_embedding"]]
     assert sorted(s[5]["value"] for s in sigs) == [False, True]  # is_neox
     assert sorted(s[3]["value"] for s in sigs) == sorted(c["head_size"] for c in cases)
+
+
+def test_recorder_samples_the_value_statistics_of_each_signature(monkeypatch):
+    monkeypatch.setenv(probe.ENV_CAPTURE, "1")
+    slot = SLOTS["fused_add_rms_norm"]
+    op = ops.wrap("capture_test_d", slot, slot.reference, ("float32",))
+    probe.reset_calls()
+    gen = torch.Generator().manual_seed(0)
+    w = 1.0 + 0.1 * torch.randn(64, generator=gen)
+    xs = [0.02 * torch.randn(4, 64, generator=gen) for _ in range(value_stats.EVERY)]
+    xs[3][1] = 0.0  # a row of exact zeros
+    rs = [torch.randn(4, 64, generator=gen) for _ in xs]
+    sampled = [i for i in range(len(xs)) if value_stats.sampled(i + 1)]
+    assert len(sampled) == value_stats.FIRST + 1  # the first calls, then every EVERY-th
+    seen = torch.stack([xs[i] for i in sampled])
+    for x, r in zip(xs, rs):
+        op(x.clone(), r.clone(), w, 1e-5)
+    (key,), = [list(v) for v in probe.snapshot()["value_stats"].values()]
+    raw = probe.snapshot()["value_stats"]["fused_add_rms_norm"][key]
+    assert set(raw) == {"x", "residual", "weight"}  # the floating tensors; eps is a number
+    got = value_stats.summarise(raw["x"])
+    assert got["sampled_calls"] == len(sampled) and got["zeros"] == pytest.approx(64 / seen.numel())
+    assert got["mean"] == pytest.approx(float(seen.double().mean()), abs=1e-9)
+    assert got["std"] == pytest.approx(float(seen.double().std(unbiased=False)), rel=1e-6)
+    assert got["abs_max"] == pytest.approx(float(seen.abs().max()))
+    rms = seen.double().pow(2).mean(-1).sqrt()
+    assert got["row_rms"] == pytest.approx([0.0, float(rms.max())])
+    assert value_stats.summarise(raw["weight"])["mean"] == pytest.approx(float(w.double().mean()), rel=1e-6)
+    probe.reset_calls()
+    assert probe.snapshot()["value_stats"] == {}
+
+
+def test_recorder_skips_the_rotary_tables():
+    assert {"positions", "cos_sin_cache"} <= set(value_stats.FIXED)
+    store = {}
+    args = SLOTS["rotary_embedding"].make_inputs(SLOTS["rotary_embedding"].cases[0], torch.float32, "cpu",
+                                                 torch.Generator().manual_seed(0))
+    value_stats.record(store, "k", SLOTS["rotary_embedding"].param_names(), args, 1)
+    assert set(store["k"]) == {"query", "key"}
 
 
 def test_capture_mode_installs_the_recorder_in_every_slot(monkeypatch, tmp_path):
@@ -108,6 +147,22 @@ def test_workload_merges_workers_and_separates_engine_start(tmp_path):
         "tiny-llama", "vllm", "9.9", "eager", "float32")
     assert wl["model"]["hidden_size"] == 256 and "rope_scaling" not in wl["model"]
     assert "profile" not in wl  # nothing profiled (CPU, or no --profile)
+
+
+def test_workload_keeps_value_statistics_merged_over_workers(tmp_path):
+    def raw(total, sq, peak, calls):
+        return {"elements": 512, "calls": calls, "sum": total, "sumsq": sq, "zeros": 0.0, "abs_max": peak,
+                "rms_max": 0.03, "neg_rms_min": -0.01}
+
+    sigs = {"rms_norm": {_sig(2): 3}}
+    res = {"status": "ok", "probe": [
+        {**_snap(1, sigs), "value_stats": {"rms_norm": {_sig(2): {"x": raw(1.0, 0.2, 0.1, 2)}}}},
+        {**_snap(2, sigs), "value_stats": {"rms_norm": {_sig(2): {"x": raw(-1.0, 0.2, 0.3, 1)}}}}]}
+    wl = capture.workload(res, scenarios.load("tiny-llama"), _cfg(tmp_path), "digest")
+    (row,) = wl["slots"]["rms_norm"]
+    assert row["value_stats"]["x"] == {"mean": 0.0, "std": pytest.approx((0.4 / 1024) ** 0.5), "abs_max": 0.3,
+                                       "zeros": 0.0, "row_rms": [0.01, 0.03], "sampled_calls": 3}
+    assert "value_stats" in wl["values_note"]
 
 
 def test_a_profiled_capture_says_where_the_device_time_went(tmp_path):
@@ -172,3 +227,29 @@ def test_a_recorder_that_failed_to_install_is_an_error(tmp_path, fake_engine):
     (loads / "vllm-1.json").write_text(json.dumps({"pid": 1, "error": "RuntimeError: boom"}))
     with pytest.raises(capture.CaptureError, match="could not be installed in vllm: RuntimeError: boom"):
         capture.capture(_cfg(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_gpu_stats_never_sync_the_host_and_are_skipped_under_graph_capture(monkeypatch):
+    monkeypatch.setenv(probe.ENV_CAPTURE, "1")
+    slot = SLOTS["rms_norm"]
+    op = ops.wrap("capture_test_gpu", slot, slot.reference, ("float32",))
+    probe.reset_calls()
+    w = torch.ones(256, device="cuda")
+    eager, graphed = 0.02 * torch.randn(8, 256, device="cuda"), torch.randn(4, 256, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any host sync in the recorder raises
+    try:
+        op(eager, w, 1e-5)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(graphed, w, 1e-5)
+    graph.replay()
+    snap = probe.snapshot()
+    assert snap["signatures"]["rms_norm"] == {_key(eager, w, 1e-5): 1, _key(graphed, w, 1e-5): 1}
+    assert list(snap["value_stats"]["rms_norm"]) == [_key(eager, w, 1e-5)]  # nothing while capturing
+    got = value_stats.summarise(snap["value_stats"]["rms_norm"][_key(eager, w, 1e-5)]["x"])
+    assert got["std"] == pytest.approx(float(eager.double().std(unbiased=False)), rel=1e-5)

@@ -43,8 +43,10 @@ def row(name="s1", status="PASSED", tput=1.0, lat=1.0, slots=None, max_abs=0.01,
                      "latency": {"batch1": {"latency_s": perf_entry(BASE_LAT, scaled(BASE_LAT, lat), values)}}}}
 
 
-def results(*rows, aa=False, engine="vllm", candidate="p"):
+def results(*rows, aa=False, engine="vllm", candidate="p", interleave=6):
+    """A results file; its perf entries say "paired" (interleaved rounds), so by default it interleaved 6 rounds."""
     return {"fk_version": "0", "created": "now", "command": "fk run", "engine": engine, "engine_version": "0.26.0",
+            "interleave": interleave,
             "device": "cuda", "host": "h", "mode": "compiled", "candidate": "baseline (A/A)" if aa else candidate,
             "plugins": [] if aa else [candidate], "aa": aa, "quick": False, "verdict": "PASS", "problems": [],
             "scenarios": list(rows) or [row()]}
@@ -57,7 +59,7 @@ def test_identical_runs_pass_with_every_delta_unchanged():
     assert cmp["verdict_line"] == "**PASS**: 0 regressions, 0 faster, 4 unchanged; correctness ok in 2/2 scenarios"
     assert len(cmp["perf"]) == 4  # one primary metric per workload: tokens/s and latency, not output tokens/s too
     for p in cmp["perf"]:
-        assert p["delta"]["method"] == "bootstrap" and p["delta"]["ratio"] == pytest.approx(1.0)
+        assert p["delta"]["method"] == "t over rounds" and p["delta"]["ratio"] == pytest.approx(1.0)
         assert p["delta"]["lo"] < 1.0 < p["delta"]["hi"] and p["delta"]["hi"] - p["delta"]["lo"] < 0.02
 
 

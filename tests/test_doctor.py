@@ -1,13 +1,15 @@
 """Tests for fk_adapters.doctor against a tiny fake distribution on disk."""
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib
+import os
 import time
 
 import pytest
+from fake_dist import write_dist
 
+from fk_adapters import doctor as doctor_mod
+from fk_adapters import engine_integrity
 from fk_adapters.doctor import DoctorError, doctor, find_engine_dist, render, verify_record
 
 FILES = {
@@ -16,30 +18,10 @@ FILES = {
 }
 
 
-def _digest(data: bytes) -> str:
-    raw = hashlib.sha256(data).digest()
-    return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
 @pytest.fixture
 def fakedist(tmp_path, monkeypatch):
     """Install fakepkg 1.0 (package + dist-info with a correct RECORD) into tmp_path."""
-    (tmp_path / "fakepkg").mkdir()
-    info = tmp_path / "fakepkg-1.0.dist-info"
-    info.mkdir()
-    for rel, data in FILES.items():
-        (tmp_path / rel).write_bytes(data)
-    meta = {
-        "METADATA": b"Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.0\n",
-        "top_level.txt": b"fakepkg\n",
-    }
-    for name, data in meta.items():
-        (info / name).write_bytes(data)
-    lines = [f"{rel},{_digest(data)},{len(data)}" for rel, data in FILES.items()]
-    lines += [f"fakepkg-1.0.dist-info/{n},{_digest(d)},{len(d)}" for n, d in meta.items()]
-    lines += ["fakepkg/__pycache__/core.cpython-311.pyc,,",
-              "fakepkg-1.0.dist-info/RECORD,,"]
-    (info / "RECORD").write_text("\n".join(lines) + "\n")
+    write_dist(tmp_path, "fakepkg", "1.0", FILES)
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
     return tmp_path
@@ -122,3 +104,74 @@ def test_real_vllm_unmodified():
     assert rec["unmodified"], render(rep)
     assert rec["files_checked"] > 1000
     assert elapsed < 60
+
+
+# ------------------------------------------------------- the cached check fk run makes (engine_integrity)
+
+@pytest.fixture
+def cache(fakedist, tmp_path_factory, monkeypatch):
+    """An empty integrity cache; the hashes of the check that follows, counted in ``hashed``."""
+    monkeypatch.setenv(engine_integrity.CACHE_ENV, str(tmp_path_factory.mktemp("integrity")))
+    hashed = []
+    real = doctor_mod._file_digest
+    monkeypatch.setattr(doctor_mod, "_file_digest", lambda path, algo: hashed.append(path) or real(path, algo))
+    return hashed
+
+
+def _flip_a_byte(path, keep_mtime=False):
+    """Same size, different bytes; a later mtime, or the old one put back (as ``cp -p`` or ``touch -r`` leave it)."""
+    st = os.stat(path)
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns if keep_mtime else st.st_mtime_ns + 10**9))
+
+
+def test_the_cache_hashes_a_file_again_once_its_bytes_changed(cache, fakedist, monkeypatch):
+    monkeypatch.setattr(doctor_mod, "_SETTLE_NS", 0)  # the files were written just now
+    first = engine_integrity.check(["fakepkg"])
+    assert first["unmodified"] and first["files_checked"] == 4 and first["files_from_cache"] == 0 and len(cache) == 4
+    assert os.path.basename(first["cache"]).startswith("fakepkg-1.0-")  # per dist, version and location
+    cache.clear()
+    warm = engine_integrity.check(["fakepkg"])
+    assert warm["unmodified"] and warm["files_from_cache"] == 4 and cache == []
+    _flip_a_byte(fakedist / "fakepkg/core.py")
+    for _ in range(2):  # and a file found modified is never vouched for later
+        cache.clear()
+        rep = engine_integrity.check(["fakepkg"])
+        assert rep["modified"] == ["fakepkg/core.py"] and not rep["unmodified"] and rep["differ"] == 1
+        assert rep["files_from_cache"] == 3 and cache == [str(fakedist / "fakepkg/core.py")]
+
+
+def test_an_edit_that_puts_the_old_mtime_back_is_caught(cache, fakedist, monkeypatch):
+    monkeypatch.setattr(doctor_mod, "_SETTLE_NS", 0)
+    assert engine_integrity.check(["fakepkg"])["unmodified"]
+    time.sleep(0.01)  # the edit's ctime must be later than the check's
+    _flip_a_byte(fakedist / "fakepkg/core.py", keep_mtime=True)
+    rep = engine_integrity.check(["fakepkg"])
+    assert rep["modified"] == ["fakepkg/core.py"] and rep["files_from_cache"] == 3
+
+
+def test_files_changed_moments_ago_are_hashed_every_time(cache, fakedist):
+    engine_integrity.check(["fakepkg"])
+    cache.clear()
+    rep = engine_integrity.check(["fakepkg"])
+    assert rep["unmodified"] and rep["files_from_cache"] == 0 and len(cache) == 4
+
+
+def test_how_fk_names_an_engine():
+    ok = {"dist": "vllm", "version": "1", "modified": [], "missing": [], "unrecorded_py": [], "differ": 0,
+          "imports_from": None, "unmodified": True}
+    bad = dict(ok, modified=["vllm/a.py"], unrecorded_py=["vllm/b.py"], differ=2, unmodified=False)
+    assert engine_integrity.describe("vllm", ok, "1") == "stock vllm 1"
+    assert engine_integrity.describe("vllm", bad) == "MODIFIED vllm (2 file(s) differ from its RECORD)"
+    assert "stock" not in engine_integrity.describe("vllm", None)  # results of an fk that did not check
+    assert "stock" not in engine_integrity.describe("vllm", {"error": "no RECORD"})
+    assert engine_integrity.refusal({"vllm": ok}) == "" and engine_integrity.problems({"vllm": ok}) == []
+    line = engine_integrity.refusal({"vllm": bad})
+    assert line.startswith("vllm is MODIFIED (2 file(s) differ from its RECORD): modified vllm/a.py, added vllm/b.py")
+    assert engine_integrity.refusal({"vllm": {"error": "no RECORD"}}).startswith("vllm could not be verified")
+    ref = {"error": "not installed", "role": engine_integrity.REFERENCE_ROLE}  # a reference not installed: stated
+    assert engine_integrity.refusal({"vllm": ok, "transformers": ref}) == ""
+    problem = engine_integrity.problems({"transformers": dict(bad, role="r")})[0]
+    assert problem.startswith("transformers (r) is MODIFIED")

@@ -4,7 +4,8 @@ LOAD = {"pid": 10, "role": "worker", "installed": {
     "rms_norm": {"plugin": "p", "kernel": "k", "entered": ["RMSNorm"]},
     "silu_and_mul": {"plugin": "p", "kernel": "k2", "entered": ["SiluAndMul"]},
     "gelu_and_mul": {"plugin": "p", "kernel": "k3", "entered": ["GeluAndMul"]}},
-    "plugins": [{"name": "p", "kernels": [{"slot": "rms_norm", "kernel_names": ["my_norm_kernel"]},
+    "plugins": [{"name": "p", "kernels": [{"slot": "rms_norm", "kernel_names": ["my_norm_kernel"],
+                                           "kernel_names_defined": ["my_norm_kernel"]},
                                           {"slot": "silu_and_mul", "kernel_names": []},
                                           {"slot": "gelu_and_mul", "kernel_names": []}]}]}
 
@@ -29,7 +30,7 @@ def test_compiled_mode_needs_profiler_names_not_counts():
                         [LOAD], "compiled")
     assert ev["slots"]["rms_norm"]["status"] == "not exercised"  # capture-time calls are not proof
     assert ev["slots"]["silu_and_mul"]["status"] == "exercised"  # no names declared: traced + run
-    profile = [{"kernels": {"my_norm_kernel_0d1d": 16}}]
+    profile = [{"kernels": {"my_norm_kernel": 16, "my_norm_kernel_2": 5}}]  # exact names: not _2
     ev = evidence.judge(_result({}, {}, profile), [LOAD], "compiled")
     assert ev["slots"]["rms_norm"]["status"] == "exercised" and ev["slots"]["rms_norm"]["profiler_hits"] == 16
     assert ev["slots"]["silu_and_mul"]["status"] == "not exercised"

@@ -29,10 +29,12 @@ def _range_ratio(ratio, pair_min, pair_max, n=5):
             "candidate": dict(side)}
 
 
-def _run_results(engine="vllm", aa=False):
-    values = metrics.ratio([100.0, 102.0, 98.0, 101.0, 99.0], [110.0, 111.0, 108.0, 112.0, 109.0])
+def _run_results(engine="vllm", aa=False, interleave=5):
+    """Interleaved rounds by default (intervals drawn); interleave=1: a single pair (no interval)."""
+    values = metrics.paired_ratio([100.0, 102.0, 98.0, 101.0, 99.0], [110.0, 111.0, 108.0, 112.0, 109.0])
     return {
         "engine": engine, "engine_version": "1.0", "device": "cuda", "candidate": "triton", "aa": aa,
+        "interleave": interleave,
         "scenarios": [
             {"scenario": "llama", "status": "PASSED", "perf": {
                 "throughput": {"balanced": {"tokens_per_s": _range_ratio(0.9, 0.8, 0.95),
@@ -82,15 +84,19 @@ def test_ratio_rows_primary_metrics_and_range_intervals():
     assert dino["label"].endswith("[INCORRECT]") and dino["status"] == "INCORRECT"
 
 
-def test_ratio_rows_bootstrap_when_values_exist():
+def test_ratio_rows_t_interval_over_rounds_when_values_exist():
     res = _run_results()
     row = plots.ratio_rows_from_results(res)[-1]
     r = res["scenarios"][2]["perf"]["throughput"]["balanced"]["tokens_per_s"]
-    expect = stats.bootstrap_ratio(r["baseline"]["values"], r["candidate"]["values"], False,
-                                   n_boot=compare.N_BOOT, conf=compare.CONF, seed=0)
-    assert row["method"] == "bootstrap"
+    expect = stats.rounds_interval(r["baseline"]["values"], r["candidate"]["values"])
+    assert row["method"] == "t over rounds"
     assert (row["ratio"], row["lo"], row["hi"]) == (expect["ratio"], expect["lo"], expect["hi"])
     assert row["lo"] <= row["ratio"] <= row["hi"] and row["lo"] > 1.0
+
+
+def test_a_single_pair_of_engine_processes_draws_no_interval():
+    rows = plots.ratio_rows_from_results(_run_results(interleave=1))
+    assert rows and all(r["lo"] is None and r["hi"] is None and r["method"] == "single pair" for r in rows)
 
 
 def test_ratio_rows_of_disturbed_timings_say_so():

@@ -32,3 +32,19 @@ def test_a_layer_left_stock_is_counted_per_slot_apart_from_calls_left_stock():
         probe.stock_layers.update(saved[1])
         probe.constructed.clear()
         probe.constructed.update(saved[2])
+
+
+def test_a_call_left_stock_is_counted_per_slot_and_reason_and_says_when_it_was_counted_at_trace_time():
+    saved, layers = dict(probe.not_routed), dict(probe.stock_layers)
+    probe.not_routed.clear()
+    try:
+        probe.call_left_stock("rms_norm", "unknown argument 'quant_linear'")
+        probe.call_left_stock("rms_norm", "unknown argument 'quant_linear'")
+        probe.call_left_stock("rms_norm", "unknown argument 'quant_linear'", traced=True)
+        assert probe.snapshot()["not_routed"] == {
+            "rms_norm (call: unknown argument 'quant_linear')": 2,
+            "rms_norm (call, counted once per compiled trace: unknown argument 'quant_linear')": 1}
+        assert probe.stock_layers == layers  # calls, not layers
+    finally:
+        probe.not_routed.clear()
+        probe.not_routed.update(saved)

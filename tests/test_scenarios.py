@@ -4,14 +4,14 @@ from fk_adapters import scenarios
 from fk_adapters.scenarios import ScenarioError
 
 
-def test_builtin_scenarios_load_and_tiny_suite_has_three_families():
+def test_builtin_scenarios_load_and_tiny_suite_has_four_families():
     names = scenarios.builtin_names()
     assert {"tiny-llama", "tiny-qwen2", "tiny-gemma", "llama31-8b-4l"} <= set(names)
     for n in names:
         scenarios.load(n)
     tiny = scenarios.load_suite("tiny")
     archs = {s.model["architectures"][0] for s in tiny}
-    assert archs == {"LlamaForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM"}
+    assert archs == {"LlamaForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM", "Glm4ForCausalLM"}  # GLM-4: GPT-J RoPE
     for s in tiny:
         head_dim = s.model.get("head_dim") or s.model["hidden_size"] // s.model["num_attention_heads"]
         assert head_dim >= 32 and s.dtype == "float32"  # CPU attention and Triton interpreter needs
@@ -23,6 +23,15 @@ def test_llama_8b_shape():
     assert (m["hidden_size"], m["intermediate_size"], m["num_attention_heads"], m["num_key_value_heads"],
             m["head_dim"], m["vocab_size"]) == (4096, 14336, 32, 8, 128, 128256)
     assert m["num_hidden_layers"] < 32 and s.dtype == "bfloat16"
+
+
+def test_glm4_9b_shape():
+    """GLM-4-9B-0414's config at 4 of 40 layers: the GPU scenario with GPT-J-style rotary (on half of each head)."""
+    s = scenarios.load("glm4-9b-4l")
+    m = s.model
+    assert (m["hidden_size"], m["intermediate_size"], m["num_attention_heads"], m["num_key_value_heads"],
+            m["head_dim"], m["partial_rotary_factor"], m["vocab_size"]) == (4096, 13696, 32, 2, 128, 0.5, 151552)
+    assert m["architectures"] == ["Glm4ForCausalLM"] and m["num_hidden_layers"] < 40 and s.dtype == "bfloat16"
 
 
 def test_unknown_and_malformed(tmp_path):

@@ -59,6 +59,21 @@ def test_other_architectures_are_built_by_transformers_in_checkpoint_names(tmp_p
         assert 0.05 < float(norm.std()) < 0.2 and abs(float(norm.mean()) - 1) < 0.1  # not all ones
 
 
+def test_glm4_is_built_by_transformers_with_spread_norms_and_biases(tmp_path):
+    """tiny-glm4 (GPT-J-style rotary): four norms a layer and q/k/v biases, none left at the init's constant."""
+    from safetensors import safe_open
+
+    sc = scenarios.load("tiny-glm4")
+    weights.write_checkpoint(sc.model, str(tmp_path), sc.seed, sc.dtype)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        p = "model.layers.1."
+        assert f.get_tensor(p + "mlp.gate_up_proj.weight").shape == (2 * 640, 256)  # fused, as GLM-4 checkpoints
+        for norm in ("input_layernorm", "post_self_attn_layernorm", "post_attention_layernorm", "post_mlp_layernorm"):
+            assert float(f.get_tensor(p + norm + ".weight").std()) > 0.05, norm
+        for proj in "qkv":
+            assert 0.01 < float(f.get_tensor(p + f"self_attn.{proj}_proj.bias").std()) < 0.03, proj
+
+
 def test_an_alias_is_written_by_its_transformers_class_under_the_checkpoints_name(tmp_path, monkeypatch):
     import transformers
 

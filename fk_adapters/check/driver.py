@@ -12,7 +12,7 @@ import importlib
 import math
 import sys
 
-from fk_adapters.check import guards, signature, timing
+from fk_adapters.check import guards, scales, signature, timing
 from fk_adapters.engines.driver_common import main, phase
 
 
@@ -41,9 +41,11 @@ def _poison_pool(like: tuple, device: str) -> None:
     del blocks
 
 
-def correctness_round(slot, sig, cand, eng, device: str, seed: int, prev=None) -> tuple[list[str], dict, tuple]:
-    """One round on fresh inputs: (problems, stats, (result, exact)) of the candidate."""
-    args = signature.make_inputs(slot, sig, device, seed)
+def correctness_round(slot, sig, cand, eng, device: str, seed: int, prev=None, scale: str = "normal",
+                      values: dict | None = None) -> tuple[list[str], dict, tuple]:
+    """One round on fresh inputs at ``scale`` (``values``: the signature's recorded value statistics):
+    (problems, stats, (result, exact)) of the candidate."""
+    args = signature.make_inputs(slot, sig, device, seed, scale=scale, stats=values)
     dtype = guards.dtype_name(args[slot.dtype_arg])
     exact = slot.run_reference(_exact_inputs(args))
     eng_args = _clone(args)
@@ -75,28 +77,42 @@ def correctness_round(slot, sig, cand, eng, device: str, seed: int, prev=None) -
 
 
 def check_signature(slot, sig: list, cand, eng, device: str, clock: timing.Clock, cfg: dict, seed: int,
-                    integrity: guards.TimingIntegrity | None = None) -> dict:
-    """Correctness rounds, interleaved timing, escape check, a last round after the timing, and
-    whether any timing function was replaced meanwhile."""
-    row = _check_signature(slot, sig, cand, eng, device, clock, cfg, seed)
+                    integrity: guards.TimingIntegrity | None = None, values: dict | None = None) -> dict:
+    """Correctness rounds at each scale (``scales.plan``), interleaved timing, escape check, a last round
+    after the timing, and whether any timing function was replaced meanwhile."""
+    row = _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values)
     if integrity is not None:
         row["problems"] += integrity.changed()
     return row
 
 
-def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed) -> dict:
-    row: dict = {"args": sig, "problems": [], "flags": []}
-    prev = None
-    for r in range(cfg.get("rounds", 3)):
-        problems, stats, prev = correctness_round(slot, sig, cand, eng, device, seed + r, prev)
-        row["problems"] += problems
-        row.update(stats)
-        if problems:
-            return row
-    sets0 = signature.make_inputs(slot, sig, device, seed + 100)
+def _scale_rounds(row: dict, slot, sig, cand, eng, device, seed, values, rounds: int) -> None:
+    """Every round of ``scales.plan``, even after one fails: ``row["scales"]`` says which scales passed."""
+    prev, base = None, scales.base(values)
+    for r, scale in enumerate(scales.plan(values, rounds)):
+        problems, stats, prev = correctness_round(slot, sig, cand, eng, device, seed + r, prev, scale, values)
+        row["problems"] += [f"at {scale} scale: {p}" for p in problems]
+        if scale == base:
+            row.update(stats)
+        done = row["scales"].setdefault(scale, {"rounds": 0, "failed": 0})
+        done["rounds"] += 1
+        done["failed"] += bool(problems)
+        for k in ("max_abs_vs_engine", "max_abs_vs_exact", "engine_max_abs_vs_exact"):
+            if stats.get(k) is not None:
+                done[k] = max(done.get(k, 0.0), stats[k])
+    row["failed_scales"] = [s for s, d in row["scales"].items() if d["failed"]]
+
+
+def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None) -> dict:
+    row: dict = {"args": sig, "problems": [], "flags": [], "scales": {}}
+    _scale_rounds(row, slot, sig, cand, eng, device, seed, values, cfg.get("rounds", 3))
+    if row["problems"]:
+        return row
+    base = scales.base(values)
+    sets0 = signature.make_inputs(slot, sig, device, seed + 100, scale=base, stats=values)
     traffic = slot.traffic(*sets0) if slot.traffic else 0
     n = timing.buffer_sets(sum(a.numel() * a.element_size() for a in sets0 if hasattr(a, "numel")), clock.flush_bytes)
-    sets = [sets0] + [signature.make_inputs(slot, sig, device, seed + 101 + k)
+    sets = [sets0] + [signature.make_inputs(slot, sig, device, seed + 101 + k, scale=base, stats=values)
                       for k in range(n - 1)]
     times, host = timing.bench_pair(clock, {"candidate": cand, "engine": eng}, sets, cfg.get("warmup", 10),
                                     cfg.get("repeats", 50))
@@ -109,7 +125,7 @@ def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed) -> dict:
     row["buffer_sets"] = n
     row["wall_over_span"] = {"candidate": clock.wall_over_span(cand, sets), "engine": clock.wall_over_span(eng, sets)}
     row["problems"] += guards.escaped(row["wall_over_span"]["candidate"], row["wall_over_span"]["engine"])
-    problems, _, _ = correctness_round(slot, sig, cand, eng, device, seed + 999)
+    problems, _, _ = correctness_round(slot, sig, cand, eng, device, seed + 999, scale=base, values=values)
     row["problems"] += [f"after timing: {p}" for p in problems]
     c, e = row["candidate"]["median_s"], row["engine"]["median_s"]
     row["speedup"] = e / c if c > 0 else math.inf
@@ -156,8 +172,10 @@ def run(job: dict) -> dict:
         phase(f"{job['slot']}: shape {i + 1}/{len(job['signatures'])}")
         signature.validate(slot, w["args"])
         row = check_signature(slot, w["args"], cand, eng, job["device"], clock, job.get("config", {}),
-                              seed=1000 * i, integrity=integrity)
+                              seed=1000 * i, integrity=integrity, values=w.get("value_stats"))
         row["calls"] = w.get("calls", 1)
+        if w.get("value_stats"):
+            row["value_stats"] = w["value_stats"]
         res["shapes"].append(row)
     return res
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from fk_adapters import gpu_share
+from fk_adapters.check import scales, value_stats
 from fk_adapters.check.guards import OUTLIER_SHARE, OUTLIER_SPAN, TOLERANCES
-from fk_adapters.check.runner import slot_speedup_range
+from fk_adapters.check.runner import failed_at, slot_speedup_range
 
 
 def _us(s: dict | None, spread: bool = True) -> str:
@@ -58,9 +59,15 @@ def _slot_speedup(s: dict) -> str:
 
 def _result(row: dict) -> str:
     if row["problems"]:
-        return "FAIL"
+        return f"FAIL ({', '.join(row['failed_scales'])})" if row.get("failed_scales") else "FAIL"
     word = "review" if row.get("flags") else "ok"
     return f"{word} ({row['bad']} outside tol.)" if row.get("bad") else word
+
+
+def _scales(row: dict) -> str:
+    """The scales a shape's correctness rounds drew at, each with ok or FAIL."""
+    tried = row.get("scales", {})
+    return ", ".join(f"{s} {'FAIL' if d['failed'] else 'ok'}" for s, d in tried.items()) or "-"
 
 
 def render_check(results: dict) -> str:
@@ -72,7 +79,10 @@ def render_check(results: dict) -> str:
     if results.get("command"):
         lines.append(f"- command: `{results['command']}`")
     cfg = results.get("config", {})
-    lines += [f"- per shape: {cfg.get('rounds', 3)} correctness rounds on fresh inputs, {cfg.get('warmup', 10)} warm-up "
+    lines += [f"- per shape: {cfg.get('rounds', 3)} correctness rounds on fresh inputs "
+              f"at the base scale (captured, where the workload has value statistics, else normal), one round at each "
+              f"edge scale ({', '.join(scales.EDGES)}: σ {scales.TINY:g}, x{scales.LARGE:g} within the dtype's range, "
+              f"one row x{scales.LARGE:g}), {cfg.get('warmup', 10)} warm-up "
               f"+ {cfg.get('repeats', 50)} timed calls per kernel, interleaved, each from an idle device with the L2 flushed (CUDA), "
               "inputs rotated over buffers larger than twice the L2; a last correctness round after the timing",
               "- tolerances against the engine's kernel (atol, rtol): "
@@ -81,7 +91,7 @@ def render_check(results: dict) -> str:
               f"engine's; up to {OUTLIER_SHARE:.2%} of the elements may lie outside, each within "
               f"{OUTLIER_SPAN:g}x the tolerance (counted in the result column)",
               "", "## Per slot", ""]
-    table = [[s["workload"], s["plugin"], s["slot"], s["status"], _covered(s),
+    table = [[s["workload"], s["plugin"], s["slot"], s["status"] + failed_at(s), _covered(s),
               _slot_speedup(s),
               _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)] for s in slots]
     lines.append(tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
@@ -103,7 +113,7 @@ def render_check(results: dict) -> str:
                          "-" if r.get("speedup") is None else f"{r['speedup']:.3f}",
                          _gbs(r.get("candidate_Bps")), _pct(r.get("candidate_frac_ceiling")),
                          _gbs(r.get("engine_Bps")), _pct(r.get("engine_frac_ceiling")),
-                         _result(r)])
+                         _scales(r), value_stats.describe(r.get("value_stats")), _result(r)])
             problems += [f"- {s['plugin']}:{s['slot']} [{label}]: {p}" for p in r["problems"]]
             flagged += [f"- {s['plugin']}:{s['slot']} [{label}]: {f}" for f in r.get("flags", [])]
         if s["status"] in ("RUNTIME_ERROR", "TIMEOUT"):
@@ -118,7 +128,8 @@ def render_check(results: dict) -> str:
                   "fraction of the copy ceiling measured in the same run.", "",
                   tabulate(rows, headers=["plugin", "slot", "shape", "calls", "traffic MB", "candidate µs", "engine µs",
                                           "cand. host µs", "engine host µs", "speedup",
-                                          "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "result"],
+                                          "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "scales",
+                                          "captured values", "result"],
                            tablefmt="github")]
     if problems:
         lines += ["", "## Problems", ""] + problems

@@ -51,6 +51,11 @@ def flags(row: dict, ceiling: float, flag_speedup: float) -> list[str]:
     return out
 
 
+def failed_at(entry: dict) -> str:
+    """`` at scale tiny, large`` for a slot whose shapes failed at those input scales."""
+    return f" at scale {', '.join(entry['failed_scales'])}" if entry.get("failed_scales") else ""
+
+
 def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
     """Status, flags and the call-weighted geomean speedup of one slot's driver result."""
     if res.get("status") != "ok":
@@ -63,7 +68,9 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
             row["candidate_frac_ceiling"] = row["candidate_Bps"] / ceiling
             row["engine_frac_ceiling"] = row["engine_Bps"] / ceiling
     bad = [r for r in res["shapes"] if r["problems"]]
+    failed_scales = list(dict.fromkeys(s for r in res["shapes"] for s in r.get("failed_scales", [])))
     return {"status": "INCORRECT" if bad else "PASSED", "shapes": res["shapes"], "copy_ceiling_Bps": ceiling,
+            "failed_scales": failed_scales,
             "device_name": res.get("device_name"), "log": res.get("log"),
             "calls": sum(r["calls"] for r in res["shapes"]),
             "geomean_speedup": None if bad else weighted_geomean([(r.get("speedup"), r["calls"]) for r in res["shapes"]]),
@@ -111,6 +118,7 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                 entry["calls_captured"] = sum(s.get("calls", 1) for s in sigs)
                 results["slots"].append(entry)
                 echo(f"{entry['workload']} {plugin}:{slot}: {entry['status']}"
+                     + failed_at(entry)
                      + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else ""))
                 save()
     save()
@@ -118,8 +126,9 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
 
 
 def finish(results: dict) -> None:
-    bad = [f"{s['plugin']}:{s['slot']} ({s['workload']}): {s['status']}" for s in results["slots"]
-           if s["status"] not in ("PASSED", "NOT_OFFERED")]
+    bad = [f"{s['plugin']}:{s['slot']} ({s['workload']}): {s['status']}"
+           + failed_at(s)
+           for s in results["slots"] if s["status"] not in ("PASSED", "NOT_OFFERED")]
     checked = [s for s in results["slots"] if s["status"] != "NOT_OFFERED"]
     if not checked:
         bad.append("no slot of the workloads has a kernel in the selected plugins")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 
+from fk_adapters.check import scales
+
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32")
 
 
@@ -47,11 +49,12 @@ def _storage_size(shape, stride) -> int:
     return 1 + sum((n - 1) * st for n, st in zip(shape, stride))
 
 
-def _values(name: str, shape, dtype, gen, sig_by_name, device):
-    """Random contents for one argument, made on ``device``: never zeros, in the range the slot expects."""
+def _values(name: str, shape, dtype, gen, sig_by_name, device, draw: dict):
+    """Random contents for one argument, made on ``device``: never zeros, in the range the slot expects,
+    activations at ``draw["scale"]`` (``fk_adapters.check.scales``)."""
     import torch
 
-    n = math.prod(shape)
+    stats = (draw.get("stats") or {}).get(name)
     if name == "positions":
         rows = sig_by_name["cos_sin_cache"]["shape"][0]
         return torch.randint(0, rows, tuple(shape), generator=gen, dtype=torch.int64, device=device).to(dtype)
@@ -60,14 +63,14 @@ def _values(name: str, shape, dtype, gen, sig_by_name, device):
         ang = torch.rand((rows, width // 2), generator=gen, dtype=torch.float64, device=device) * 2 * math.pi
         return torch.cat([ang.cos(), ang.sin()], dim=-1).to(dtype)
     if name == "weight":
-        return (1.0 + 0.2 * torch.randn(tuple(shape), generator=gen, dtype=torch.float64, device=device)).to(dtype)
-    x = torch.randn(n, generator=gen, dtype=torch.float64, device=device)
-    x = torch.where(x.abs() < 1e-3, torch.full_like(x, 1e-3), x)  # never zeros
-    return x.reshape(tuple(shape)).to(dtype)
+        return scales.weight(shape, gen, device, stats).to(dtype)
+    return scales.activation(shape, dtype, draw["scale"], gen, device, stats, draw["growth"], draw["row"]).to(dtype)
 
 
-def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True) -> tuple:
-    """Fresh random arguments with the signature's shapes, dtypes and strides.
+def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True, scale: str = "normal",
+                stats: dict | None = None) -> tuple:
+    """Fresh random arguments with the signature's shapes, dtypes and strides, activations at ``scale``
+    (``fk_adapters.check.scales``; ``stats``: the signature's recorded ``value_stats``, if any).
 
     The values are generated on ``device`` with a generator there seeded by ``seed``, so
     they are deterministic per (device, seed) and large inputs cost no host work.
@@ -80,6 +83,7 @@ def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True) ->
     names = slot.param_names()
     by_name = dict(zip(names, sig))
     gen = torch.Generator(device=device).manual_seed(seed)
+    draw = {"scale": scale, "stats": stats, "growth": slot.growth, "row": seed}
     out = []
     for name, a in zip(names, sig):
         if a is None:
@@ -88,7 +92,7 @@ def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True) ->
             out.append(a["value"])
         else:
             dtype = getattr(torch, a["dtype"])
-            vals = _values(name, a["shape"], dtype, gen, by_name, device)
+            vals = _values(name, a["shape"], dtype, gen, by_name, device, draw)
             storage = torch.empty(_storage_size(a["shape"], a["stride"]), dtype=dtype, device=device)
             if poison and dtype.is_floating_point:
                 storage.fill_(float("nan"))

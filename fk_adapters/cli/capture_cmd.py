@@ -6,6 +6,7 @@ import sys
 from fk_adapters import engines
 from fk_adapters.capture import CaptureConfig, CaptureError, capture, record_failure
 from fk_adapters.cli import common
+from fk_adapters.engine_integrity import describe
 from fk_adapters.weights import WeightsError
 
 
@@ -18,6 +19,7 @@ def add_parser(sub):
     common.add_quick_args(p)
     p.add_argument("--profile", action="store_true",
                    help="also profile a batch (GPU): device time per kernel and per op family, in the workload file")
+    common.add_integrity_arg(p)
     return p
 
 
@@ -31,11 +33,12 @@ def run(args) -> int:
     device = common.device(args.device)
     common.check_device(spec, device)
     version = engines.check_installed(spec)
+    integrity = common.verify_engines([spec], args.allow_modified_engine)
     cfg = CaptureConfig(engine=spec, device=device, out_dir=args.out, model_cache=args.model_cache,
                         timeout_s=args.timeout, quick=args.quick, profile=args.profile,
-                        command=common.command_line())
-    print(f"fk capture: stock {spec.name} {version} on {device}, {spec.describe_mode('eager', device)}, "
-          f"{len(chosen)} scenario(s) -> {args.out}", flush=True)
+                        command=common.command_line(), engine_integrity=integrity)
+    print(f"fk capture: {describe(spec.name, integrity[spec.name], version)} on {device}, "
+          f"{spec.describe_mode('eager', device)}, {len(chosen)} scenario(s) -> {args.out}", flush=True)
     failed = 0
     for i, sc in enumerate(chosen, 1):
         print(f"  [{i}/{len(chosen)}] {sc.name}", flush=True)

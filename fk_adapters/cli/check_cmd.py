@@ -6,6 +6,7 @@ import os
 
 from fk_adapters import engines
 from fk_adapters.cli import common
+from fk_adapters.engine_integrity import describe, problems
 
 
 def add_parser(sub):
@@ -26,6 +27,7 @@ def add_parser(sub):
     p.add_argument("--flag-speedup", type=float, default=2.0, help="flag speedups above this for review (%(default)s)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per (plugin, slot) process (%(default)s)")
     p.add_argument("--out", default="reports/check-latest", help="directory for results.json and report.md")
+    common.add_integrity_arg(p)
     return p
 
 
@@ -72,11 +74,24 @@ def run(args) -> int:
     plugins = parse_allowlist(args.plugins) or []
     plugin_slots = {name: sorted(common.kernels_in_engine([name], spec, device)[0]) for name in plugins}
     version = engines.check_installed(spec)
+    integrity = common.verify_engines([spec], args.allow_modified_engine)
     config = {"rounds": args.rounds, "warmup": args.warmup, "repeats": args.repeats, "flag_speedup": args.flag_speedup}
-    print(f"fk check: {', '.join(plugins)} vs. {spec.name} {version} kernels on {device}, "
-          f"{len(workloads)} workload(s) -> {args.out}", flush=True)
+    print(f"fk check: {', '.join(plugins)} vs. {describe(spec.name, integrity[spec.name], version)} kernels "
+          f"on {device}, {len(workloads)} workload(s) -> {args.out}", flush=True)
     results = run_check(spec, plugin_slots, workloads, device, args.out, config, args.timeout, args.max_shapes,
                         command=common.command_line(), engine_version=version,
                         echo=lambda m: print(f"  {m}", flush=True))
+    _add_integrity(args.out, results, integrity)
     common.write_report(args.out, results)
     return 0 if results["verdict"] == "PASS" else 1
+
+
+def _add_integrity(out: str, results: dict, integrity: dict) -> None:
+    """Which engine files the kernels compared against came from; a MODIFIED engine's are not its own: FAIL."""
+    results["engine_integrity"] = integrity
+    results["problems"] = results.get("problems", []) + problems(integrity)
+    if results["problems"]:
+        results["verdict"] = "FAIL"
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)

@@ -88,6 +88,30 @@ def check_device(spec, device: str) -> None:
         raise UsageError(f"engine {spec.name} does not run on {device} here")
 
 
+def add_integrity_arg(p) -> None:
+    p.add_argument("--allow-modified-engine", action="store_true",
+                   help="go on when the engine's files differ from its RECORD (fk doctor): reported as MODIFIED, "
+                        "never as stock, and the verdict is not PASS")
+
+
+def verify_engines(specs, allow: bool, reference: bool = False) -> dict:
+    """{engine: engine_integrity.verify()} of each engine about to run, and of HF transformers (with its role) when it
+    may make the float32 reference; before any starts. An engine that is not stock is refused unless ``allow``."""
+    from fk_adapters import engine_integrity, engines
+    from fk_adapters.cli.main import UsageError
+
+    out = {spec.name: engine_integrity.verify(spec) for spec in specs}
+    if reference and "transformers" not in out:  # the engines' results name it in this role
+        out["transformers"] = dict(engine_integrity.verify(engines.get("transformers")),
+                                   role=engine_integrity.REFERENCE_ROLE)
+    for name, entry in out.items():
+        print(f"  engine files: {engine_integrity.summary(name, entry)}", flush=True)
+    why = engine_integrity.refusal(out)
+    if why and not allow:
+        raise UsageError(why)
+    return out
+
+
 def kernels_in_engine(plugins: list[str], spec, device: str) -> tuple[dict, list[str]]:
     """select_kernels for ``plugins`` as the engine's processes will see them (its environment set)."""
     from unittest import mock

@@ -7,7 +7,8 @@ import os
 from fk_adapters import engines
 from fk_adapters.cli import common
 from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, source_digest
-from fk_adapters.runner.ab import ResumeMismatch, RunConfig, run_suite
+from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
+from fk_adapters.runner.ab import HALF_DTYPES, TRANSFORMERS, ResumeMismatch, RunConfig, run_suite
 
 
 def add_parser(sub):
@@ -42,6 +43,7 @@ def add_parser(sub):
                         "(still reported)")
     p.add_argument("--allow-uncovered", action="store_true",
                    help="do not fail when no scenario's model has a layer for a selected slot (still reported)")
+    common.add_integrity_arg(p)
     return p
 
 
@@ -65,6 +67,14 @@ def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> No
     why = safety.refusals(chosen, *spec.modes(mode, device))
     if why:
         raise UsageError("; ".join(why) + " (use --mode eager)")
+
+
+def _integrity_of(integrity: dict, engine: str, half: bool) -> dict:
+    """The entries of one engine's run: its own, and HF transformers' when it may make the float32 reference."""
+    out = {engine: integrity[engine]}
+    if half and engine != TRANSFORMERS:
+        out[TRANSFORMERS] = dict(integrity[TRANSFORMERS], role=REFERENCE_ROLE)
+    return out
 
 
 def run(args) -> int:
@@ -91,6 +101,8 @@ def run(args) -> int:
         common.check_device(spec, device)
         _refuse_before_start(plugins, spec, device, mode)
         versions[spec.name] = engines.check_installed(spec)
+    half = any(sc.dtype in HALF_DTYPES for sc in chosen)  # a float32 reference run may follow
+    integrity = common.verify_engines(specs, args.allow_modified_engine, reference=half)
     multi = len(specs) > 1
     all_results = []
     for spec in specs:
@@ -103,8 +115,9 @@ def run(args) -> int:
                         profile=device == "cuda" if args.profile is None else args.profile,
                         multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                         baseline_from=base_from, reference_from=ref_from, interleave=args.interleave, force=args.force, code=code,
-                        command=common.command_line())
-        print(f"fk run: {cfg.candidate_label} vs. stock {spec.name} {versions[spec.name]} on {device} ({spec.describe_mode(mode, device)}), "
+                        command=common.command_line(), engine_integrity=_integrity_of(integrity, spec.name, half))
+        print(f"fk run: {cfg.candidate_label} vs. {describe(spec.name, integrity[spec.name], versions[spec.name])} "
+              f"on {device} ({spec.describe_mode(mode, device)}), "
               f"{len(chosen)} scenario(s) -> {out}", flush=True)
         try:
             results = run_suite(cfg, chosen, versions[spec.name], echo=lambda m: print(f"  {m}", flush=True))
@@ -115,7 +128,7 @@ def run(args) -> int:
     if multi:
         combined = {"engines": [r["engine"] for r in all_results], "candidate": all_results[0]["candidate"],
                     "verdict": "PASS" if all(r["verdict"] == "PASS" for r in all_results) else "FAIL",
-                    "runs": all_results}
+                    "engine_integrity": integrity, "runs": all_results}
         with open(os.path.join(args.out, "results.json"), "w") as f:
             json.dump(combined, f, indent=1, default=str)
         common.write_report(args.out, combined)

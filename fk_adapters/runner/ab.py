@@ -10,7 +10,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fk_adapters import __version__, engines, evidence, gpu_share, metrics, probe
+from fk_adapters import __version__, engines, evidence, gpu_share, kernel_names, machine, metrics, probe
+from fk_adapters.engine_integrity import problems as engine_problems
 from fk_adapters.engines import EngineSpec
 from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
 from fk_adapters.scenarios import Scenario, build_job
@@ -19,6 +20,7 @@ from fk_adapters.weights import scenario_checkpoint
 PASSED, INCORRECT, INCONCLUSIVE, NOT_EXERCISED, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT = (
     "PASSED", "INCORRECT", "INCONCLUSIVE", "NOT_EXERCISED", "LOAD_ERROR", "RUNTIME_ERROR", "TIMEOUT")
 NOT_APPLICABLE = "NOT_APPLICABLE"  # no selected slot has a layer in the model: the candidate ran the stock model
+NOT_PROVEN = "NOT_PROVEN"  # a kernel declares profiler names that cannot prove it ran (kernel_names.unproven)
 OK_STATUSES = (PASSED, NOT_APPLICABLE)  # what does not fail a suite
 
 
@@ -45,6 +47,7 @@ class RunConfig:
     code: dict = field(default_factory=dict)  # fk's and the plugins' source digests (and plugin info): part of the run key
     command: str = ""
     extra_env: dict = field(default_factory=dict)
+    engine_integrity: dict = field(default_factory=dict)  # {engine: engine_integrity.verify()}: "stock" only if ok
 
     @property
     def candidate_label(self) -> str:
@@ -81,8 +84,25 @@ class BaselineMismatch(ValueError):
 
 
 def reuse_baseline(prev_out: str, scenario: str, job: dict) -> dict:
-    """The baseline run of an earlier `fk run` (same job: model, prompts, mode, engine args)."""
-    return reuse_run(prev_out, scenario, job, "baseline")
+    """The baseline run of an earlier `fk run` (same job: model, prompts, mode, engine args) made on this same
+    machine hold (``machine.identity``, kept beside each run as MACHINE_FILE), with its age (``reused_age_s``):
+    timings of another machine or hold are not comparable with this one's."""
+    run_dir = os.path.join(prev_out, "logs", scenario, "baseline")
+    try:
+        with open(os.path.join(run_dir, MACHINE_FILE)) as f:
+            made = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        made = {}
+    if not machine.same(made.get("machine"), machine.identity()):
+        raise BaselineMismatch(f"the baseline of {scenario} under {prev_out} was not made on this machine hold "
+                               f"({'it records none' if not made.get('machine') else 'another host, boot or hold'}): "
+                               "its timings are not comparable; run the baseline again here")
+    res = reuse_run(prev_out, scenario, job, "baseline")
+    res["reused_age_s"] = round(time.time() - made["finished"]) if "finished" in made else None
+    return res
+
+
+MACHINE_FILE = "machine.json"
 
 
 def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
@@ -109,7 +129,7 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
 
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
-            "runtime", "gpu_share")
+            "reused_age_s", "runtime", "gpu_share")
     out = {k: res[k] for k in keep if k in res}
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
@@ -144,6 +164,9 @@ def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugi
     res = run_job(engine.python, engine.driver, job, run_dir, env, cfg.timeout_s,
                   echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
     res["loads"] = probe.read_loads(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, MACHINE_FILE), "w") as f:
+        json.dump({"machine": machine.identity(), "finished": time.time()}, f)
     echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
     share, foreign = res.get("gpu_share"), gpu_share.foreign(res)
     if foreign:
@@ -181,7 +204,9 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
     runs: dict = {"baseline": [], "candidate": []}
     if cfg.baseline_from:
         runs["baseline"].append(reuse_baseline(cfg.baseline_from, sc.name, job))
-        echo(f"{sc.name} [baseline] reused from {runs['baseline'][0]['reused_from']}")
+        age = runs["baseline"][0].get("reused_age_s")
+        echo(f"{sc.name} [baseline] reused from {runs['baseline'][0]['reused_from']}"
+             + (f", made {_duration(age)} ago on this machine hold" if age is not None else ""))
     n = _rounds(cfg)
     later = {k: v for k, v in job.items() if k != "profile"}
     plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins}
@@ -198,7 +223,14 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
     return runs, []
 
 
-def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict) -> list[str]:
+def native_names(cfg: RunConfig, base: dict) -> set[str]:
+    """Kernel names the stock engine launches: the baseline's own profile of this job, and the names committed for
+    this engine version (``kernel_names.known_native``)."""
+    return kernel_names.known_native(cfg.engine.name, base.get("engine_version")) | kernel_names.launched(
+        base.get("profile"))
+
+
+def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict, native: set[str] = frozenset()) -> list[str]:
     """Rounds after the first must be what they claim: stock baselines, candidates whose kernels ran where
     round 1's did."""
     out = []
@@ -208,7 +240,7 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict) -> list[str]:
             out.append(f"round {i}: the baseline loaded fk plugins")
         if cfg.aa:
             continue
-        ev = evidence.judge(c, c["loads"], evidence_mode(cfg))
+        ev = evidence.judge(c, c["loads"], evidence_mode(cfg), native)
         missed = sorted(s for s in want if ev["slots"].get(s, {}).get("status") != "exercised")
         if missed:
             out.append(f"round {i}: the plugin kernel did not run for {', '.join(missed)}")
@@ -257,12 +289,13 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         row["failures"] += _round_checks(cfg, runs, {})
         row["status"] = PASSED if not row["failures"] else _wrong_or_unjudged(row["correctness"])
         return row
-    row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg))
+    native = native_names(cfg, base)
+    row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
     row["status"], more = _verdict(row, cand["loads"], cfg.allow_unexercised)
-    unproven = _round_checks(cfg, runs, row["evidence"])
-    row["failures"] += more + unproven
-    if unproven and row["status"] == PASSED:
+    missed = _round_checks(cfg, runs, row["evidence"], native)
+    row["failures"] += more + missed
+    if missed and row["status"] == PASSED:
         row["status"] = NOT_EXERCISED
     notes = _notes(row["evidence"], cand)
     if notes:
@@ -414,6 +447,9 @@ def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str
         return NOT_EXERCISED, ["no kernel of the selected plugins was installed" + (f" ({'; '.join(notes)})" if notes else "")]
     if not row["correctness"]["passed"]:
         return _wrong_or_unjudged(row["correctness"]), []
+    unproven = [f"{s}: {e['proof']}" for s, e in ev["slots"].items() if e["status"] == "not proven"]
+    if unproven:
+        return NOT_PROVEN, [f"kernel names that cannot prove the kernel ran: {'; '.join(unproven)}"]
     if _no_slot_applies(ev["slots"]):
         return NOT_APPLICABLE, []
     unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
@@ -430,7 +466,8 @@ def coverage(rows: list[dict]) -> dict:
     for r in rows:
         for slot, e in r.get("evidence", {}).get("slots", {}).items():
             c = cov.setdefault(slot, {"plugin": e["plugin"], "exercised_in": [], "not_exercised_in": [], "n/a_in": []})
-            key = {"exercised": "exercised_in", "not exercised": "not_exercised_in"}.get(e["status"], "n/a_in")
+            key = {"exercised": "exercised_in", "not exercised": "not_exercised_in",
+                   "not proven": "not_exercised_in"}.get(e["status"], "n/a_in")
             c[key].append(r["scenario"])
     return cov
 
@@ -484,13 +521,15 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     done = finished_rows(cfg, path)
     results = {"fk_version": __version__, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
-               "device": cfg.device, "host": platform.node(), "python": sys.version.split()[0], "mode": cfg.mode,
+               "device": cfg.device, "host": platform.node(), "machine": machine.identity(),
+               "python": sys.version.split()[0], "mode": cfg.mode,
                "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
                "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
                "quick": cfg.quick, "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
                "interleave": _rounds(cfg),
                "run_key": run_key(cfg), "thresholds": metrics.THRESHOLDS,
-               "output_thresholds": metrics.OUTPUT_THRESHOLDS, "scenarios": []}
+               "output_thresholds": metrics.OUTPUT_THRESHOLDS, "engine_integrity": cfg.engine_integrity,
+               "scenarios": []}
     kept = [sc.name for sc in scenarios if sc.name in done]
     if kept:
         echo(f"resuming: {len(kept)} of {len(scenarios)} scenario(s) already finished in {path} "
@@ -532,6 +571,7 @@ def finish(results: dict, cfg: RunConfig) -> None:
     uncovered = [s for s in never if not cov[s]["not_exercised_in"]]  # no scenario's model has a layer for it
     unexercised = [s for s in never if s not in uncovered]
     problems = [f"{r['scenario']}: {r['status']}" for r in rows if r["status"] not in OK_STATUSES]
+    problems += engine_problems(cfg.engine_integrity)  # engines run with --allow-modified-engine
     if unexercised and not cfg.allow_unexercised and not cfg.aa:
         problems.append(f"slots never exercised in this suite: {', '.join(unexercised)}")
     if uncovered and not cfg.allow_uncovered and not cfg.aa:

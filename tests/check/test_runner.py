@@ -107,6 +107,55 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
     assert res["verdict"] == "PASS", p.stdout[-3000:]
 
 
+def _norm_sig(*tensors):
+    return [{"shape": list(shape), "dtype": "float32", "stride": [shape[-1], 1] if len(shape) == 2 else [1]}
+            for shape in tensors] + [{"value": 1e-5}]
+
+
+# What tiny-llama's norms really received in vLLM on CPU (fk capture --quick, its most called signatures).
+REAL_NORM_INPUTS = {
+    "rms_norm": [{"args": _norm_sig((2, 256), (256,)), "calls": 14, "value_stats": {
+        "x": {"mean": -8.7e-4, "std": 0.021, "abs_max": 0.069, "zeros": 0.0, "row_rms": [0.020, 0.0217],
+              "sampled_calls": 8},
+        "weight": {"mean": 1.0, "std": 0.1, "abs_max": 1.35, "zeros": 0.0, "row_rms": [1.006, 1.006],
+                   "sampled_calls": 8}}}],
+    "fused_add_rms_norm": [{"args": _norm_sig((2, 256), (2, 256), (256,)), "calls": 56, "value_stats": {
+        "x": {"mean": 6e-4, "std": 0.038, "abs_max": 0.23, "zeros": 0.0, "row_rms": [0.0187, 0.0655],
+              "sampled_calls": 8},
+        "residual": {"mean": 4.5e-4, "std": 0.046, "abs_max": 0.29, "zeros": 0.0, "row_rms": [0.0202, 0.0771],
+                     "sampled_calls": 8},
+        "weight": {"mean": 1.0, "std": 0.1, "abs_max": 1.35, "zeros": 0.0, "row_rms": [1.006, 1.006],
+                   "sampled_calls": 8}}}],
+}
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_fk_check_at_real_scales_fails_a_norm_that_drops_eps_and_passes_triton(tmp_path):
+    """The eps-less norms (fk-wrong's wrong-eps) fail at the captured and the tiny scale, named in the report; the
+    Triton plugin's norms (TRITON_INTERPRET=1 on CPU) pass every scale."""
+    wl = tmp_path / "wl.json"
+    wl.write_text(json.dumps({"scenario": "tiny-llama", "engine": "vllm", "slots": REAL_NORM_INPUTS}))
+
+    def check(out, plugin):
+        p = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--device",
+                            "cpu", "--workload", str(wl), "--plugins", plugin, "--rounds", "1", "--warmup", "1",
+                            "--repeats", "3", "--out", out], capture_output=True, text=True, cwd=tmp_path,
+                           env=dict(os.environ), timeout=900)
+        return p, json.loads((tmp_path / out / "results.json").read_text()), (tmp_path / out / "report.md").read_text()
+
+    p, res, md = check("eps", "wrong-eps")
+    assert p.returncode == 1 and res["verdict"] == "FAIL", p.stdout[-3000:]
+    for s in res["slots"]:
+        assert s["status"] == "INCORRECT" and {"captured", "tiny"} <= set(s["failed_scales"]), s
+        assert f"wrong-eps:{s['slot']} (tiny-llama): INCORRECT at scale captured" in md
+    assert "captured FAIL, tiny FAIL" in md and "x σ 0.021 peak 0.069 rms 0.02–0.022" in md
+    p, res, md = check("triton", "triton")
+    assert p.returncode == 0 and res["verdict"] == "PASS", p.stdout[-3000:]
+    for s in res["slots"]:
+        assert s["status"] == "PASSED" and set(s["shapes"][0]["scales"]) == {"captured", "tiny", "large", "outlier-row"}
+
+
 HANGS_ON_ONE_SLOT = """
 import time
 from fk_adapters import Kernel, hookimpl

@@ -211,14 +211,14 @@ def test_a_scenario_whose_weights_cannot_be_written_is_recorded_as_failed(monkey
 
 
 def _run_results(tput: float, status: str = "PASSED", aa: bool = False) -> dict:
-    """A minimal fk run results file: one scenario, throughput candidate = tput x baseline over 4 repeats."""
+    """A minimal fk run results file: one scenario, throughput candidate = tput x baseline over 4 interleaved rounds."""
     from fk_adapters import metrics
 
     base = [100.0, 101.0, 99.0, 100.5]
     cand = [x * tput * (1 + e) for x, e in zip(base, (0.002, -0.002, 0.001, -0.001))]
     perf = metrics.ratio(base, cand)
     perf["baseline"]["values"], perf["candidate"]["values"], perf["paired"] = base, cand, True
-    return {"engine": "vllm", "engine_version": "0", "device": "cuda", "mode": "compiled", "aa": aa,
+    return {"engine": "vllm", "engine_version": "0", "device": "cuda", "mode": "compiled", "aa": aa, "interleave": 4,
             "candidate": "baseline (A/A)" if aa else "p", "scenarios": [{
                 "scenario": "s", "dtype": "bfloat16", "status": status, "failures": [],
                 "correctness": {"teacher_forced": {"max_abs": 0.01, "mean_abs": 0.001}},

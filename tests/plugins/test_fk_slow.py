@@ -234,9 +234,8 @@ def test_fk_kernels_declares_both_norm_slots():
         k.validate(SLOTS)
         assert k.factory is not None and k.fn is None
         assert k.devices == ("cuda", "cpu") and k.cuda_graph_safe and k.compile_safe
-        assert k.kernel_names == ("spin_kernel",)
+        assert k.kernel_names == ()  # ATen's spin_kernel is not the plugin's: it cannot prove the plugin ran
         assert k.name == f"engine:{k.slot}+20us"
-    assert all(k.kernel_names == () for k in fk_slow.kernels(0.0))  # no spin launched: no name to find
 
 
 def test_hooks_through_pluggy():
@@ -335,7 +334,7 @@ def test_gpu_graph_capture_replays_the_delay(name):
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_profiler_shows_the_declared_kernel_name():
+def test_gpu_profiler_shows_the_delay_kernel():
     from torch.profiler import ProfilerActivity, profile
 
     slot = SLOTS["rms_norm"]
@@ -347,4 +346,4 @@ def test_gpu_profiler_shows_the_declared_kernel_name():
         fn(*args)
         torch.cuda.synchronize()
     names = {e.name for e in prof.events()}
-    assert any(kern.kernel_names[0] in n for n in names), sorted(names)
+    assert any(fk_slow.SPIN_KERNEL in n for n in names), sorted(names)

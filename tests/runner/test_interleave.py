@@ -1,10 +1,11 @@
 """Interleaved rounds, resuming an interrupted suite: the runner with a fake engine."""
 import json
 import os
+import time
 
 import pytest
 
-from fk_adapters import engines, scenarios
+from fk_adapters import engines, machine, scenarios
 from fk_adapters.runner import ab
 
 
@@ -33,7 +34,7 @@ class FakeEngine:
 def fake(fake_runner, monkeypatch):
     monkeypatch.setattr(ab, "correctness", lambda b, c, dtype: {"passed": True, "failures": []})
 
-    def judge(cand, loads, mode):
+    def judge(cand, loads, mode, native=frozenset()):
         st = "exercised" if cand["calls"] else "not exercised"
         return {"workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
                 "slots": {"rms_norm": {"plugin": "p", "status": st, "calls": cand["calls"]}}}
@@ -204,9 +205,28 @@ def test_a_reused_baseline_brings_the_gpu_watch_of_its_run(fake, tmp_path):
                profile={"requests": 4, "max_tokens": 8})
     base = fake("py", "drv", job, str(prev), {}, 1.0)
     for name, data in (("job.json", job), ("result.json", base),
-                       ("gpu_share.json", {"watched": True, "samples": 3, "foreign": [FOREIGN]})):
+                       ("gpu_share.json", {"watched": True, "samples": 3, "foreign": [FOREIGN]}),
+                       ("machine.json", {"machine": machine.identity(), "finished": time.time() - 90})):
         (prev / name).write_text(json.dumps(data))
     row = ab.run_scenario(_cfg(tmp_path, baseline_from=str(tmp_path / "prev")), sc, echo=lambda m: None)
     assert row["baseline"]["reused_from"] == str(prev)
+    assert 90 <= row["baseline"]["reused_age_s"] < 120
     assert row["perf"]["disturbed"] == ["baseline: another process used the GPU during this run (pid 1234 python3, "
                                         "up to 18482 MiB): its timings are not comparable"]
+
+
+def test_a_baseline_from_another_machine_or_hold_is_not_reused(fake, tmp_path):
+    """Timings of another machine hold are not comparable: the reuse is refused, and one that records no machine too."""
+    sc = scenarios.load("tiny-llama")
+    prev = tmp_path / "prev" / "logs" / sc.name / "baseline"
+    prev.mkdir(parents=True)
+    job = ab.build_job(sc, str(tmp_path / "m"), "eager", False, engine="vllm")
+    (prev / "job.json").write_text(json.dumps(job))
+    (prev / "result.json").write_text(json.dumps(fake("py", "drv", job, str(prev), {}, 1.0)))
+    cfg = _cfg(tmp_path, baseline_from=str(tmp_path / "prev"))
+    with pytest.raises(ab.BaselineMismatch, match="it records none"):
+        ab.run_scenario(cfg, sc, echo=lambda m: None)
+    other = dict(machine.identity(), hold="an earlier hold")
+    (prev / "machine.json").write_text(json.dumps({"machine": other, "finished": time.time()}))
+    with pytest.raises(ab.BaselineMismatch, match="another host, boot or hold"):
+        ab.run_scenario(cfg, sc, echo=lambda m: None)

@@ -43,7 +43,7 @@ class FakeEngine:
 
 @pytest.fixture
 def fake(fake_runner):
-    return fake_runner(FakeEngine(), lambda cand, loads, mode: {
+    return fake_runner(FakeEngine(), lambda cand, loads, mode, native=frozenset(): {
         "workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
         "slots": {"rms_norm": {"plugin": "p", "status": "exercised", "calls": 1}}})
 

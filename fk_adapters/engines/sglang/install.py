@@ -5,14 +5,18 @@ right after every plugin has run. Imports sglang only inside functions.
 """
 from __future__ import annotations
 
+import logging
 import pkgutil
 
 from fk_adapters import ops
+from fk_adapters.engines import calls
 from fk_adapters.engines.sglang import targets
 from fk_adapters.engines.loading import kernel_callable
 from fk_adapters.engines.sglang.natives import NATIVES
 from fk_adapters.kernel import Kernel
 from fk_adapters.tasks import SLOTS
+
+log = logging.getLogger("fk_adapters.sglang")
 
 
 def engine_modes() -> tuple[bool, bool]:
@@ -50,7 +54,9 @@ def _batch_invariant() -> bool:
 def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     """Register one AROUND hook per hooked method (and on its ``__init__`` to count layers).
 
-    Returns {slot: [hooked method paths]}.
+    Where the installed method's signature is not the one its adapter was written for, every call and
+    layer stays stock (counted, with why); parameters the adapter does not know are noted on the path
+    entered (calls passing them stay stock). Returns {slot: [hooked method paths]}.
     """
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -68,12 +74,28 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
         mine = {s: wrapped[s] for s in t.slots if s in wrapped}
         if not mine:
             continue
-        HookRegistry.register(t.path, targets.make_hook(t, mine), HookType.AROUND)
-        HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls)), HookType.AROUND)
+        drift, note = _drift(t)
+        HookRegistry.register(t.path, targets.make_hook(t, mine, drift), HookType.AROUND)
+        HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls), drift),
+                              HookType.AROUND)
         for s in mine:
-            entered[s].append(t.path)
+            entered[s].append(t.path + (f" ({note})" if note else ""))
     return entered
 
 
 def _host(path: str):
     return lambda: pkgutil.resolve_name(path)
+
+
+def _drift(t: targets.Target) -> tuple[str, str]:
+    """The installed SGLang's signature of the hooked method against the one its adapter was written for:
+    (why no call can route, ""; a note on parameters the adapter does not know, "")."""
+    try:
+        cls = pkgutil.resolve_name(t.cls)  # SGLang resolves it right after the plugins load, to apply the hooks
+    except (ImportError, AttributeError) as exc:
+        log.warning("fk-adapters: cannot read %s to check its signature: %s", t.cls, exc)
+        return "", ""
+    drift, note = calls.drift(t.params, cls, (t.method,))
+    for why in filter(None, (drift, note)):
+        log.warning("fk-adapters: %s", why)
+    return drift, note

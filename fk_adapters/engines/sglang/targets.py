@@ -4,10 +4,12 @@ Pure Python: nothing here imports sglang. On CUDA every SGLang op (``MultiPlatfo
 dispatches to ``forward_cuda``; each :class:`Target` is one such method, wrapped by an
 AROUND hook (``make_hook``). The hook gets ``(original, self, *args, **kwargs)``; the
 target's adapter turns that call into one slot call and returns what SGLang's own
-method returns. A call the slot interface does not cover yields :class:`Stock` and the
-hook runs ``original`` (SGLang's stock path), counted in ``probe.not_routed``: such
-calls are never claimed as the plugin's. Always call ``original``, never a saved
-reference: SGLang rebinds every module attribute that *is* the patched object.
+method returns. The adapter's own parameters are the call's it knows: a call with any
+other argument (SGLang 0.5.23's ``quant_linear``, an extra positional), or one the slot
+interface does not cover, yields :class:`Stock` and the hook runs ``original`` (SGLang's
+stock path) with every argument, counted in ``probe.not_routed``: such calls are never
+claimed as the plugin's. Always call ``original``, never a saved reference: SGLang
+rebinds every module attribute that *is* the patched object.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fk_adapters import probe, safety
+from fk_adapters.engines import calls
 
 NOT_SELECTED = ""  # Stock reason: no kernel chosen for this slot (not counted)
 
@@ -31,9 +34,18 @@ class Stock:
 class Target:
     cls: str  # dotted path of the class whose method is hooked
     slots: tuple[str, ...]
-    adapter: Callable  # adapter(ops, self, *args, **kwargs) -> SGLang's result | Stock
+    adapter: Callable  # adapter(ops, self, <the call's arguments it knows>) -> SGLang's result | Stock
     layer_check: Callable = lambda layer: ""  # why a built layer can never route ("" if it can)
     method: str = "forward_cuda"
+    slot_of: Callable | None = None  # slot_of(args, kwargs): the slot a call is for, where there are several
+
+    @property
+    def params(self) -> calls.Params:
+        """The call arguments the adapter knows (after ``ops`` and the layer)."""
+        return calls.Params.of(self.adapter, skip=2)
+
+    def slot(self, args: tuple, kwargs: dict) -> str:
+        return self.slot_of(args, kwargs) if self.slot_of else self.slots[0]
 
     @property
     def path(self) -> str:
@@ -50,12 +62,6 @@ class Runtime:
     batch_invariant: Callable[[], bool] = staticmethod(lambda: False)
 
 
-def _extra(more: tuple, extra: dict) -> str:
-    if more or extra:
-        return "unknown arguments " + ", ".join([f"#{i}" for i in range(len(more))] + sorted(extra))
-    return ""
-
-
 def _weight(layer):
     w = layer.weight
     return getattr(w, "data", w)
@@ -69,7 +75,7 @@ def rms_layer_check(layer) -> str:
     return ""
 
 
-def rms_norm(ops, layer, x, residual=None, post_residual_addition=None, *more, **extra):
+def rms_norm(ops, layer, x, residual=None, post_residual_addition=None):
     """RMSNorm.forward_cuda(x, residual=None, post_residual_addition=None).
 
     No residual: returns a new tensor (x of any rank is flattened to 2D, as SGLang does).
@@ -80,7 +86,7 @@ def rms_norm(ops, layer, x, residual=None, post_residual_addition=None, *more, *
     if op is None:
         return Stock(slot)
     w = _weight(layer)
-    why = (rms_layer_check(layer) or _extra(more, extra)
+    why = (rms_layer_check(layer)
            or ("post_residual_addition" if post_residual_addition is not None else "")
            or ("empty input" if x.numel() == 0 else "")
            or ("batch-invariant mode" if Runtime.batch_invariant() else "")
@@ -102,27 +108,31 @@ def rms_norm(ops, layer, x, residual=None, post_residual_addition=None, *more, *
     return op(x, w, eps)
 
 
-def _gated_check(x, more, extra) -> str:
-    return _extra(more, extra) or ("empty input" if x.numel() == 0 else "") or (
-        "odd last dimension" if x.shape[-1] % 2 else "")
+def rms_slot(args: tuple, kwargs: dict) -> str:
+    residual = args[1] if len(args) > 1 else kwargs.get("residual")
+    return "rms_norm" if residual is None else "fused_add_rms_norm"
 
 
-def silu_and_mul(ops, layer, x, *more, **extra):
+def _gated_check(x) -> str:
+    return ("empty input" if x.numel() == 0 else "") or ("odd last dimension" if x.shape[-1] % 2 else "")
+
+
+def silu_and_mul(ops, layer, x):
     """SiluAndMul.forward_cuda(x) -> new tensor [..., d]."""
     op = ops.get("silu_and_mul")
     if op is None:
         return Stock("silu_and_mul")
-    why = _gated_check(x, more, extra)
+    why = _gated_check(x)
     return Stock("silu_and_mul", why) if why else op(x)
 
 
-def gelu_and_mul(ops, layer, x, *more, **extra):
+def gelu_and_mul(ops, layer, x):
     """GeluAndMul.forward_cuda(x) -> new tensor; ``layer.approximate`` is "none" or "tanh"."""
     op = ops.get("gelu_and_mul")
     if op is None:
         return Stock("gelu_and_mul")
     approximate = getattr(layer, "approximate", None)
-    why = _gated_check(x, more, extra) or (
+    why = _gated_check(x) or (
         "" if approximate in ("none", "tanh") else f"approximate={approximate!r}")
     return Stock("gelu_and_mul", why) if why else op(x, approximate)
 
@@ -132,8 +142,7 @@ def rotary_layer_check(layer) -> str:
     return "" if width == layer.rotary_dim else f"cos_sin_cache width {width} != rotary_dim {layer.rotary_dim}"
 
 
-def rotary_embedding(ops, layer, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None,
-                     *more, **extra):
+def rotary_embedding(ops, layer, positions, query, key, offsets=None, fused_set_kv_buffer_arg=None):
     """RotaryEmbedding.forward_cuda(positions, query, key, offsets=None, fused_set_kv_buffer_arg=None).
 
     In place on query and key; returns ``(query, key)``. The cache is passed as SGLang holds
@@ -143,7 +152,7 @@ def rotary_embedding(ops, layer, positions, query, key, offsets=None, fused_set_
     if op is None:
         return Stock("rotary_embedding")
     cache = layer.cos_sin_cache
-    why = (rotary_layer_check(layer) or _extra(more, extra)
+    why = (rotary_layer_check(layer)
            or ("fused_set_kv_buffer_arg (fused KV-cache write)" if fused_set_kv_buffer_arg is not None else "")
            or ("offsets" if offsets is not None else "")
            or ("key is None" if key is None else "")
@@ -159,7 +168,8 @@ def rotary_embedding(ops, layer, positions, query, key, offsets=None, fused_set_
 
 _L = "sglang.srt.layers."
 TARGETS: tuple[Target, ...] = (
-    Target(_L + "layernorm.RMSNorm", ("rms_norm", "fused_add_rms_norm"), rms_norm, rms_layer_check),
+    Target(_L + "layernorm.RMSNorm", ("rms_norm", "fused_add_rms_norm"), rms_norm, rms_layer_check,
+           slot_of=rms_slot),
     Target(_L + "activation.SiluAndMul", ("silu_and_mul",), silu_and_mul),
     Target(_L + "activation.GeluAndMul", ("gelu_and_mul",), gelu_and_mul),
     Target(_L + "rotary_embedding.base.RotaryEmbedding", ("rotary_embedding",), rotary_embedding, rotary_layer_check),
@@ -204,15 +214,19 @@ def _compiling() -> bool:
         return False
 
 
-def make_hook(target: Target, ops: dict) -> Callable:
-    """The AROUND hook for ``target.path``: route to the slot op, or run SGLang's original."""
-    adapter = target.adapter
+def make_hook(target: Target, ops: dict, drift: str = "") -> Callable:
+    """The AROUND hook for ``target.path``: route to the slot op, or run SGLang's original with every argument.
+
+    ``drift``: why no call can be trusted to the adapter (the in-tree signature is not the one it knows)."""
+    adapter, params = target.adapter, target.params
 
     def hook(original, *args, **kwargs):
-        out = adapter(ops, *args, **kwargs)
+        call = args[1:]  # after the layer
+        why = drift or calls.unknown(params, call, kwargs)
+        out = Stock(target.slot(call, kwargs), why) if why else adapter(ops, *args, **kwargs)
         if isinstance(out, Stock):
-            if out.why and not _compiling():  # no Python side effects inside a traced region
-                probe.not_routed[f"{out.slot} (call: {out.why})"] += 1
+            if out.why and out.slot in ops:
+                calls.left_stock(out.slot, out.why)
             return original(*args, **kwargs)
         return out
 
@@ -220,13 +234,13 @@ def make_hook(target: Target, ops: dict) -> Callable:
     return hook
 
 
-def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], type]) -> Callable:
+def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], type], drift: str = "") -> Callable:
     """AROUND hook for ``target.init_path``: count layers built that can (or never can) route."""
 
     def hook(original, layer, *args, **kwargs):
         original(layer, *args, **kwargs)
         cls = host()
-        why = layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
+        why = drift or layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
         probe.layer_built(slots, why)
 
     return hook

@@ -4,12 +4,15 @@ transformers has no op registry: each module whose math is a catalog slot gets i
 the instance (its class and transformers' files stay untouched). A candidate is routed only after its own
 forward and the slot's native (``natives.py``) agree on a seeded input, so a look-alike with other math
 (Gemma's ``1 + w`` norm, BitNet's MLP with its sub-norm) stays stock and is counted in ``probe.not_routed``.
+A routed forward takes the module's one input alone: a call with any other argument runs the module's own
+forward with every argument, counted in ``probe.not_routed`` with why.
 """
 from __future__ import annotations
 
 import torch
 
 from fk_adapters import ops, probe
+from fk_adapters.engines import calls
 from fk_adapters.engines.loading import kernel_callable
 from fk_adapters.engines.transformers.natives import NATIVES
 from fk_adapters.tasks import SLOTS
@@ -45,26 +48,39 @@ def _eps_attr(m) -> str | None:
     return None
 
 
+def _checked(m, slot: str, routed, original):
+    """``routed(x)`` for a call with the module's one input alone (by position or by its own name); any other
+    call runs the module's own ``original`` with every argument, counted with why."""
+    params = calls.Params(calls.Params.of(original, skip=0).names[:1], 1)
+    where = type(m).__name__
+
+    def forward(*args, **kwargs):
+        why = calls.unknown(params, args, kwargs)
+        if why:
+            calls.left_stock(slot, f"{where}: {why}")
+            return original(*args, **kwargs)
+        return routed(args[0] if args else kwargs[params.names[0]])
+
+    return forward
+
+
 def _rms_forward(m, fn, original, eps_attr: str):
     label = f"rms_norm ({type(m).__name__}: called with an input dtype other than its weight's)"
 
-    def forward(hidden_states, *args, **kwargs):
-        if args or kwargs or hidden_states.dtype != m.weight.dtype:
-            if not (args or kwargs):
-                probe.not_routed[label] += 1
-            return original(hidden_states, *args, **kwargs)
+    def routed(hidden_states):
+        if hidden_states.dtype != m.weight.dtype:
+            probe.not_routed[label] += 1
+            return original(hidden_states)
         return fn(hidden_states, m.weight, float(getattr(m, eps_attr)))
 
-    return forward
+    return _checked(m, "rms_norm", routed, original)
 
 
-def _mlp_forward(m, fn, extra: tuple, original):
-    def forward(x, *args, **kwargs):
-        if args or kwargs:
-            return original(x, *args, **kwargs)
+def _mlp_forward(m, fn, slot: str, extra: tuple, original):
+    def routed(x):
         return m.down_proj(fn(torch.cat([m.gate_proj(x), m.up_proj(x)], dim=-1), *extra))
 
-    return forward
+    return _checked(m, slot, routed, original)
 
 
 def candidate(m) -> tuple[str | None, str, object] | None:
@@ -87,7 +103,7 @@ def candidate(m) -> tuple[str | None, str, object] | None:
         if act is None:
             return None, f"activation {type(m.act_fn).__name__} is neither SiLU nor GELU", None
         slot, extra = act
-        return slot, "", lambda fn, original: _mlp_forward(m, fn, extra, original)
+        return slot, "", lambda fn, original: _mlp_forward(m, fn, slot, extra, original)
     return None
 
 

@@ -1,12 +1,17 @@
 """Install selected plugin kernels into vLLM's CustomOp slots (out-of-tree replacement)."""
 from __future__ import annotations
 
+import logging
+
 from fk_adapters import ops, safety
+from fk_adapters.engines import calls
 from fk_adapters.engines.vllm import layers
 from fk_adapters.engines.loading import kernel_callable
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
 from fk_adapters.tasks import SLOTS
+
+log = logging.getLogger("fk_adapters.vllm")
 
 
 def _rotary_classes():
@@ -61,7 +66,9 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     """Register a replacement class for every in-tree class hosting a chosen slot.
 
     Each replacement checks, when the model builds it, that its kernel is declared safe for the
-    engine's mode (compiled, CUDA graphs) and refuses to be built otherwise.
+    engine's mode (compiled, CUDA graphs) and refuses to be built otherwise. Where an in-tree signature
+    is not the one the replacement was written for, its layers stay stock (counted, with why); in-tree
+    parameters it does not know are noted on the class entered (calls passing them stay stock).
     Returns {slot: [in-tree class names it entered through]}.
     """
     from vllm.model_executor.custom_op import CustomOp, op_registry_oot
@@ -79,7 +86,10 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
                                    f"({op_registry_oot[base.__name__].__qualname__}); refusing to stack another")
             cls = _guarded(build(base, mine), {s: chosen[s] for s in mine})
             cls.__name__ = cls.__qualname__ = f"Fk{base.__name__}"
+            cls._fk_drift, note = calls.drift(cls._fk_params, base, layers.IN_TREE_METHODS)
+            for why in filter(None, (cls._fk_drift, note)):
+                log.warning("fk-adapters: %s", why)
             CustomOp.register_oot(_decorated_op_cls=cls, name=base.__name__)
             for s in mine:
-                entered[s].append(base.__name__)
+                entered[s].append(base.__name__ + (f" ({note})" if note else ""))
     return entered

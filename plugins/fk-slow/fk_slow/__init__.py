@@ -9,6 +9,8 @@ Results are the engine kernel's own, bit for bit (correctness passes); each call
   with them. ``cycles`` = delay x the SM clock (see :func:`cycles_per_us`).
 - CPU tensors: a ``time.perf_counter`` busy-wait after the (synchronous) engine op.
 
+It declares no profiler kernel names: ``spin_kernel`` is ATen's, not this plugin's, so it cannot prove the plugin ran
+(fk_adapters/kernel_names.py), and both slots launch it. Its proof of run is its op's calls (eager, graph capture).
 fk wraps the kernel as an opaque torch custom op (``fk_slow::<slot>``): torch.compile sees its
 fake implementation only and never traces into the delay, and every call goes through the op's
 body, which is where fk's probe counts it. See README.md for calibrating the end-to-end slowdown.
@@ -156,7 +158,6 @@ def kernels(delay_us: float) -> list[Kernel]:
 
     return [Kernel(slot=s, factory=factory, name=f"engine:{s}+{delay_us:g}us", devices=("cuda", "cpu"),
                    cuda_graph_safe=True, compile_safe=True,
-                   kernel_names=(SPIN_KERNEL,) if delay_us > 0 else (),
                    description=f"the engine's own {s}, then a {delay_us:g} us delay ({ENV})",
                    extra={"delay_us": delay_us}) for s in SLOTS]
 

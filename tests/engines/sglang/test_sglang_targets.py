@@ -120,7 +120,7 @@ def test_fused_add_rms_norm_in_place_returns_x_and_residual():
     ({"cast_x_before_out_mul": True}, {}, "cast_x_before_out_mul"),
     ({"weight": torch.nn.Parameter(torch.ones(8, dtype=torch.float16))}, {}, "weight dtype"),
     ({}, {"residual_dtype": torch.float16}, "residual dtype"),
-    ({}, {"surprise": 1}, "unknown arguments"),
+    ({}, {"surprise": 1}, "unknown argument 'surprise'"),
 ])
 def test_rms_norm_unsupported_calls_run_stock_and_are_counted(layer_kw, call_kw, why):
     op = Recorder()
@@ -132,6 +132,92 @@ def test_rms_norm_unsupported_calls_run_stock_and_are_counted(layer_kw, call_kw,
     assert not op.calls
     assert seen == [((layer, x), kw)]  # the original gets the call exactly as SGLang made it
     assert any(k.startswith("fused_add_rms_norm (call: ") and why in k for k in probe.not_routed)
+
+
+def _call_for(slot):
+    """(layer, the call's arguments after the layer with every known one given by position) for one slot."""
+    x = torch.randn(3, 8)
+    if slot == "rotary_embedding":
+        return rope_layer(), (torch.arange(3), torch.randn(3, 64), torch.randn(3, 32), None, None)
+    if slot in ("silu_and_mul", "gelu_and_mul"):
+        return types.SimpleNamespace(approximate="none"), (x,)
+    return rms_layer(), (x, torch.randn(3, 8) if slot == "fused_add_rms_norm" else None, None)
+
+
+@pytest.mark.parametrize("slot", sorted(SLOTS))
+@pytest.mark.parametrize("extra_args, extra_kwargs, why", [
+    ((), {"quant_linear": object()}, "unknown argument 'quant_linear'"),  # SGLang 0.5.23's RMSNorm.forward_cuda
+    ((object(),), {}, "positional arguments, knows"),
+])
+def test_an_unseen_argument_reaches_sglangs_original_unchanged(slot, extra_args, extra_kwargs, why):
+    layer, args = _call_for(slot)
+    op = Recorder()
+    original, seen = original_recorder()
+    assert hook_for(slot, op)(original, layer, *args, *extra_args, **extra_kwargs) == "stock"
+    assert not op.calls
+    assert seen == [((layer, *args, *extra_args), extra_kwargs)]
+    ((key, n),) = probe.not_routed.items()
+    assert key.startswith(f"{slot} (call: ") and why in key and n == 1
+
+
+def test_a_call_missing_an_argument_the_adapter_needs_goes_stock_not_a_type_error():
+    op, (original, seen) = Recorder(), original_recorder()
+    layer, pos, q = rope_layer(), torch.arange(3), torch.randn(3, 64)
+    assert hook_for("rotary_embedding", op)(original, layer, pos, q) == "stock"  # a newer SGLang: key optional
+    assert seen == [((layer, pos, q), {})] and not op.calls
+    assert probe.not_routed == {"rotary_embedding (call: missing argument 'key')": 1}
+
+
+def test_a_drifted_signature_leaves_every_call_and_layer_stock():
+    why = "in-tree RMSNorm.forward_cuda(x, quant_linear, residual) is not the (x, residual) fk was written for"
+    t = targets.by_slot()["rms_norm"]
+    op, (original, seen) = Recorder(), original_recorder()
+    assert targets.make_hook(t, {"rms_norm": op}, why)(original, rms_layer(), torch.randn(3, 8)) == "stock"
+    assert not op.calls and len(seen) == 1 and probe.not_routed == {f"rms_norm (call: {why})": 1}
+
+    class Host:
+        def forward_cuda(self, x):
+            return x
+
+    def init(layer):
+        layer._forward_method = layer.forward_cuda
+
+    targets.make_init_hook(t, ("rms_norm",), lambda: Host, why)(init, Host())
+    assert probe.not_routed[f"rms_norm ({why})"] == 1 and probe.stock_layers == {"rms_norm": 1}
+
+
+def test_install_reads_the_installed_signature(monkeypatch):
+    from fk_adapters.engines.sglang import install
+
+    class RMSNorm:
+        def forward_cuda(self, x, residual=None, post_residual_addition=None, quant_linear=None):
+            pass
+
+    class Reordered:
+        def forward_cuda(self, x, quant_linear=None, residual=None):
+            pass
+
+    t = targets.by_slot()["rms_norm"]
+    monkeypatch.setattr(install.pkgutil, "resolve_name", lambda path: RMSNorm)
+    assert install._drift(t) == ("", "in-tree RMSNorm also takes 'quant_linear': calls passing it stay stock")
+    monkeypatch.setattr(install.pkgutil, "resolve_name", lambda path: Reordered)
+    assert install._drift(t)[0].startswith("in-tree Reordered.forward_cuda(x, quant_linear, residual) is not the")
+
+
+def test_under_torch_compile_the_hook_goes_stock_and_counts_the_trace():
+    """SGLang's tc_piecewise backend traces forward_cuda: the check and its count must not break a fullgraph trace."""
+    hook = hook_for("rms_norm", Recorder())
+    layer = torch.nn.Module()
+    layer.weight, layer.variance_epsilon = torch.nn.Parameter(torch.ones(8)), 1e-5
+    layer.variance_size_override, layer.cast_x_before_out_mul = None, False
+
+    def original(layer, x, quant_linear=None):
+        return x * quant_linear
+
+    compiled = torch.compile(lambda x, q: hook(original, layer, x, quant_linear=q), fullgraph=True, backend="aot_eager")
+    for _ in range(3):
+        assert torch.equal(compiled(torch.ones(3, 8), torch.full((3, 8), 5.0)), torch.full((3, 8), 5.0))
+    assert probe.not_routed == {"rms_norm (call, counted once per compiled trace: unknown argument 'quant_linear')": 1}
 
 
 def test_batch_invariant_mode_and_empty_input_go_stock():

@@ -106,6 +106,52 @@ def test_look_alikes_stay_stock_with_the_reason():
                                 "(e.g. 1 + weight offset, an extra norm or scale))": 2}  # its ffn_sub_norm
 
 
+class NewerRMSNorm(torch.nn.Module):
+    """A transformers RMSNorm whose forward takes one more argument than fk knows."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight, self.variance_epsilon, self.seen = torch.nn.Parameter(torch.rand(8) + 0.5), 1e-6, []
+
+    def forward(self, hidden_states, quant_linear=None):
+        self.seen.append((hidden_states, quant_linear))
+        return natives.rms_norm(hidden_states, self.weight, self.variance_epsilon)
+
+
+class NewerMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = (torch.nn.Linear(8, 16), torch.nn.Linear(8, 16),
+                                                        torch.nn.Linear(16, 8))
+        self.act_fn, self.seen = torch.nn.SiLU(), []
+
+    def forward(self, x, quant_linear=None):
+        self.seen.append((x, quant_linear))
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+@pytest.mark.parametrize("extra_args, extra_kwargs, why", [
+    ((), {"quant_linear": object()}, "unknown argument 'quant_linear'"),
+    ((object(),), {}, "2 positional arguments, knows 1"),
+])
+def test_an_unseen_argument_reaches_the_modules_own_forward_unchanged(extra_args, extra_kwargs, why):
+    holder = torch.nn.Sequential(NewerRMSNorm(), NewerMLP())
+    entered = install.route(holder, ops_for("tfx_drift", {"rms_norm": natives.rms_norm,
+                                                           "silu_and_mul": natives.silu_and_mul}))
+    assert entered == {"rms_norm": ["NewerRMSNorm"], "silu_and_mul": ["NewerMLP (gate/up concatenated)"]}
+    x = torch.randn(2, 8)
+    for (slot, m), name in zip((("rms_norm", holder[0]), ("silu_and_mul", holder[1])), ("hidden_states", "x")):
+        m.seen.clear()
+        m(x, *extra_args, **extra_kwargs)
+        assert len(m.seen) == 1 and m.seen[0][0] is x
+        assert m.seen[0][1] is (extra_args or [extra_kwargs["quant_linear"]])[0]
+        (n,) = [n for k, n in probe.not_routed.items() if k.startswith(f"{slot} (call: {type(m).__name__}: {why}")]
+        assert n == 1
+        m(**{name: x})  # the one input by its own name: routed
+        assert len(m.seen) == 1
+    assert probe.calls == {"tfx_drift:rms_norm": 1, "tfx_drift:silu_and_mul": 1}  # only the known calls
+
+
 def test_gelu_flavours_map_to_approximate():
     from torch import nn
     from transformers import activations as A

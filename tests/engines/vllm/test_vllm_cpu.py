@@ -165,6 +165,12 @@ def test_capture_records_every_call_signature(tmp_path):
     rope = wl["slots"]["rotary_embedding"]
     assert {r["args"][5]["value"] for r in rope} == {True}  # is_neox: Llama is neox style
     assert {r["args"][3]["value"] for r in rope} == {32}  # head_size
+    for slot, acts in (("rms_norm", {"x", "weight"}), ("fused_add_rms_norm", {"x", "residual", "weight"}),
+                       ("silu_and_mul", {"x"}), ("rotary_embedding", {"query", "key"})):
+        for r in wl["slots"][slot]:  # every signature with its inputs' value statistics, for fk check
+            assert set(r["value_stats"]) == acts and all(v["sampled_calls"] >= 1 for v in r["value_stats"].values())
+    norm_x = [r["value_stats"]["x"] for r in wl["slots"]["rms_norm"]]
+    assert all(0 < v["row_rms"][0] <= v["row_rms"][1] < 1 and v["std"] > 0 for v in norm_x)  # small, not N(0, 1)
     tokens = {r["args"][0]["shape"][0] for r in wl["slots"]["rms_norm"]}
     assert 1 in tokens and max(tokens) >= 24  # decode steps and (possibly split) prefills, exact eager sizes
     assert "tiny-llama: " in p.stdout and "-> " + str(out / "tiny-llama" / "vllm.json") in p.stdout
@@ -229,3 +235,46 @@ def test_transformers_float32_reference_equals_vllms_own_where_both_run(tmp_path
     assert other["tokens"] == own["tokens"]
     diffs = [abs(a - b) for ra, rb in zip(own["teacher_logprobs"], other["teacher_logprobs"]) for a, b in zip(ra, rb)]
     assert diffs and max(diffs) < 1e-4
+
+
+# ----------------------------------------------------------------------- verdicts that must not flatter a plugin
+
+
+def test_a_plugin_borrowing_the_engines_kernel_names_is_not_proven(tmp_path):
+    """fk-wrong's `borrow`: every slot is vLLM's own kernel, declared under vLLM's kernel names. Its calls ran (eager)
+    and its outputs are the stock engine's, but its declared names are not its own: NOT_PROVEN, never PASSED."""
+    p, res = fk_run(tmp_path, "--plugins", "borrow", "--scenario", "tiny-llama", "--no-multiprocessing", "--quick",
+                    "--allow-uncovered", "--allow-unexercised")
+    assert p.returncode == 1 and res is not None, p.stderr[-3000:]
+    row = res["scenarios"][0]
+    assert row["status"] == "NOT_PROVEN" and res["verdict"] == "FAIL", row["failures"]
+    assert row["correctness"]["passed"]  # the engine's own kernels: exact
+    slots = row["evidence"]["slots"]
+    assert {e["status"] for e in slots.values()} == {"not proven"}
+    assert "'rms_norm_kernel' is not defined by the plugin" in slots["rms_norm"]["proof"]
+    assert "declared for gelu_and_mul too" in slots["silu_and_mul"]["proof"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "NOT_PROVEN" in report
+
+
+def test_a_plugin_broken_only_inside_the_engine_fails_the_run_with_its_error(tmp_path):
+    """`broken-in-engine` loads in fk's process but raises in vLLM's; passthrough after it serves every slot. The run
+    must not read PASS with the broken plugin never mentioned."""
+    p, res = fk_run(tmp_path, "--plugins", "broken-in-engine,passthrough", "--scenario", "tiny-llama",
+                    "--no-multiprocessing", "--quick", "--allow-uncovered")
+    assert p.returncode == 1 and res is not None, p.stderr[-3000:]
+    row = res["scenarios"][0]
+    assert row["status"] == "LOAD_ERROR" and res["verdict"] == "FAIL"
+    assert any("plugin 'broken-in-engine' failed to load" in f and "refuses to load inside vllm" in f
+               for f in row["failures"]), row["failures"]
+    assert "refuses to load inside vllm" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_single_pair_shows_no_interval_and_its_score_is_not_significant(tmp_path):
+    """One engine process per side: the passthrough's ratios carry no interval and the aggregates say why."""
+    p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-llama", "--no-multiprocessing",
+                    "--quick", "--allow-uncovered")
+    assert p.returncode == 0 and res["scenarios"][0]["status"] == "PASSED", p.stderr[-3000:]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "none (single pair)" in report and "**not significant**" in report
+    assert "No interval, no significance: one engine process per side" in report

@@ -1,0 +1,169 @@
+"""Which profiler kernel names can prove that a plugin's kernel ran.
+
+A declared name counts only when (a) the plugin's own distribution defines it (a ``@triton.jit`` function in its
+Python modules, or a symbol in one of its shared libraries), (b) the stock engine does not launch a kernel of that
+name (the baseline's own profile of the same job, and the names committed in ``native_kernels.json``), and (c) no
+other installed slot declares it too. A profiled kernel matches a name exactly: its qualified name
+(``vllm::rms_norm_kernel``) or that name's last part (``rms_norm_kernel``), never a substring, so
+``rms_norm_kernel`` cannot match ``fused_add_rms_norm_kernel``.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import mmap
+import pathlib
+import re
+from importlib import metadata
+
+_IDENT = re.compile(r"[A-Za-z0-9_:]+$")
+_LIB_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".cubin", ".fatbin")
+_JIT_DECORATORS = ("jit", "autotune", "heuristics")
+NATIVE_FILE = pathlib.Path(__file__).with_name("native_kernels.json")
+
+
+def qualified(kernel: str) -> str:
+    """The function's qualified name in a profiler kernel name: ``void ns::k<T, 8>(T*, long)`` -> ``ns::k``."""
+    name = kernel.strip()
+    if name.endswith(")"):
+        depth, i = 0, len(name) - 1
+        while i >= 0:  # back to the '(' that opens the parameter list
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                break
+            i -= 1
+        name = name[:i]
+    if name.endswith(">"):
+        depth, i = 0, len(name) - 1
+        while i >= 0:  # back over the function's template arguments
+            depth += {">": 1, "<": -1}.get(name[i], 0)
+            if depth == 0:
+                break
+            i -= 1
+        name = name[:i]
+    m = _IDENT.search(name)
+    return m.group(0) if m else name
+
+
+def matches(declared: str, kernel: str) -> bool:
+    q = qualified(kernel)
+    return declared in (q, q.rsplit("::", 1)[-1])
+
+
+def hits(profile: list[dict] | None, names) -> int:
+    """Launches, over per-process profiles ``[{"kernels": {name: count}}]``, of kernels matching one of ``names``."""
+    names = list(names)
+    if not profile or not names:
+        return 0
+    return sum(n for p in profile for k, n in p.get("kernels", {}).items() if any(matches(d, k) for d in names))
+
+
+def launched(profile: list[dict] | None) -> set[str]:
+    """Every kernel name a profile saw, as full names."""
+    return {k for p in profile or [] for k in p.get("kernels", {})}
+
+
+# ----------------------------------------------------------------------------------- (a) the plugin defines it
+
+def _jit_functions(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                target = dec.func if isinstance(dec, ast.Call) else dec
+                last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+                if last in _JIT_DECORATORS:
+                    out.add(node.name)
+    return out
+
+
+def _in_library(path: pathlib.Path, name: str) -> bool:
+    """``name`` as a whole symbol in a binary: plain (extern "C", a cubin's entry) or length-prefixed (mangled C++)."""
+    last = name.rsplit("::", 1)[-1].encode()
+    pattern = re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(last) + rb"(?![A-Za-z0-9_])|"
+                         + rb"(?<![0-9])" + re.escape(str(len(last)).encode() + last))
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return pattern.search(data) is not None
+    except (OSError, ValueError):
+        return False
+
+
+def _package_files(module: str, dist: metadata.Distribution | None) -> list[pathlib.Path]:
+    """The files of the plugin's top-level package (the entry point's), and of its distribution where it lists them."""
+    files: list[pathlib.Path] = []
+    spec = importlib.util.find_spec(module.split(".")[0])
+    if spec is not None and spec.origin:
+        origin = pathlib.Path(spec.origin)
+        root = origin.parent if spec.submodule_search_locations else origin
+        files += [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else [root]
+    for f in (dist.files or []) if dist is not None else []:
+        if f.suffix in (".py",) + _LIB_SUFFIXES:
+            files.append(pathlib.Path(f.locate()))
+    return sorted({p.resolve() for p in files if p.exists()})
+
+
+def defined(module: str, dist: metadata.Distribution | None, names) -> list[str]:
+    """The names among ``names`` that the plugin's own files define (see the module docstring)."""
+    want = [n for n in dict.fromkeys(names)]
+    if not want:
+        return []
+    files = _package_files(module, dist)
+    jit: set[str] = set()
+    for f in files:
+        if f.suffix == ".py":
+            jit |= _jit_functions(f.read_text(errors="replace"))
+    found = []
+    for n in want:
+        last = n.rsplit("::", 1)[-1]
+        if last in jit or any(f.suffix in _LIB_SUFFIXES and _in_library(f, n) for f in files):
+            found.append(n)
+    return found
+
+
+# ----------------------------------------------------------------------------------- (b) the engine launches it
+
+def known_native(engine: str, version: str | None) -> set[str]:
+    """Kernel names the stock engine ``engine`` ``version`` was seen launching (committed, from GPU profiles)."""
+    try:
+        data = json.loads(NATIVE_FILE.read_text())
+    except (OSError, ValueError):
+        return set()
+    return set(data.get("engines", {}).get(engine, {}).get(version or "", []))
+
+
+def native_matches(name: str, native: set[str]) -> list[str]:
+    return sorted(k for k in native if matches(name, k))
+
+
+# ----------------------------------------------------------------------------------- the verdict on declared names
+
+def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str]], native: set[str]) -> dict:
+    """{slot: [why each failing name cannot prove the slot's kernel ran]} for the slots with a failing name.
+
+    ``slot_names``: the names each installed slot's kernel declares; ``defined_names``: those its plugin defines;
+    ``native``: the stock engine's own kernel names (full profiler names)."""
+    owners: dict[str, list[str]] = {}
+    for slot, names in slot_names.items():
+        for n in names:
+            owners.setdefault(n, []).append(slot)
+    out: dict[str, list[str]] = {}
+    for slot, names in slot_names.items():
+        why = []
+        for n in names:
+            if n not in defined_names.get(slot, []):
+                why.append(f"{n!r} is not defined by the plugin (no @triton.jit function or library symbol of that name)")
+            engine = native_matches(n, native)
+            if engine:
+                why.append(f"{n!r} is launched by the stock engine itself ({engine[0][:80]})")
+            others = [s for s in owners[n] if s != slot]
+            if others:
+                why.append(f"{n!r} is declared for {', '.join(others)} too")
+        if why:
+            out[slot] = why
+    return out

@@ -1,0 +1,119 @@
+"""fk check's input scales: captured and edge scales drawn as described, and what they catch that N(0, 1) cannot."""
+import pytest
+import torch
+
+from fk_adapters.check import driver, guards, scales, timing
+from fk_adapters.check.report import render_check
+from fk_adapters.check.runner import finish, summarise
+from fk_adapters.check.signature import describe, make_inputs
+from fk_adapters.tasks import SLOTS
+from fk_wrong.eps import fused_add_rms_norm_no_eps, rms_norm_no_eps
+
+RMS, ADD_RMS, SILU, ROPE = (SLOTS[s] for s in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"))
+NO_EPS = ((RMS, rms_norm_no_eps), (ADD_RMS, fused_add_rms_norm_no_eps))
+# What tiny-llama's first rms_norm really received in vLLM (fk capture, 2x256 float32, eps 1e-5).
+LLAMA_X = {"mean": -8.7e-4, "std": 0.021, "abs_max": 0.069, "zeros": 0.0, "row_rms": [0.020, 0.0217]}
+LLAMA_W = {"mean": 1.0, "std": 0.1, "abs_max": 1.35, "zeros": 0.0, "row_rms": [1.006, 1.006]}
+
+
+def _sig(slot, case, dtype=torch.float32):
+    return describe(slot.make_inputs(slot.cases[case], dtype, "cpu", torch.Generator().manual_seed(0)))
+
+
+def _rows_rms(t):
+    return t.double().reshape(-1, t.shape[-1]).pow(2).mean(-1).sqrt()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("slot, kernel", NO_EPS, ids=lambda v: getattr(v, "name", ""))
+def test_a_norm_that_drops_eps_passes_at_unit_normal_inputs_and_fails_at_the_tiny_scale(slot, kernel, dtype):
+    sig = _sig(slot, 1, dtype)  # 7x256, eps 1e-6
+    for seed in range(4):  # where fk check drew only N(0, 1), this kernel passed
+        problems, _, _ = driver.correctness_round(slot, sig, kernel, slot.reference, "cpu", seed, scale="normal")
+        assert problems == [], problems
+    clock = timing.Clock("cpu", guards.TimingIntegrity().saved)
+    row = driver.check_signature(slot, sig, kernel, slot.reference, "cpu", clock, {"rounds": 2}, seed=0)
+    assert row["failed_scales"] == ["tiny"], row["problems"]
+    assert row["problems"][0].startswith("at tiny scale: ") and "candidate" not in row  # no timing after a failure
+    assert list(row["scales"]) == ["normal", "tiny", "large", "outlier-row"]
+    assert (row["scales"]["normal"]["rounds"], row["scales"]["normal"]["failed"]) == (2, 0)
+    assert row["scales"]["tiny"]["max_abs_vs_engine"] > 1.0  # the eps-less result is far off, not marginal
+
+
+def test_at_the_scale_real_activations_have_the_eps_less_norm_fails_the_captured_round_too():
+    sig = [{"shape": [2, 256], "dtype": "float32", "stride": [256, 1]}, {"shape": [256], "dtype": "float32",
+                                                                          "stride": [1]}, {"value": 1e-5}]
+    problems, _, _ = driver.correctness_round(RMS, sig, rms_norm_no_eps, RMS.reference, "cpu", 0, scale="captured",
+                                              values={"x": LLAMA_X, "weight": LLAMA_W})
+    assert problems and "outside" in problems[0]
+    problems, _, _ = driver.correctness_round(RMS, sig, RMS.reference, RMS.reference, "cpu", 0, scale="captured",
+                                              values={"x": LLAMA_X, "weight": LLAMA_W})
+    assert problems == []
+
+
+def test_the_correct_kernel_passes_every_scale_in_every_dtype():
+    clock = timing.Clock("cpu", guards.TimingIntegrity().saved)
+    for slot in SLOTS.values():
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            row = driver.check_signature(slot, _sig(slot, 1, dtype), slot.reference, slot.reference, "cpu", clock,
+                                         {"rounds": 1, "warmup": 1, "repeats": 2}, seed=0)
+            assert row["problems"] == [] and row["failed_scales"] == [], (slot.name, dtype, row["problems"])
+            assert set(row["scales"]) == {"normal", *scales.EDGES}
+
+
+def test_captured_scale_follows_the_recorded_statistics():
+    sig = [{"shape": [64, 256], "dtype": "float32", "stride": [256, 1]}, {"shape": [256], "dtype": "float32",
+                                                                           "stride": [1]}, {"value": 1e-5}]
+    x, w, _ = make_inputs(RMS, sig, "cpu", 1, scale="captured", stats={"x": LLAMA_X, "weight": LLAMA_W})
+    rms = _rows_rms(x)
+    lo, hi = LLAMA_X["row_rms"]
+    assert rms[0] == pytest.approx(lo, rel=1e-5) and rms[-1] == pytest.approx(hi, rel=1e-5)
+    assert bool(((rms >= lo * (1 - 1e-5)) & (rms <= hi * (1 + 1e-5))).all())
+    assert float(x.std()) == pytest.approx(LLAMA_X["std"], rel=0.1)
+    assert float(w.mean()) == pytest.approx(1.0, abs=0.02) and float(w.std()) == pytest.approx(0.1, rel=0.2)
+    x0, _, _ = make_inputs(RMS, sig, "cpu", 1, scale="captured")  # no statistics: N(0, 1), as before
+    assert float(x0.std()) == pytest.approx(1.0, rel=0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_edge_scales_are_tiny_large_within_the_dtype_and_one_outlier_row(dtype):
+    sig = _sig(SILU, 2, dtype)  # 33x4096; gate times up: grows as the square
+    (tiny,) = make_inputs(SILU, sig, "cpu", 5, scale="tiny")
+    assert float(tiny.double().pow(2).mean()) == pytest.approx(scales.TINY ** 2, rel=0.1)
+    (large,) = make_inputs(SILU, sig, "cpu", 5, scale="large")
+    peak = float(large.double().abs().max())
+    assert float(SILU.reference(large).double().abs().max()) < torch.finfo(dtype).max / 4
+    assert peak > (1e3 if dtype == torch.float32 else 20)
+    (out,) = make_inputs(SILU, sig, "cpu", 5, scale="outlier-row")
+    rms = _rows_rms(out)
+    assert int((rms > 10).sum()) == 1 and int(rms.argmax()) == 5 % 33
+    assert torch.isfinite(SILU.reference(out)).all()
+
+
+def test_rotary_tables_keep_their_values_at_every_scale():
+    sig = _sig(ROPE, 1)
+    normal = make_inputs(ROPE, sig, "cpu", 3)
+    for scale in scales.EDGES:
+        pos, q, k, _, cache, _ = make_inputs(ROPE, sig, "cpu", 3, scale=scale)
+        assert torch.equal(pos, normal[0]) and torch.equal(cache, normal[4])
+        assert not torch.equal(q, normal[1])
+
+
+def test_the_report_names_the_failing_scale_and_the_captured_values():
+    sig = [{"shape": [2, 256], "dtype": "float32", "stride": [256, 1]}, {"shape": [256], "dtype": "float32",
+                                                                          "stride": [1]}, {"value": 1e-5}]
+    clock = timing.Clock("cpu", guards.TimingIntegrity().saved)
+    values = {"x": LLAMA_X, "weight": LLAMA_W}
+    row = driver.check_signature(RMS, sig, rms_norm_no_eps, RMS.reference, "cpu", clock, {"rounds": 1}, seed=0,
+                                 values=values)
+    row.update(calls=14, value_stats=values)
+    s = summarise({"status": "ok", "copy_ceiling_Bps": 1e9, "shapes": [row]})
+    assert s["status"] == "INCORRECT" and s["failed_scales"] == ["captured", "tiny", "outlier-row"]
+    results = {"kind": "check", "engine": "vllm", "device": "cpu", "fk_version": "0", "created": "now",
+               "slots": [{"workload": "w", "plugin": "wrong-eps", "slot": "rms_norm", **s}]}
+    finish(results)
+    assert results["problems"] == ["wrong-eps:rms_norm (w): INCORRECT at scale captured, tiny, outlier-row"]
+    md = render_check(results)
+    assert "captured FAIL, tiny FAIL, large ok, outlier-row FAIL" in md
+    assert "x σ 0.021 peak 0.069 rms 0.02–0.022" in md and "FAIL (captured, tiny, outlier-row)" in md
+    assert "at tiny scale: " in md
