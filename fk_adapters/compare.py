@@ -339,7 +339,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
         raise CompareError(f"threshold {threshold} is not a fraction in [0, 1)")
     floor = noise_floor if isinstance(noise_floor, dict) else (
         None if noise_floor is None else {"value": float(noise_floor), "source": "given (--noise-floor)"})
-    if floor is not None and not 0 <= floor["value"] < 1:
+    if not isinstance(noise_floor, dict) and floor is not None and not 0 <= floor["value"] < 1:
         raise CompareError(f"noise floor {floor['value']} is not a fraction in [0, 1)")
     by_workload, margin = margins(floor, threshold)
     judged = floor is not None or (variation.between_processes(base) and variation.between_processes(head))

@@ -8,6 +8,7 @@ from fk_adapters import engines
 from fk_adapters.cli import common
 from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, source_digest
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
+from fk_adapters.variation import MIN_ROUNDS
 from fk_adapters.runner.ab import HALF_DTYPES, TRANSFORMERS, ResumeMismatch, RunConfig, run_suite
 
 
@@ -27,9 +28,10 @@ def add_parser(sub):
                         "earlier fk run's --out DIR, when it made one for the same job (e.g. the A/A run before a "
                         "series of plugin runs); otherwise it runs again")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
-    p.add_argument("--interleave", type=int, default=0, metavar="N",
+    p.add_argument("--interleave", type=int, default=None, metavar="N",
                    help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the ratios "
-                        "pair round by round (N >= 2; default: one process per side)")
+                        f"pair round by round, with an interval from {MIN_ROUNDS} rounds on (N >= 2; default on a GPU: "
+                        f"{MIN_ROUNDS}, without --baseline-from; elsewhere one process per side, no interval)")
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")
     common.add_quick_args(p)
@@ -83,7 +85,7 @@ def run(args) -> int:
     specs = [engines.get(e) for e in dict.fromkeys(args.engine or ["vllm"])]
     if args.aa and args.plugins:
         raise UsageError("--aa runs baseline against baseline: give no --plugins")
-    if args.interleave < 0 or args.interleave == 1:
+    if args.interleave is not None and (args.interleave < 0 or args.interleave == 1):
         raise UsageError("--interleave N needs N >= 2 rounds (or leave it out)")
     if args.interleave and args.baseline_from:
         raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
@@ -96,6 +98,8 @@ def run(args) -> int:
     chosen = common.chosen_scenarios(args, [s.name for s in specs])
     device = common.device(args.device)
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
+    if args.interleave is None:  # a GPU timing is a claim: measure the variation between engine processes
+        args.interleave = MIN_ROUNDS if device == "cuda" and not args.baseline_from else 0
     versions = {}
     for spec in specs:  # every engine is checked before any starts
         common.check_device(spec, device)
