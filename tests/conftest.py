@@ -17,6 +17,17 @@ except ImportError:
     pass
 
 
+@pytest.fixture(scope="session")
+def _integrity_cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("integrity-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _integrity_cache(_integrity_cache_dir, monkeypatch):
+    """fk run / capture / check verify the engine and cache the result: keep that cache out of the user's home."""
+    monkeypatch.setenv("FK_INTEGRITY_CACHE", _integrity_cache_dir)
+
+
 @pytest.fixture
 def make_plugin(tmp_path, monkeypatch):
     """Create an installed-looking distribution with an ``fk_adapters`` entry point.

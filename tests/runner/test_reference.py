@@ -85,14 +85,29 @@ def test_a_float32_run_that_the_stock_run_itself_parts_from_everywhere_leaves_th
     assert _run(tmp_path / "again")["status"] == "INCORRECT"
 
 
-def test_a_passing_verdict_or_a_float32_scenario_starts_no_reference_run(fake, tmp_path):
+def test_a_passing_verdict_starts_no_reference_run(fake, tmp_path):
     fake.base, fake.cand = 0.01, -0.01
     assert _run(tmp_path)["status"] == "PASSED" and [c[0] for c in fake.calls] == ["baseline", "candidate"]
     fake.calls.clear()
-    fake.base, fake.cand = 0.3, -0.3
-    row = _run(tmp_path, dtype="float32")  # float32's own verdict has nothing finer to turn to
-    assert row["status"] == "INCORRECT" and [c[0] for c in fake.calls] == ["baseline", "candidate"]
-    assert "fixed" not in row["correctness"]
+    fake.base, fake.cand = 1e-5, -1e-5  # within float32's fixed thresholds
+    assert _run(tmp_path, dtype="float32")["status"] == "PASSED" and len(fake.calls) == 2
+
+
+def test_a_failing_float32_verdict_is_judged_by_transformers_independent_float32_run(fake, tmp_path):
+    """The engine's own kernel can be inexact on a layout: in float32 the baseline is the engine's float32 run, so an
+    independent implementation says which side is off. A stock engine far from it does not fail a correct kernel."""
+    fake.base, fake.cand = 0.3, 0.0  # the stock engine is off; the candidate is exact
+    row = _run(tmp_path, dtype="float32")
+    assert [c[:3] for c in fake.calls[2:]] == [("reference-transformers", "float32", "")]
+    assert row["status"] == "PASSED" and row["correctness"]["fixed"]["passed"] is False
+    assert "as the baseline is vllm's own float32 run: an independent implementation judges" in (
+        row["correctness"]["reference"]["made_by"])
+    fake.calls.clear()
+    fake.base, fake.cand = 0.0, 0.3  # a wrong candidate stays wrong
+    assert _run(tmp_path / "again", dtype="float32")["status"] == "INCORRECT"
+    fake.calls.clear()
+    assert _run(tmp_path / "tfx", dtype="float32", engine=engines.get("transformers"))["status"] == "INCORRECT"
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate"]  # transformers itself: nothing independent left
 
 
 def test_where_the_engine_has_no_float32_path_transformers_makes_the_reference(fake, tmp_path):
