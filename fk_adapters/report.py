@@ -35,6 +35,15 @@ def _interval(r: dict, results: dict) -> str:
     return f"{iv['ratio']:.3f} [{iv['lo']:.3f}, {iv['hi']:.3f}]"
 
 
+def _ages(rows: list[dict]) -> str:
+    """How long before this run its reused baselines were made (on this same machine hold)."""
+    ages = [r["baseline"]["reused_age_s"] for r in rows if r.get("baseline", {}).get("reused_age_s") is not None]
+    if not ages:
+        return ""
+    span = f"{min(ages) / 60:.0f}" + (f"-{max(ages) / 60:.0f}" if max(ages) - min(ages) >= 60 else "")
+    return f" (made {span} min earlier on this machine hold)"
+
+
 def _spread(s: dict) -> str:
     if not s or not s.get("n"):
         return "-"
@@ -96,7 +105,7 @@ def render(results: dict) -> str:
              f"created {results['created']}{_quick(results.get('quick'))}",
              f"- baseline: {describe(results['engine'], results.get('engine_integrity', {}).get(results['engine']))} "
              "(no fk plugin)"
-             + (f", runs reused from `{results['baseline_from']}`" if results.get("baseline_from") else "")
+             + (f", runs reused from `{results['baseline_from']}`{_ages(rows)}" if results.get("baseline_from") else "")
              + f"; candidate: {results['candidate']}"]
     runtimes = {json.dumps(r["candidate"]["runtime"], sort_keys=True) for r in rows if r["candidate"].get("runtime")}
     if runtimes:

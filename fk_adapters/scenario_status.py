@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from fk_adapters import aggregates, metrics, results_files
 from fk_adapters.gpu_share import disturbed
-from fk_adapters.runner.ab import OK_STATUSES
+from fk_adapters.runner.ab import NOT_PROVEN, OK_STATUSES
 from fk_adapters.scenarios import requests_divisor
 
 
@@ -97,7 +97,8 @@ def _plugin_figure(row: dict, quick) -> str:
             "none of its kernels was called")
         return f"not exercised: ran the stock model ({why})"
     one_repeat = f", 1/{requests_divisor(quick)} of the requests, one repeat" if quick else ""
-    pace = f" at {per['speedup']:.3g}x the stock speed (blend{one_repeat})" if per["speedup"] is not None else ""
+    pace = f" at {per['speedup']:.3g}x the stock speed (blend{one_repeat})" if (
+        per["speedup"] is not None and row["status"] != NOT_PROVEN) else ""  # no proof it ran: no speed to credit
     return f"{verdict(row)}{pace}"
 
 

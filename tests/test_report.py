@@ -106,3 +106,10 @@ def test_disturbed_timings_are_flagged_above_the_performance_table():
     assert "**Disturbed timings: another process used the GPU during timed engine runs of x." in perf
     assert "| x **(disturbed)** | throughput w" in perf
     assert "**Disturbed" not in render(results())
+
+
+def test_a_reused_baseline_says_how_old_it_is():
+    from fk_adapters.report import _ages
+
+    assert _ages([{"baseline": {"reused_age_s": 922}}]) == " (made 15 min earlier on this machine hold)"
+    assert _ages([{"baseline": {}}]) == ""

@@ -131,3 +131,12 @@ def test_a_plugin_none_of_whose_kernels_ran_is_not_shown_as_passed_or_timed(tmp_
                                              "candidate": "wrong", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
     assert figures[1] == "wrong: PASSED at 1.22x the stock speed (blend)"
+
+
+def test_a_not_proven_run_is_not_credited_a_speed():
+    from fk_adapters.scenario_status import _plugin_figure
+
+    row = {"scenario": "s", "status": "NOT_PROVEN", "correctness": {"passed": True},
+           "evidence": {"slots": {"rms_norm": {"status": "not proven", "calls": 9}}},
+           "perf": {"throughput": {"w": {"tokens_per_s": {"ratio": 1.2}}}, "latency": {}}}
+    assert _plugin_figure(row, False) == "NOT_PROVEN"
