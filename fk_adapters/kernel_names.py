@@ -10,7 +10,6 @@ other installed slot declares it too. A profiled kernel matches a name exactly: 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import mmap
 import pathlib
@@ -96,11 +95,11 @@ def _in_library(path: pathlib.Path, name: str) -> bool:
 
 def _package_files(module: str, dist: metadata.Distribution | None) -> list[pathlib.Path]:
     """The files of the plugin's top-level package (the entry point's), and of its distribution where it lists them."""
+    from fk_adapters.plugins import package_root
+
     files: list[pathlib.Path] = []
-    spec = importlib.util.find_spec(module.split(".")[0])
-    if spec is not None and spec.origin:
-        origin = pathlib.Path(spec.origin)
-        root = origin.parent if spec.submodule_search_locations else origin
+    root = package_root(module)
+    if root is not None:
         files += [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else [root]
     for f in (dist.files or []) if dist is not None else []:
         if f.suffix in (".py",) + _LIB_SUFFIXES:

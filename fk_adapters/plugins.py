@@ -77,17 +77,25 @@ def _known_slots():
     return SLOTS
 
 
-def source_digest(module: str) -> str:
-    """sha256 over the relative paths and bytes of the .py files of ``module``'s top-level package."""
-    import hashlib
+def package_root(module: str):
+    """The folder of ``module``'s top-level package (or its single file), None where it cannot be found."""
     import importlib.util
     import pathlib
 
     spec = importlib.util.find_spec(module.split(".")[0])
     if spec is None or not spec.origin:
-        return ""
+        return None
     origin = pathlib.Path(spec.origin)
-    root = origin.parent if spec.submodule_search_locations else origin
+    return origin.parent if spec.submodule_search_locations else origin
+
+
+def source_digest(module: str) -> str:
+    """sha256 over the relative paths and bytes of the .py files of ``module``'s top-level package."""
+    import hashlib
+
+    root = package_root(module)
+    if root is None:
+        return ""
     files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
     h = hashlib.sha256()
     for f in files:
