@@ -10,6 +10,8 @@ from fk_adapters.engine_integrity import describe
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.runner.ab import NOT_APPLICABLE, PASSED
 
+BEFORE_FAILURE = " (figures measured before the failure)"
+
 
 def _f(x, fmt=".3g") -> str:
     return "-" if x is None else format(x, fmt)
@@ -122,7 +124,7 @@ def render(results: dict) -> str:
     for r in tok_rows:
         c = r.get("correctness", {})
         tok, tf = c.get("tokens", {}), c.get("teacher_forced", {})
-        table.append([r["scenario"], r["status"], r["dtype"],
+        table.append([r["scenario"], _status_cell(r), r["dtype"],
                       _tokens_cell(tok),
                       _f(tf.get("max_abs")), _f(tf.get("mean_abs"))] + ([_token_ref_cell(c)] if ref_col else [])
                      + [_f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
@@ -152,7 +154,7 @@ def render(results: dict) -> str:
         lines += ["", "### Notes", ""] + [f"- **{s}**: {n}" for s, n in notes]
     failures = [(r["scenario"], f) for r in rows for f in r.get("failures", [])]
     if failures:
-        lines += ["", "### Failures", ""] + [f"- **{s}**: {f}" for s, f in failures]
+        lines += ["", "### Failures", ""] + [f"- **{s}**: {f}" for s, f in failures] + _kept_lines(rows)
         for r in rows:
             for side in ("baseline", "candidate", "reference"):
                 tail = r.get(side, {}).get("log_tail")
@@ -163,19 +165,17 @@ def render(results: dict) -> str:
         lines += ["", "## Proof the plugin kernels ran", ""]
         ev_rows = []
         for r in rows:
+            as_of = r.get("evidence", {}).get("as_of")
             for slot, e in r.get("evidence", {}).get("slots", {}).items():
                 ev_rows.append([r["scenario"], slot, e["plugin"], e["kernel"], _entered(e["entered"]), e["layers"],
-                                e["calls"], e["profiler_hits"] if e["profiled"] else "-", e["status"], e["proof"]])
+                                e["calls"], e["profiler_hits"] if e["profiled"] else "-",
+                                e["status"] + (f" (as of {as_of})" if as_of and e["status"] != "not judged" else ""),
+                                e["proof"]])
         lines.append(tabulate(ev_rows, headers=["scenario", "slot", "plugin", "kernel", "entered via", "layers",
                                                 "calls", "profiler hits", "status", "proof"], tablefmt="github")
-                     if ev_rows else "No plugin kernel was installed.")
+                     if ev_rows else _no_kernel_line(rows))
         lines += ["", "Processes that loaded the plugins (pid, role; 'forked' when the process inherited them):"]
-        for r in rows:
-            ev = r.get("evidence", {})
-            procs = ", ".join(f"{p['pid']} ({(p['role'] or '?')[:60]}{', forked' if p.get('inherited_from') else ''})"
-                              for p in ev.get("processes", []))
-            workers = ", ".join(str(w["pid"]) for w in ev.get("workers", []))
-            lines.append(f"- {r['scenario']}: {procs or 'none'}; model runs in worker pid(s) {workers or '?'}")
+        lines += [_processes_line(r) for r in rows]
         cov = results.get("coverage", {})
         if cov:
             lines += ["", tabulate([[s, c["plugin"], ", ".join(c["exercised_in"]) or "-",
@@ -222,6 +222,44 @@ def render(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _status_cell(row: dict) -> str:
+    return row["status"] + (BEFORE_FAILURE if row.get("correctness", {}).get("measured_before_failure") else "")
+
+
+def _kept_lines(rows: list[dict]) -> list[str]:
+    """Per failed engine run: what its progress file kept of the phases it finished."""
+    return [f"- **{r['scenario']}**: the {side} run ended {r[side].get('status')}; kept from the phases it finished: "
+            + ", ".join(r[side]["kept_from_partial"]) for r in rows for side in ("baseline", "candidate")
+            if r.get(side, {}).get("kept_from_partial")]
+
+
+def _no_kernel_line(rows: list[dict]) -> str:
+    """No slot in any row's evidence: installed nowhere, or unknown where a row kept no load records."""
+    unknown = [f"{r['scenario']} ({r['status']})" for r in rows if "evidence" not in r]
+    known = len(unknown) < len(rows)
+    return " ".join(filter(None, (
+        f"No plugin kernel was installed{' in the other scenarios' if unknown and known else ''}." if known else "",
+        f"These results hold no plugin load records for {', '.join(unknown)}: whether a kernel was installed "
+        "there is not known here (see `logs/<scenario>/candidate/loads/`)." if unknown else "")))
+
+
+def _processes_line(row: dict) -> str:
+    """The processes that loaded the plugins (and, after a failure, what each installed) and the model's workers."""
+    ev = row.get("evidence")
+    if ev is None:
+        return (f"- {row['scenario']}: no load records in these results (the run ended {row['status']}; see "
+                f"`logs/{row['scenario']}/candidate/loads/`)")
+    procs = ", ".join(f"{p['pid']} ({(p['role'] or '?')[:60]}{', forked' if p.get('inherited_from') else ''}"
+                      + (f"; installed {', '.join(p['installed']) or 'nothing'}" if "installed" in p else "") + ")"
+                      for p in ev.get("processes", []))
+    workers = ", ".join(str(w["pid"]) for w in ev.get("workers", []))
+    as_of = ev.get("as_of")
+    if as_of:
+        return (f"- {row['scenario']} ({row['status']}; worker probe kept: {as_of}): {procs or 'none'}; "
+                f"model runs in worker pid(s) {workers or 'unknown'}")
+    return f"- {row['scenario']}: {procs or 'none'}; model runs in worker pid(s) {workers or '?'}"
+
+
 def _output_row(row: dict) -> bool:
     """A model without tokens: judged on output diffs (its row says so, or its family does before it ran)."""
     c = row.get("correctness")
@@ -248,7 +286,7 @@ def _output_table(rows: list[dict], results: dict, after_tokens: bool) -> list[s
     for r in rows:
         c = r.get("correctness", {})
         worst = c.get("worst", {})
-        table.append([r["scenario"], r["status"], r["dtype"], len(c.get("outputs", {})) or "-",
+        table.append([r["scenario"], _status_cell(r), r["dtype"], len(c.get("outputs", {})) or "-",
                       _f(worst.get("max_abs")), _f(worst.get("rel_mean")),
                       _f(None if worst.get("min_cosine") is None else 1 - worst["min_cosine"]),
                       _f(worst.get("err_b_rel")), _f(worst.get("err_c_rel")), _ref_ratio(worst),

@@ -20,6 +20,9 @@ REQUIRED_MODEL_KEYS = ("architectures", "hidden_size", "intermediate_size", "num
 HOSTS = ("vllm", "sglang", "transformers")
 ENGINE_HOSTS = ("vllm", "sglang")
 FAMILIES_OF_MODELS = ("llm", "embedding", "vision", "audio", "diffusion", "detection", "other")
+MAX_TOKENS = 1 << 20  # a sequence's length where neither [engine] max_model_len nor max_position_embeddings bounds it
+MAX_BATCH = 1 << 16  # requests of one workload, or items of one batch
+ENGINE_COUNTS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens")  # [engine] settings that count things
 
 
 class ScenarioError(ValueError):
@@ -82,6 +85,8 @@ def _check(sc: Scenario) -> None:
         _check_catalog(sc, where)
     if sc.dtype not in THRESHOLDS:
         raise ScenarioError(f"{where}: dtype {sc.dtype!r} not one of {', '.join(THRESHOLDS)}")
+    _check_engine_numbers(sc, where)
+    _check_inputs(sc, where)
     if sc.catalog and not (set(sc.hosts) & set(ENGINE_HOSTS) and sc.family == "llm"):
         return  # no token workloads: described here, run by another host or not at all
     required = ("architectures",) if sc.catalog else REQUIRED_MODEL_KEYS  # catalog entries keep their checkpoint's layout
@@ -101,6 +106,71 @@ def _check(sc: Scenario) -> None:
             bad = [k for k in need if not isinstance(w.get(k), int) or w[k] < 1]
             if bad:
                 raise ScenarioError(f"{where}: [perf.{kind}.{wname}] needs positive integers {', '.join(bad)}")
+    _check_lengths(sc, where)
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _check_engine_numbers(sc: Scenario, where: str) -> None:
+    """The [engine] settings fk knows to be counts or a fraction: the engine would refuse them only once started."""
+    for key in ENGINE_COUNTS:
+        if key in sc.engine and not _positive_int(sc.engine[key]):
+            raise ScenarioError(f"{where}: [engine] {key} must be a positive integer, not {sc.engine[key]!r}")
+    util = sc.engine.get("gpu_memory_utilization", 0.5)
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+        raise ScenarioError(f"{where}: [engine] gpu_memory_utilization must be in (0, 1], not {util!r}")
+
+
+def _check_inputs(sc: Scenario, where: str) -> None:
+    """[inputs]: every number positive, batch sizes whole and at most MAX_BATCH, an LLM's sequence within its
+    limit."""
+    for key, v in sc.inputs.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not v > 0:
+            raise ScenarioError(f"{where}: [inputs] {key} must be positive, not {v!r}")
+    batches = sc.inputs.get("batches", [])
+    if not isinstance(batches, list) or not all(_positive_int(b) and b <= MAX_BATCH for b in batches):
+        raise ScenarioError(f"{where}: [inputs] batches must be positive integers up to {MAX_BATCH}, not {batches!r}")
+    prompt, output = sc.inputs.get("prompt_len"), sc.inputs.get("output_len")
+    if sc.family == "llm" and _positive_int(prompt) and _positive_int(output):
+        _within(sc, where, "[inputs] prompt_len + output_len", prompt + output)
+
+
+def length_limit(sc: Scenario) -> tuple[int, str]:
+    """(the longest sequence the scenario may ask for, what says so): [engine] max_model_len, else the model's
+    max_position_embeddings (or its text_config's), else fk's cap MAX_TOKENS."""
+    if _positive_int(sc.engine.get("max_model_len")):
+        return sc.engine["max_model_len"], "[engine] max_model_len"
+    text = sc.model.get("text_config") if isinstance(sc.model.get("text_config"), dict) else {}
+    for where, cfg in (("[model]", sc.model), ("[model.text_config]", text)):
+        if _positive_int(cfg.get("max_position_embeddings")):
+            return cfg["max_position_embeddings"], f"{where} max_position_embeddings"
+    return MAX_TOKENS, "fk's cap on a sequence"
+
+
+def _within(sc: Scenario, where: str, what: str, tokens: int) -> None:
+    limit, source = length_limit(sc)
+    if tokens > limit:
+        raise ScenarioError(f"{where}: {what} = {tokens} exceeds {source} ({limit})")
+
+
+def _check_lengths(sc: Scenario, where: str) -> None:
+    """Token workloads: each sequence within the scenario's length limit, each workload's requests up to MAX_BATCH."""
+    c = sc.correctness
+    _within(sc, where, "[correctness] prompt_len + output_len", c["prompt_len"] + c["output_len"])
+    _within(sc, where, "[correctness] teacher_len + 1", c["teacher_len"] + 1)  # one token generated after it
+    counts = [("[correctness] requests", c["requests"])]
+    for kind, many in (("throughput", "requests"), ("latency", "batch")):
+        for wname, w in sc.perf.get(kind, {}).items():
+            _within(sc, where, f"[perf.{kind}.{wname}] input_len + output_len", w["input_len"] + w["output_len"])
+            counts.append((f"[perf.{kind}.{wname}] {many}", w[many]))
+    for what, n in counts:
+        if n > MAX_BATCH:
+            raise ScenarioError(f"{where}: {what} = {n} exceeds fk's cap of {MAX_BATCH}")
+    repeats, warmup = sc.perf.get("repeats", 3), sc.perf.get("warmup", 1)
+    if not _positive_int(repeats) or not (isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0):
+        raise ScenarioError(f"{where}: [perf] repeats must be a positive integer and warmup one >= 0")
 
 
 def _check_catalog(sc: Scenario, where: str) -> None:

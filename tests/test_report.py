@@ -113,3 +113,45 @@ def test_a_reused_baseline_says_how_old_it_is():
 
     assert _ages([{"baseline": {"reused_age_s": 922}}]) == " (made 15 min earlier on this machine hold)"
     assert _ages([{"baseline": {}}]) == ""
+
+
+def crashed(evidence=True):
+    """A candidate out of memory in its throughput phase: its kept correctness and load records (runner.ab)."""
+    res = results("RUNTIME_ERROR", "FAIL")
+    row = res["scenarios"][0]
+    del row["perf"]
+    res["coverage"] = {}
+    row["failures"] = ["candidate: EngineDeadError: (first logged error: OutOfMemoryError: CUDA out of memory)"]
+    row["candidate"].update(status="error", log_tail="torch.OutOfMemoryError: CUDA out of memory",
+                            kept_from_partial=["probe_after_correctness", "teacher_logprobs", "tokens"])
+    row["correctness"]["measured_before_failure"] = True
+    row["evidence"] = {"slots": {"rms_norm": {
+        "plugin": "p", "kernel": "k", "entered": ["RMSNorm"], "layers": 5, "calls": 40, "profiler_hits": 0,
+        "profiled": False, "status": "exercised", "proof": "40 calls in the worker(s)"}},
+        "processes": [{"pid": 10, "role": "LLM", "installed": ["rms_norm"]},
+                      {"pid": 11, "role": "EngineCore_DP0", "inherited_from": 10, "installed": ["rms_norm"]},
+                      {"pid": 12, "role": "VllmWorker-0", "installed": ["rms_norm"]}],
+        "workers": [{"pid": 12, "plugins_loaded": True}], "load_errors": [], "as_of": "the end of correctness"}
+    if not evidence:
+        del row["evidence"], row["correctness"]["measured_before_failure"]
+    return res
+
+
+def test_a_crashed_run_shows_what_it_measured_and_its_load_records():
+    md = render(crashed())
+    assert "| x          | RUNTIME_ERROR (figures measured before the failure) |" in md
+    assert "3 / 1 / 0 of 4" in md  # the kept greedy comparison beside the failure
+    assert "exercised (as of the end of correctness)" in md and "40 calls in the worker(s)" in md
+    assert ("- x (RUNTIME_ERROR; worker probe kept: the end of correctness): 10 (LLM; installed rms_norm), "
+            "11 (EngineCore_DP0, forked; installed rms_norm), 12 (VllmWorker-0; installed rms_norm); "
+            "model runs in worker pid(s) 12") in md
+    assert ("the candidate run ended error; kept from the phases it finished: probe_after_correctness, "
+            "teacher_logprobs, tokens") in md
+    assert "No plugin kernel was installed" not in md and "none; model runs in worker pid(s) ?" not in md
+
+
+def test_a_crashed_run_of_an_older_fk_does_not_claim_that_no_plugin_was_installed():
+    md = render(crashed(evidence=False))
+    assert "No plugin kernel was installed" not in md and "none; model runs in worker pid(s) ?" not in md
+    assert "These results hold no plugin load records for x (RUNTIME_ERROR)" in md
+    assert "- x: no load records in these results (the run ended RUNTIME_ERROR; see `logs/x/candidate/loads/`)" in md

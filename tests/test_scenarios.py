@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from fk_adapters import scenarios
@@ -150,3 +152,49 @@ def test_speculative_needs_a_method(tmp_path):
                  + '\n[speculative]\nnum_speculative_tokens = 3\n')
     with pytest.raises(ScenarioError, match="needs a method"):
         scenarios.load(str(f))
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("max_num_seqs = 8", "max_num_seqs = -3", "[engine] max_num_seqs must be a positive integer"),
+    ("max_model_len = 256", "max_model_len = 0", "[engine] max_model_len must be a positive integer"),
+    ("max_num_seqs = 8", "max_num_seqs = 8\ngpu_memory_utilization = 1.5", "gpu_memory_utilization must be in (0, 1]"),
+    ("output_len = 12", "output_len = 100000000", "[correctness] prompt_len + output_len = 100000024 exceeds "
+                                                  "[engine] max_model_len (256)"),
+    ("teacher_len = 48", "teacher_len = 256", "teacher_len + 1 = 257 exceeds [engine] max_model_len"),
+    ("input_len = 32, output_len = 16", "input_len = 250, output_len = 16",
+     "[perf.throughput.balanced] input_len + output_len = 266 exceeds"),
+    ("requests = 8,", "requests = 100000,", "[perf.throughput.balanced] requests = 100000 exceeds fk's cap"),
+    ("repeats = 3", "repeats = 0", "[perf] repeats must be a positive integer"),
+])
+def test_impossible_numbers_are_refused_at_load(tmp_path, old, new, message):
+    text = scenarios._builtin_dir().joinpath("tiny-llama.toml").read_text()
+    assert old in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(old, new, 1))
+    with pytest.raises(ScenarioError, match=re.escape(message)):
+        scenarios.load(str(bad))
+
+
+def test_the_length_limit_falls_back_to_the_model_then_to_fks_cap(tmp_path):
+    text = scenarios._builtin_dir().joinpath("tiny-llama.toml").read_text().replace("max_model_len = 256\n", "")
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert scenarios.length_limit(scenarios.load(str(path))) == (1024, "[model] max_position_embeddings")
+    unbounded = text.replace("max_position_embeddings = 1024\n", "")
+    path.write_text(unbounded.replace("output_len = 12", "output_len = 1100"))
+    sc = scenarios.load(str(path))  # 1124 tokens: within fk's cap once nothing else bounds it
+    assert scenarios.length_limit(sc) == (scenarios.MAX_TOKENS, "fk's cap on a sequence")
+    path.write_text(unbounded.replace("output_len = 12", f"output_len = {scenarios.MAX_TOKENS}"))
+    with pytest.raises(ScenarioError, match="exceeds fk's cap on a sequence"):
+        scenarios.load(str(path))
+
+
+def test_inputs_numbers_must_be_positive(tmp_path):
+    text = scenarios._builtin_dir().joinpath("tiny-dinov3.toml").read_text()
+    path = tmp_path / "s.toml"
+    for old, new, message in (("image_size = 64", "image_size = -64", "[inputs] image_size must be positive"),
+                              ("batches = [2, 4]", "batches = [2, 0]", "[inputs] batches must be positive integers")):
+        assert old in text
+        path.write_text(text.replace(old, new))
+        with pytest.raises(ScenarioError, match=re.escape(message)):
+            scenarios.load(str(path))

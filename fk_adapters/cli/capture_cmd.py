@@ -28,6 +28,8 @@ def run(args) -> int:
 
     if not args.engine:
         raise UsageError(f"give --engine ({common.engine_names()})")
+    common.check_timeout(args.timeout)
+    common.check_writable_dir(args.out)
     spec = engines.get(args.engine)
     chosen = common.chosen_scenarios(args, [spec.name])
     device = common.device(args.device)

@@ -36,11 +36,7 @@ def load_workload(path: str) -> dict:
     from fk_adapters.cli.main import UsageError
     from fk_adapters.tasks import SLOTS
 
-    try:
-        with open(path) as f:
-            wl = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read workload {path}: {exc}") from None
+    wl = common.read_json(path, "workload")
     if not isinstance(wl, dict) or not isinstance(wl.get("slots"), dict):
         raise UsageError(f"{path} is not a workload file (no 'slots'; write one with fk capture)")
     for slot, sigs in wl["slots"].items():
@@ -55,6 +51,15 @@ def load_workload(path: str) -> dict:
     return wl
 
 
+def _check_counts(args) -> None:
+    from fk_adapters.cli.main import UsageError
+
+    for flag, value, least in (("--rounds", args.rounds, 1), ("--repeats", args.repeats, 1),
+                               ("--warmup", args.warmup, 0), ("--max-shapes", args.max_shapes, 0)):
+        if value < least:
+            raise UsageError(f"{flag} must be at least {least}, not {value}")
+
+
 def run(args) -> int:
     from fk_adapters.check.runner import run_check
     from fk_adapters.cli.main import UsageError
@@ -63,6 +68,9 @@ def run(args) -> int:
     spec = engines.get(args.engine)
     device = common.device(args.device)
     common.check_device(spec, device)
+    common.check_timeout(args.timeout)
+    _check_counts(args)
+    common.check_writable_dir(args.out)
     paths = list(args.workload) + [os.path.join(args.workloads_dir, s, f"{spec.name}.json") for s in args.scenario]
     if not paths:
         raise UsageError("give --workload FILE or --scenario NAME (write workloads with fk capture)")
@@ -72,7 +80,11 @@ def run(args) -> int:
         for wl in workloads:
             wl["slots"] = {s: v for s, v in wl["slots"].items() if s in keep}
     plugins = parse_allowlist(args.plugins) or []
-    plugin_slots = {name: sorted(common.kernels_in_engine([name], spec, device)[0]) for name in plugins}
+    plugin_slots = {}
+    for name in plugins:
+        chosen = common.kernels_in_engine([name], spec, device)[0]
+        common.refuse_kernels(chosen)
+        plugin_slots[name] = sorted(chosen)
     version = engines.check_installed(spec)
     integrity = common.verify_engines([spec], args.allow_modified_engine)
     config = {"rounds": args.rounds, "warmup": args.warmup, "repeats": args.repeats, "flag_speedup": args.flag_speedup}

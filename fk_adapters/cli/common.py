@@ -123,6 +123,78 @@ def kernels_in_engine(plugins: list[str], spec, device: str) -> tuple[dict, list
     return select_kernels(loaded, spec.name, device)
 
 
+def refuse_kernels(chosen: dict, scenarios=()) -> None:
+    """UsageError when a chosen kernel cannot take its slot's arguments, or no chosen kernel runs a scenario's dtype."""
+    from fk_adapters import preflight
+    from fk_adapters.cli.main import UsageError
+
+    why = preflight.signature_problems(chosen) + preflight.dtype_problems(chosen, scenarios)
+    if why:
+        raise UsageError("; ".join(why))
+
+
+def check_timeout(seconds: float) -> None:
+    """--timeout must be a finite number of seconds above 0."""
+    import math
+
+    from fk_adapters.cli.main import UsageError
+
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--timeout must be a number of seconds above 0, not {seconds:g}")
+
+
+def check_writable_dir(path: str, flag: str = "--out", given: str = "") -> None:
+    """UsageError unless the folder ``path`` can be made and written; what this made to find out is removed again.
+    The message names ``flag`` and ``given`` (what the user gave, default ``path``)."""
+    import tempfile
+
+    from fk_adapters.cli.main import UsageError
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a file, not a folder")
+    made, head = [], os.path.abspath(path)
+    while not os.path.exists(head):
+        made.append(head)
+        head = os.path.dirname(head)
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {given or path}: cannot write there ({exc.strerror or exc})") from None
+    finally:
+        for d in made:  # deepest first
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+
+
+def check_writable_file(path: str, flag: str) -> None:
+    """UsageError unless the file ``path`` can be written (its folder made and written, and it is no folder)."""
+    from fk_adapters.cli.main import UsageError
+
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a folder, not a file")
+    check_writable_dir(os.path.dirname(os.path.abspath(path)), flag, given=path)
+
+
+def read_json(path: str, what: str):
+    """The JSON in ``path``; a missing, unreadable or non-JSON file is a UsageError naming ``what`` and the file."""
+    import json
+
+    from fk_adapters.cli.main import UsageError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as exc:
+        why = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
+        raise UsageError(f"cannot read {what} {path}: {why}") from None
+    except ValueError as exc:  # not JSON, or not text at all
+        raise UsageError(f"{what} {path} is not JSON ({exc})") from None
+
+
 def command_line() -> str:
     """This invocation as the user typed it, for reports."""
     import shlex

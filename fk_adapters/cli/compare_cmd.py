@@ -25,25 +25,17 @@ def add_parser(sub):
     return p
 
 
-def _load(path: str, role: str) -> dict:
-    from fk_adapters.cli.main import UsageError
-
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{role} {path} is not JSON ({exc})") from None
-
-
 def run(args) -> int:
     from fk_adapters import compare as cmp_mod
     from fk_adapters.cli.main import UsageError
 
-    base, head = _load(args.base, "BASE"), _load(args.head, "HEAD")
+    if args.out:
+        common.check_writable_dir(args.out)
+    base, head = common.read_json(args.base, "BASE"), common.read_json(args.head, "HEAD")
     try:
         floor = args.noise_floor
         if args.aa:
-            floor = cmp_mod.noise_floor_from_aa(_load(args.aa, "A/A"), args.aa)
+            floor = cmp_mod.noise_floor_from_aa(common.read_json(args.aa, "A/A"), args.aa)
         cmp = cmp_mod.compare(base, head, threshold=args.threshold, noise_floor=floor, base_path=args.base,
                               head_path=args.head)
     except cmp_mod.CompareError as exc:

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 
 from fk_adapters import __version__
 from fk_adapters.cli import (capture_cmd, check_cmd, compare_cmd, coverage_cmd, doctor_cmd, plugins_cmd, report_cmd,
@@ -15,6 +18,21 @@ COMMANDS = (plugins_cmd, slots_cmd, scenarios_cmd, run_cmd, capture_cmd, coverag
 
 class UsageError(Exception):
     """Bad input the user can fix: printed as one line, exit status 2."""
+
+
+class Stopped(BaseException):
+    """fk was told to stop (SIGTERM, SIGHUP): unwinds like Ctrl-C, so every engine it started is killed on the way."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    raise Stopped(signum)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -40,6 +58,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    with _stopping_on(STOP_SIGNALS):
+        return _run(args)
+
+
+@contextlib.contextmanager
+def _stopping_on(signals):
+    """Turn ``signals`` into ``Stopped`` while fk runs (main thread only), then restore their handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.signal(sig, _stop) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _run(args) -> int:
     try:
         return int(args.func(args) or 0)
     except user_errors() as exc:
@@ -52,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fk {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Stopped as exc:
+        print(f"fk {args.command}: stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
 
 
 if __name__ == "__main__":  # python -m: run the imported module, whose UsageError the subcommands raise

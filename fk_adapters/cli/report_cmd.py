@@ -1,9 +1,9 @@
 """``fk report``: render a results JSON to markdown."""
 from __future__ import annotations
 
-import json
 import os
 
+from fk_adapters.cli.common import check_writable_file, plots_section, read_json
 from fk_adapters.report import render
 
 
@@ -17,8 +17,7 @@ def add_parser(sub):
 def load_results(path: str) -> dict:
     from fk_adapters.cli.main import UsageError
 
-    with open(path) as f:
-        data = json.load(f)
+    data = read_json(path, "results file")
     if not isinstance(data, dict) or not ("runs" in data or ("scenarios" in data and "engine" in data)
                                           or data.get("kind") == "check"):
         raise UsageError(f"{path} is not an fk results file (no 'engine'/'scenarios')")
@@ -27,10 +26,10 @@ def load_results(path: str) -> dict:
 
 def run(args) -> int:
     results = load_results(args.results)
+    if args.output:
+        check_writable_file(args.output, "-o")
     md = render(results)
     if args.output:
-        from fk_adapters.cli.common import plots_section
-
         md += plots_section(os.path.dirname(os.path.abspath(args.output)), results)
         with open(args.output, "w") as f:
             f.write(md)

@@ -55,8 +55,9 @@ def argparse_bool():
     return argparse.BooleanOptionalAction
 
 
-def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> None:
-    """Same rules the engine adapters enforce, said before any engine starts."""
+def _refuse_before_start(plugins: list[str], spec, device: str, mode: str, chosen_scenarios) -> None:
+    """Same rules the engine adapters enforce, and what the kernels' own declarations rule out, said before any
+    engine starts."""
     from fk_adapters import safety
     from fk_adapters.cli.main import UsageError
 
@@ -66,6 +67,7 @@ def _refuse_before_start(plugins: list[str], spec, device: str, mode: str) -> No
     if not chosen:
         raise UsageError(f"the selected plugins offer no kernel for {spec.name} on {device}"
                          + (f" ({'; '.join(notes)})" if notes else ""))
+    common.refuse_kernels(chosen, chosen_scenarios)
     why = safety.refusals(chosen, *spec.modes(mode, device))
     if why:
         raise UsageError("; ".join(why) + " (use --mode eager)")
@@ -89,6 +91,8 @@ def run(args) -> int:
         raise UsageError("--interleave N needs N >= 2 rounds (or leave it out)")
     if args.interleave and args.baseline_from:
         raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
+    common.check_timeout(args.timeout)
+    common.check_writable_dir(args.out)
     plugins = [] if args.aa else (parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env() or [])
     if not args.aa and not plugins:
         raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
@@ -103,7 +107,7 @@ def run(args) -> int:
     versions = {}
     for spec in specs:  # every engine is checked before any starts
         common.check_device(spec, device)
-        _refuse_before_start(plugins, spec, device, mode)
+        _refuse_before_start(plugins, spec, device, mode, chosen)
         versions[spec.name] = engines.check_installed(spec)
     half = any(sc.dtype in HALF_DTYPES for sc in chosen)  # a float32 reference run may follow
     integrity = common.verify_engines(specs, args.allow_modified_engine, reference=half)

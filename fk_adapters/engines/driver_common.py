@@ -2,51 +2,108 @@
 
 A driver supplies ``run(job) -> result`` and, for performance, ``timed(prompts, output_len)``
 returning (seconds, input tokens, output tokens) for one batch served to completion.
+
+A driver registers the result it builds with ``keep(res)``: from then on every ``phase()`` line (and every finished
+timed workload) writes it to PARTIAL_FILE beside the result, so an engine process that dies (out of memory, killed
+at its time limit) leaves behind the results of the phases it finished.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import traceback
 
+PARTIAL_FILE = "partial.json"
+PERF_UNFINISHED = "perf_unfinished"  # the timed workloads measure() finished so far, while it runs
+
+_kept: dict = {"res": None, "path": None}  # one job per driver process
+
+
+def keep(res: dict) -> dict:
+    """Register ``res``, the driver's result in progress, for ``checkpoint``; returns it."""
+    _kept["res"] = res
+    checkpoint()
+    return res
+
+
+def checkpoint() -> None:
+    """Write the registered result to PARTIAL_FILE (atomically); a no-op outside ``main`` or before ``keep``."""
+    res, path = _kept["res"], _kept["path"]
+    if res is None or path is None:
+        return
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(res, f)
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError) as exc:  # progress is a convenience: never the cause of a failed run
+        print(f"fk: could not write {path}: {type(exc).__name__}: {exc}", flush=True)
+
 
 def phase(name: str) -> None:
-    """A progress line; the runner echoes lines starting with [fk]."""
+    """A progress line; the runner echoes lines starting with [fk]. What the phases before it measured is kept."""
+    checkpoint()
     print(f"[fk] {name}", flush=True)
+
+
+@contextlib.contextmanager
+def unfinished_perf():
+    """A perf dict to fill in place; until the block ends it is kept as PERF_UNFINISHED (a crash keeps its finished
+    workloads under that name, never as "perf")."""
+    out: dict = {"throughput": {}, "latency": {}}
+    res = _kept["res"]
+    if res is not None:
+        res[PERF_UNFINISHED] = out
+    checkpoint()  # everything measured before the first (possibly fatal) warm-up
+    yield out
+    if res is not None:
+        res.pop(PERF_UNFINISHED, None)  # the caller stores the whole of it as "perf"
 
 
 def measure(perf: dict, timed) -> dict:
     """Throughput and latency rows over repeats, after warming up on the very same workload."""
-    out: dict = {"throughput": {}, "latency": {}}
     reps, warm = perf.get("repeats", 3), perf.get("warmup", 1)
-    for name, w in perf.get("throughput", {}).items():
-        for _ in range(warm):  # the full workload: every shape the timed repeats meet is compiled first
-            timed(w["prompts"], w["output_len"])
-        rows = []
-        for i in range(reps):
-            phase(f"throughput {name}: repeat {i + 1}/{reps}")
-            dt, n_in, n_out = timed(w["prompts"], w["output_len"])
-            rows.append({"elapsed_s": dt, "tokens_per_s": (n_in + n_out) / dt, "output_tokens_per_s": n_out / dt,
-                         "input_tokens": n_in, "output_tokens": n_out})
-        out["throughput"][name] = rows
-    for name, w in perf.get("latency", {}).items():
-        for _ in range(warm):
-            timed(w["prompts"], w["output_len"])
-        phase(f"latency {name}: {reps} repeats")
-        out["latency"][name] = [{"latency_s": timed(w["prompts"], w["output_len"])[0]} for _ in range(reps)]
+    with unfinished_perf() as out:
+        for name, w in perf.get("throughput", {}).items():
+            for _ in range(warm):  # the full workload: every shape the timed repeats meet is compiled first
+                timed(w["prompts"], w["output_len"])
+            rows = []
+            for i in range(reps):
+                phase(f"throughput {name}: repeat {i + 1}/{reps}")
+                dt, n_in, n_out = timed(w["prompts"], w["output_len"])
+                rows.append({"elapsed_s": dt, "tokens_per_s": (n_in + n_out) / dt,
+                             "output_tokens_per_s": n_out / dt, "input_tokens": n_in, "output_tokens": n_out})
+            out["throughput"][name] = rows
+            checkpoint()
+        for name, w in perf.get("latency", {}).items():
+            for _ in range(warm):
+                timed(w["prompts"], w["output_len"])
+            phase(f"latency {name}: {reps} repeats")
+            out["latency"][name] = [{"latency_s": timed(w["prompts"], w["output_len"])[0]} for _ in range(reps)]
+            checkpoint()
     return out
 
 
 def main(run, argv=None) -> int:
-    """``python -m <driver> JOB.json RESULT.json``: run the job, always write a result."""
+    """``python -m <driver> JOB.json RESULT.json``: run the job, always write a result. A run that raises still
+    carries what its finished phases measured (``keep``), listed in "kept_from_partial"."""
     job_path, result_path = sys.argv[1:] if argv is None else argv
     with open(job_path) as f:
         job = json.load(f)
+    _kept.update(res=None, path=os.path.join(os.path.dirname(os.path.abspath(result_path)), PARTIAL_FILE))
     try:
         res = run(job)
     except Exception as exc:
-        res = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        kept = dict(_kept["res"] or {})
+        res = {**kept, "status": "error", "error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc()}
+        if kept:
+            res["kept_from_partial"] = sorted(kept)
         print(res["traceback"], flush=True)  # into the run's log, where the report points
-    with open(result_path, "w") as f:
+    tmp = f"{result_path}.tmp"
+    with open(tmp, "w") as f:  # whole or absent: a process killed while writing leaves no half result
         json.dump(res, f)
+    os.replace(tmp, result_path)
     return 0 if res["status"] == "ok" else 1

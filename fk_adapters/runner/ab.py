@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
 
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
-            "reused_age_s", "runtime", "gpu_share")
+            "reused_age_s", "runtime", "gpu_share", "kept_from_partial")
     out = {k: res[k] for k in keep if k in res}
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
@@ -257,7 +258,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": weights_key,
            "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")
                      if k in sc.model},
-           "baseline": _summary(base), "candidate": _summary(cand), "failures": []}
+           "baseline": _summary(base), "candidate": _summary(cand), "failures": [], "timeout_s": cfg.timeout_s}
     if _rounds(cfg) > 1:
         row["rounds"] = {"planned": _rounds(cfg), "order": ORDER,
                          "runs": [[_summary(r) for r in runs["baseline"]], [_summary(r) for r in runs["candidate"]]]}
@@ -270,6 +271,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         row["status"] = TIMEOUT if any(r["status"] == "timeout" for _, r in bad) else RUNTIME_ERROR
         rnd = len(runs["baseline"])
         row["failures"] += [f"{s}{f' (round {rnd})' if rnd > 1 else ''}: {r.get('error', r['status'])}" for s, r in bad]
+        _measured_before_failure(cfg, sc, row, base, cand)
         return row
     if sc.family != "llm":
         row["family"] = sc.family
@@ -301,6 +303,44 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if notes:
         row["notes"] = row.get("notes", []) + notes
     return row
+
+
+def _measured_before_failure(cfg: RunConfig, sc: Scenario, row: dict, base: dict, cand: dict) -> None:
+    """A scenario whose engine run failed keeps what its round 1 measured: correctness where both sides got that far
+    (no float32 re-judging, no verdict: the status stays the failure) and, for a candidate, the evidence its plugin
+    load records and latest probe give. Never perf: the timed phase did not finish everywhere."""
+    if _correctness_done(base) and _correctness_done(cand):
+        row["correctness"] = dict(correctness(base, cand, sc.dtype), measured_before_failure=True)
+        row["failures"] += [f"correctness measured before the failure: {f}" for f in row["correctness"]["failures"]]
+    if cfg.aa:
+        return
+    kept, as_of = _latest_probe(cand)
+    row["evidence"] = evidence.judge(dict(cand, probe=kept), cand["loads"], evidence_mode(cfg), native_names(cfg, base))
+    row["evidence"]["as_of"] = as_of
+    for proc, rec in zip(row["evidence"].get("processes", []), cand["loads"]):  # what each process's load record says
+        proc["installed"] = sorted(rec.get("installed", {}))
+    if not kept:  # no worker reported: the slots' layers and calls are unknown, not absent
+        for e in row["evidence"]["slots"].values():
+            e["status"], e["proof"] = "not judged", f"no worker probe was kept: {NO_PROBE}"
+    row["plugin_code"] = evidence.plugin_code(cand["loads"])
+
+
+def _correctness_done(res: dict) -> bool:
+    """The run finished its correctness phase: teacher-forced logprobs after its tokens, or its saved outputs."""
+    return "teacher_logprobs" in res if "tokens" in res else bool(res.get("outputs_file"))
+
+
+_PROBES = (("probe", "the end of the run"), ("probe_after_correctness", "the end of correctness"),
+           ("probe_after_start", "engine start"))
+NO_PROBE = "the run failed before its workers reported"
+
+
+def _latest_probe(res: dict) -> tuple[list, str]:
+    """The last probe a (possibly failed) run kept, and when it was taken."""
+    for key, when in _PROBES:
+        if res.get(key):
+            return res[key], when
+    return [], f"none ({NO_PROBE})"
 
 
 HALF_DTYPES = ("bfloat16", "float16")
@@ -470,9 +510,11 @@ def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str
 
 
 def coverage(rows: list[dict]) -> dict:
-    """Per slot over the suite: in how many scenarios it was exercised."""
+    """Per slot over the suite: in how many scenarios it was exercised (of those whose runs finished)."""
     cov: dict[str, dict] = {}
     for r in rows:
+        if r["status"] in (RUNTIME_ERROR, TIMEOUT):  # evidence as of a failure: no conclusion about the suite
+            continue
         for slot, e in r.get("evidence", {}).get("slots", {}).items():
             c = cov.setdefault(slot, {"plugin": e["plugin"], "exercised_in": [], "not_exercised_in": [], "n/a_in": []})
             key = {"exercised": "exercised_in", "not exercised": "not_exercised_in",
@@ -493,14 +535,22 @@ def run_key(cfg: RunConfig) -> dict:
     return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 
-def finished_rows(cfg: RunConfig, path: str) -> dict:
-    """The scenario rows an interrupted earlier run of this same configuration wrote to ``path``."""
+def finished_rows(cfg: RunConfig, path: str, echo=print) -> dict:
+    """The scenario rows an interrupted earlier run of this same configuration wrote to ``path``. A file that is not
+    JSON (cut short) is said and copied aside before this run overwrites it; a TIMEOUT under another time limit than
+    ``cfg.timeout_s`` is not kept: it runs again."""
     if cfg.force or not os.path.exists(path):
         return {}
     try:
         with open(path) as f:
             prev = json.load(f)
-    except (OSError, json.JSONDecodeError):
+    except OSError:
+        return {}
+    except ValueError as exc:
+        aside = f"{path}.corrupt-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
+        shutil.copy2(path, aside)
+        echo(f"{path} is not valid JSON ({exc}): nothing is resumed from it; copied to {aside} before this run "
+             "overwrites it")
         return {}
     if "run_key" not in prev:
         raise ResumeMismatch(f"{path} holds results of an earlier fk that did not record what it ran: "
@@ -508,7 +558,14 @@ def finished_rows(cfg: RunConfig, path: str) -> dict:
     if prev.get("run_key") != run_key(cfg):
         raise ResumeMismatch(f"{path} holds a different run ({_key_diff(prev.get('run_key') or {}, run_key(cfg))}): "
                              "give --force to replace it, or another --out")
-    return {r["scenario"]: r for r in prev.get("scenarios", [])}
+    rows = {r["scenario"]: r for r in prev.get("scenarios", [])}
+    retry = {n: r.get("timeout_s") for n, r in rows.items()
+             if r["status"] == TIMEOUT and r.get("timeout_s") != cfg.timeout_s}
+    if retry:
+        echo(f"running again {len(retry)} scenario(s) that timed out under another time limit ("
+             + ", ".join(f"{n}: {'?' if t is None else f'{t:.0f}'} s" for n, t in retry.items())
+             + f"; now {cfg.timeout_s:.0f} s)")
+    return {n: r for n, r in rows.items() if n not in retry}
 
 
 def _key_diff(old: dict, new: dict) -> str:
@@ -527,7 +584,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     out_dir (an interrupted suite) are kept, not run again, unless ``cfg.force``."""
     os.makedirs(cfg.out_dir, exist_ok=True)
     path = os.path.join(cfg.out_dir, "results.json")
-    done = finished_rows(cfg, path)
+    done = finished_rows(cfg, path, echo)
     results = {"fk_version": __version__, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
                "device": cfg.device, "host": platform.node(), "machine": machine.identity(),

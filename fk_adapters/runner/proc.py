@@ -5,12 +5,13 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 
 from fk_adapters import gpu_lock, gpu_share
+from fk_adapters.engines.driver_common import PARTIAL_FILE  # the driver's results so far, kept when it fails
+from fk_adapters.runner import reaper as reapers
 
 GPU_SHARE_FILE = "gpu_share.json"
 
@@ -27,7 +28,7 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
     job_path, result_path, log_path = (os.path.join(run_dir, n) for n in ("job.json", "result.json", "engine.log"))
     with open(job_path, "w") as f:
         json.dump(job, f)
-    for stale in (result_path, os.path.join(run_dir, GPU_SHARE_FILE)):
+    for stale in (result_path, *(os.path.join(run_dir, n) for n in (GPU_SHARE_FILE, PARTIAL_FILE))):
         if os.path.exists(stale):
             os.remove(stale)
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", FK_RUN_DIR=run_dir, **env)
@@ -43,34 +44,18 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
         proc = subprocess.Popen([python, "-m", driver, job_path, result_path], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=full_env, text=True, start_new_session=True,
                                 cwd=run_dir)  # never import fk_adapters from a source tree in the cwd
-        watcher = gpu_share.Watcher(proc.pid).start() if watch_gpu else None
-        timed_out = False
-        deadline = t0 + timeout_s
-        import selectors
-
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                timed_out = True
-                break
-            if not sel.select(timeout=min(left, 1.0)):
-                if proc.poll() is not None:
-                    break
-                continue
-            line = proc.stdout.readline()
-            if not line:
-                break
-            log.write(line)
-            if echo and line.startswith("[fk]"):  # the phase, and when it began in this engine run
-                echo(f"{line[5:].rstrip()} [{time.perf_counter() - t0:.0f} s]")
-        if timed_out:
-            _kill_group(proc)
-        proc.wait()
-        shared = watcher.stop() if watcher else None
-        rest = proc.stdout.read() if not timed_out else ""
-        log.write(rest)
+        reaper = reapers.start(proc.pid)
+        try:
+            watcher = gpu_share.Watcher(proc.pid).start() if watch_gpu else None
+            timed_out = _follow(proc, log, echo, t0, t0 + timeout_s)
+            if timed_out:
+                _kill_tree(proc)
+            proc.wait()
+            shared = watcher.stop() if watcher else None
+            log.write(proc.stdout.read() if not timed_out else "")
+        finally:  # also on Ctrl-C or a signal that stops fk: the engine goes with it
+            _kill_tree(proc)
+            reapers.stop(reaper)
     wall = time.perf_counter() - t0
     if timed_out:
         res = {"status": "timeout", "error": f"engine run exceeded {timeout_s:.0f} s and was killed"}
@@ -79,7 +64,6 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
             res = json.load(f)
     else:
         res = {"status": "crashed", "error": f"engine process exited with code {proc.returncode} without a result"}
-    _kill_group(proc)  # engine helpers (workers) must not outlive the run
     res["returncode"] = proc.returncode
     res["wall_s"] = wall
     res["log"] = log_path
@@ -88,6 +72,7 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
         with open(os.path.join(run_dir, GPU_SHARE_FILE), "w") as f:
             json.dump(shared, f)
     if res["status"] != "ok":
+        _keep_partial(res, os.path.join(run_dir, PARTIAL_FILE))
         with open(log_path, errors="replace") as f:
             text = f.read()
         res["log_tail"] = text[-4000:]
@@ -95,6 +80,43 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
         if cause and cause not in res.get("error", ""):
             res["error"] = f"{res.get('error', '')} (first logged error: {cause})"
     return res
+
+
+def _follow(proc: subprocess.Popen, log, echo, t0: float, deadline: float) -> bool:
+    """Copy the engine's output into its log until it ends (False) or the deadline passes (True), echoing its
+    [fk] progress lines."""
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return True
+        if not sel.select(timeout=min(left, 1.0)):
+            if proc.poll() is not None:
+                return False
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            return False
+        log.write(line)
+        if echo and line.startswith("[fk]"):  # the phase, and when it began in this engine run
+            echo(f"{line[5:].rstrip()} [{time.perf_counter() - t0:.0f} s]")
+
+
+def _keep_partial(res: dict, path: str) -> None:
+    """A failed run keeps the phase results its driver had written (``PARTIAL_FILE``): the keys its result lacks,
+    listed in ``kept_from_partial``."""
+    try:
+        with open(path) as f:
+            partial = json.load(f)
+    except (OSError, ValueError):
+        return
+    kept = sorted(k for k in partial if k not in res)
+    if kept:
+        res.update({k: partial[k] for k in kept})
+        res["kept_from_partial"] = kept
 
 
 _EXCEPTION = r"([A-Za-z_][\w.]*(?:Error|Exception)): (.+)"
@@ -121,8 +143,6 @@ def _first_traceback_end(lines: list[str]) -> re.Match | None:
     return None
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """The engine's process group, and its processes that left the group."""
+    reapers.kill_tree(proc.pid, reapers.descendants(proc.pid))

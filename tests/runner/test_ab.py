@@ -1,7 +1,12 @@
 """Suite-level verdicts of the A/B runner, without an engine."""
+import json
+import os
 from types import SimpleNamespace
 
-from fk_adapters import engines
+import pytest
+
+from fk_adapters import engines, scenarios
+from fk_adapters.runner import ab
 from fk_adapters.runner.ab import RunConfig, evidence_mode, finish
 
 
@@ -81,3 +86,115 @@ def test_gpu_share_records_become_one_line_per_disturbed_run():
     assert unwatched == ["round 2 baseline, round 1 candidate: the GPU could not be watched for other processes "
                          "(nvidia-smi not found): these timings are unchecked"]
     assert gpu_share_findings({"baseline": [{}], "candidate": [{}]}) == ([], [])  # not watched on purpose (CPU)
+
+
+# ------------------------------------------------------------------- a failed engine run keeps what it measured
+
+LOADS = [{"pid": 10, "role": "LLM (driver)", "plugins": [{"name": "p", "kernels": [{"slot": "rms_norm"}]}],
+          "installed": {"rms_norm": {"plugin": "p", "kernel": "k", "entered": ["RMSNorm"]}}},
+         {"pid": 11, "role": "EngineCore_DP0", "inherited_from": 10, "plugins": [{"name": "p", "kernels": []}],
+          "installed": {"rms_norm": {"plugin": "p", "kernel": "k", "entered": ["RMSNorm"]}}},
+         {"pid": 12, "role": "VllmWorker-0", "plugins": [{"name": "p", "kernels": []}],
+          "installed": {"rms_norm": {"plugin": "p", "kernel": "k", "entered": ["RMSNorm"]}}}]
+MEASURED = {"tokens": [[5, 6, 7], [8, 9, 1]], "token_top_ids": [[[5], [6], [7]], [[8], [9], [1]]],
+            "teacher_logprobs": [[-0.5, -1.0], [-0.25, -2.0]]}
+WORKER_PROBE = [{"pid": 12, "calls": {"p:rms_norm": 40}, "constructed": {"rms_norm": 5}}]
+
+
+def _crashing_candidate(status="crashed", kept=True):
+    """run_job's results: a stock baseline that finished, a candidate that died in its throughput phase with the
+    keys proc.py filled in from its partial.json (or none)."""
+    def run_job(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        if os.path.basename(run_dir) == "baseline":
+            return dict(MEASURED, status="ok", wall_s=1.0, probe=[{"pid": 2}], perf={"throughput": {}})
+        res = {"status": status, "error": "engine process exited with code -9 without a result", "wall_s": 2.0,
+               "log_tail": "Killed"}
+        if kept:
+            res.update(MEASURED, probe_after_start=[{"pid": 12}], probe_after_correctness=WORKER_PROBE,
+                       perf_unfinished={"throughput": {"w": [{"tokens_per_s": 9.0}]}, "latency": {}},
+                       kept_from_partial=["perf_unfinished", "probe_after_correctness", "tokens"])
+        return res
+    return run_job
+
+
+@pytest.fixture
+def crash(monkeypatch, tmp_path):
+    monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root, echo: (str(tmp_path / "m"), "key"))
+    monkeypatch.setattr(ab.probe, "read_loads", lambda d: LOADS if "candidate" in os.path.basename(d) else [])
+    monkeypatch.setattr(ab, "run_job", _crashing_candidate())
+    return lambda **kw: monkeypatch.setattr(ab, "run_job", _crashing_candidate(**kw))
+
+
+def _local(tmp_path, **kw):
+    return _cfg(device="cpu", mode="eager", out_dir=str(tmp_path / "out"), **kw)
+
+
+def test_a_candidate_killed_in_its_throughput_phase_keeps_its_correctness_and_load_records(crash, tmp_path):
+    row = ab.run_scenario(_local(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert row["status"] == "RUNTIME_ERROR"  # never a pass from partial data
+    assert row["failures"] == ["candidate: engine process exited with code -9 without a result"]
+    c = row["correctness"]
+    assert c["measured_before_failure"] is True and c["passed"] is True and c["tokens"]["identical"] == 2
+    assert c["teacher_forced"]["max_abs"] == 0.0
+    assert "perf" not in row  # the timed phase did not finish
+    ev = row["evidence"]
+    assert [p["pid"] for p in ev["processes"]] == [10, 11, 12]
+    assert all(p["installed"] == ["rms_norm"] for p in ev["processes"])
+    assert ev["workers"] == [{"pid": 12, "plugins_loaded": True}] and ev["as_of"] == "the end of correctness"
+    assert ev["slots"]["rms_norm"]["status"] == "exercised" and ev["slots"]["rms_norm"]["calls"] == 40
+    assert row["candidate"]["kept_from_partial"] == ["perf_unfinished", "probe_after_correctness", "tokens"]
+    res = {"scenarios": [row]}
+    finish(res, _local(tmp_path))
+    assert res["verdict"] == "FAIL" and res["coverage"] == {}  # evidence from before a failure proves no coverage
+
+
+def test_a_candidate_that_kept_nothing_shows_its_load_records_and_no_correctness(crash, tmp_path):
+    crash(status="timeout", kept=False)
+    row = ab.run_scenario(_local(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert row["status"] == "TIMEOUT" and "correctness" not in row
+    slot = row["evidence"]["slots"]["rms_norm"]
+    assert slot == dict(slot, status="not judged", proof="no worker probe was kept: the run failed before its workers "
+                        "reported")  # not "the model built no layer for this slot"
+    assert row["evidence"]["processes"][2] == {"pid": 12, "role": "VllmWorker-0", "inherited_from": None,
+                                               "installed": ["rms_norm"]}
+
+
+def _ok_engine(calls, status="ok"):
+    def run_job(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        calls.append(os.path.basename(run_dir))
+        res = dict(MEASURED, status=status, wall_s=1.0, probe=WORKER_PROBE)
+        return res if status == "ok" else {"status": status, "error": "exceeded", "wall_s": timeout}
+    return run_job
+
+
+def test_a_truncated_results_file_is_said_and_copied_aside_before_it_is_overwritten(crash, monkeypatch, tmp_path):
+    cfg = _local(tmp_path)
+    os.makedirs(cfg.out_dir)
+    path = os.path.join(cfg.out_dir, "results.json")
+    cut = '{"fk_version": "0", "scenarios": [{"scenario": "tiny-llama", "status": "PAS'
+    with open(path, "w") as f:
+        f.write(cut)
+    calls, lines = [], []
+    monkeypatch.setattr(ab, "run_job", _ok_engine(calls))
+    ab.run_suite(cfg, [scenarios.load("tiny-llama")], "0", echo=lines.append)
+    aside = [n for n in os.listdir(cfg.out_dir) if n.startswith("results.json.corrupt-")]
+    assert len(aside) == 1 and open(os.path.join(cfg.out_dir, aside[0])).read() == cut
+    assert any("is not valid JSON" in m and aside[0] in m for m in lines)
+    assert json.load(open(path))["scenarios"][0]["status"] == "PASSED" and calls == ["baseline", "candidate"]
+
+
+def test_a_kept_timeout_runs_again_under_another_time_limit_only(crash, monkeypatch, tmp_path):
+    calls, lines = [], []
+    monkeypatch.setattr(ab, "run_job", _ok_engine(calls, "timeout"))
+    suite = [scenarios.load("tiny-llama")]
+    ab.run_suite(_local(tmp_path, timeout_s=60.0), suite, "0", echo=lines.append)
+    assert calls == ["baseline", "candidate"]
+    calls.clear()
+    res = ab.run_suite(_local(tmp_path, timeout_s=60.0), suite, "0", echo=lines.append)  # the same limit: kept
+    assert calls == [] and res["scenarios"][0]["status"] == "TIMEOUT"
+    monkeypatch.setattr(ab, "run_job", _ok_engine(calls))
+    lines.clear()
+    res = ab.run_suite(_local(tmp_path, timeout_s=600.0), suite, "0", echo=lines.append)
+    assert calls == ["baseline", "candidate"] and res["scenarios"][0]["status"] == "PASSED"
+    assert res["scenarios"][0]["timeout_s"] == 600.0
+    assert any("timed out under another time limit (tiny-llama: 60 s; now 600 s)" in m for m in lines)

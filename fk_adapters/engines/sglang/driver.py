@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from fk_adapters import op_families
-from fk_adapters.engines.driver_common import main, measure, phase
+from fk_adapters.engines.driver_common import keep, main, measure, phase
 
 TOP_K = 5
 
@@ -154,8 +154,8 @@ def run(job: dict) -> dict:
     import sglang as sgl
     import torch
 
-    res: dict = {"engine": "sglang", "engine_version": getattr(sgl, "__version__", "?"), "torch": torch.__version__,
-                 "pid": os.getpid()}
+    res = keep({"engine": "sglang", "engine_version": getattr(sgl, "__version__", "?"), "torch": torch.__version__,
+                "pid": os.getpid()})
     run_dir = os.environ.get("FK_RUN_DIR") or tempfile.mkdtemp(prefix="fk-sglang-")
     probe_dir = os.path.join(run_dir, "probe")
     os.makedirs(probe_dir, exist_ok=True)

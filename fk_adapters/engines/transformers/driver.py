@@ -18,7 +18,7 @@ import sys
 import time
 
 from fk_adapters import op_families
-from fk_adapters.engines.driver_common import main, measure, phase
+from fk_adapters.engines.driver_common import checkpoint, keep, main, measure, phase, unfinished_perf
 
 TOP_K = 5
 OUTPUTS_FILE = "outputs.safetensors"
@@ -67,8 +67,8 @@ def run(job: dict) -> dict:
 
     transformers.utils.logging.disable_progress_bar()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    res: dict = {"engine": "transformers", "engine_version": transformers.__version__, "torch": torch.__version__,
-                 "pid": os.getpid()}
+    res = keep({"engine": "transformers", "engine_version": transformers.__version__, "torch": torch.__version__,
+                "pid": os.getpid()})
     phase(f"loading {job['architectures'][0]} on {device}")
     t0 = time.perf_counter()
     model = load_model(job, device)
@@ -84,10 +84,7 @@ def run(job: dict) -> dict:
     res["probe_after_start"] = [probe.snapshot()]
     torch.manual_seed(job.get("seed", 0))  # models that draw at forward time (masks, noise) draw alike on both sides
     with torch.inference_mode():
-        if job.get("correctness"):
-            res.update(_llm(model, job, device))
-        else:
-            res.update(_items(model, job, device))
+        (_llm if job.get("correctness") else _items)(model, job, device, res)
     res["probe"] = [probe.snapshot()]
     res["status"] = "ok"
     return res
@@ -107,10 +104,13 @@ def _generate(model, prompts, n: int, device: str, scores: bool = False):
     return ids.shape[1], out
 
 
-def _llm(model, job: dict, device: str) -> dict:
+def _llm(model, job: dict, device: str, out: dict) -> None:
+    """Correctness, then perf and profile as the job asks, into ``out`` (the driver's kept result)."""
     import torch
 
-    corr, out = job["correctness"], {}
+    from fk_adapters import probe
+
+    corr = job["correctness"]
     phase("correctness: greedy generation")
     n_in, gen = _generate(model, corr["prompts"], corr["max_tokens"], device, scores=True)
     out["tokens"] = gen.sequences[:, n_in:].tolist()
@@ -124,6 +124,7 @@ def _llm(model, job: dict, device: str) -> dict:
     seqs = torch.tensor(corr["teacher"], dtype=torch.long, device=device)
     lp = torch.log_softmax(model(seqs).logits.float(), dim=-1)
     out["teacher_logprobs"] = lp[:, :-1].gather(-1, seqs[:, 1:, None]).squeeze(-1).tolist()
+    out["probe_after_correctness"] = [probe.snapshot()]
 
     def timed(prompts, n):
         _sync(device)
@@ -140,7 +141,6 @@ def _llm(model, job: dict, device: str) -> dict:
         p = job["profile"]
         out["profile"] = _profile(lambda: _generate(model, corr["prompts"][: p.get("requests", 4)],
                                                     p.get("max_tokens", 8), device), device)
-    return out
 
 
 # ----------------------------------------------------------------------------- other families
@@ -242,21 +242,24 @@ def _reference(model, job: dict, device: str) -> dict:
     return out
 
 
-def _items(model, job: dict, device: str) -> dict:
+def _items(model, job: dict, device: str, out: dict) -> None:
+    """The seeded forward's outputs, then perf and profile as the job asks, into ``out`` (the driver's kept result)."""
     import torch
+
+    from fk_adapters import probe
 
     spec, seed, dtype = job["inputs"], job.get("seed", 0), getattr(torch, job["dtype"])
     phase(f"correctness: one forward on a seeded batch of {job['correctness_batch']}")
     x = _correctness_batch(model, job, device)
     tensors = _outputs(model, x)
-    out = {"outputs_file": _save(tensors, OUTPUTS_FILE), "outputs": {k: list(v.shape) for k, v in tensors.items()}}
+    out.update(outputs_file=_save(tensors, OUTPUTS_FILE), outputs={k: list(v.shape) for k, v in tensors.items()},
+               probe_after_correctness=[probe.snapshot()])
     perf = job.get("perf")
     if perf:
         out["perf"] = _items_perf(model, spec, seed, perf, device, dtype)
     if job.get("profile"):
         phase("profiling a batch")
         out["profile"] = _profile(lambda: model(**x), device)
-    return out
 
 
 def _items_perf(model, spec: dict, seed: int, perf: dict, device: str, dtype) -> dict:
@@ -264,7 +267,6 @@ def _items_perf(model, spec: dict, seed: int, perf: dict, device: str, dtype) ->
     from fk_adapters.engines.transformers import inputs
 
     reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
-    out: dict = {"throughput": {}, "latency": {}}
 
     def forwards(x, n: int) -> float:
         _sync(device)
@@ -274,17 +276,19 @@ def _items_perf(model, spec: dict, seed: int, perf: dict, device: str, dtype) ->
         _sync(device)
         return time.perf_counter() - t0
 
-    for b in perf["batches"]:
-        x = inputs.batch(model, spec, b, seed, device, dtype)
-        for _ in range(warm):
-            forwards(x, 1)
-        rows = []
-        for i in range(reps):
-            phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
-            dt = forwards(x, iters)
-            rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
-        out["throughput"][f"batch{b}"] = rows
-        out["latency"][f"batch{b}"] = [{"latency_s": forwards(x, 1)} for _ in range(reps)]
+    with unfinished_perf() as out:
+        for b in perf["batches"]:
+            x = inputs.batch(model, spec, b, seed, device, dtype)
+            for _ in range(warm):
+                forwards(x, 1)
+            rows = []
+            for i in range(reps):
+                phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
+                dt = forwards(x, iters)
+                rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
+            out["throughput"][f"batch{b}"] = rows
+            out["latency"][f"batch{b}"] = [{"latency_s": forwards(x, 1)} for _ in range(reps)]
+            checkpoint()
     return out
 
 

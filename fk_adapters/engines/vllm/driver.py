@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from fk_adapters.engines.driver_common import main, measure, phase
+from fk_adapters.engines.driver_common import keep, main, measure, phase
 from fk_adapters.engines.vllm import compat
 
 
@@ -109,7 +109,7 @@ def run(job: dict) -> dict:
     import vllm
     from vllm import LLM, SamplingParams
 
-    res: dict = {"engine": "vllm", "engine_version": vllm.__version__, "torch": torch.__version__, "pid": os.getpid()}
+    res = keep({"engine": "vllm", "engine_version": vllm.__version__, "torch": torch.__version__, "pid": os.getpid()})
     args = engine_args(job)
     phase("starting engine")
     t0 = time.perf_counter()
