@@ -3,11 +3,19 @@ import sys
 from importlib.util import spec_from_file_location
 from pathlib import Path
 
-from fk_adapters.hookspec import hookimpl
 from fk_adapters.kernel import Kernel
 
 __version__ = "0.1.0"
 __all__ = ["Kernel", "hookimpl", "__version__"]
+
+
+def __getattr__(name):
+    """``hookimpl`` on first use: it needs pluggy, which ``fk --help`` in an uninstalled checkout does without."""
+    if name == "hookimpl":
+        from fk_adapters.hookspec import hookimpl
+
+        return hookimpl
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Subpackages kept at the checkout's top level; pyproject.toml's package-dir installs them under fk_adapters.
 _CHECKOUT_SUBPACKAGES = {"fk_adapters.tasks": "tasks", "fk_adapters.scenario_files": "scenarios"}

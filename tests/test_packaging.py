@@ -1,4 +1,5 @@
 """Running from a source checkout, and pyproject files that build on the setuptools they declare."""
+import argparse
 import os
 import re
 import shutil
@@ -45,10 +46,46 @@ def _python_in(checkout: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+def _stdlib_python_in(checkout: Path, *args: str) -> subprocess.CompletedProcess:
+    """Python started in `checkout` with the standard library only, as before anything is installed."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-S", *args], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _subcommands() -> list[str]:
+    from fk_adapters.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(sub.choices)
+
+
 def test_cli_help_runs_from_the_checkout_root(checkout):
     done = _python_in(checkout, "-m", "fk_adapters.cli.main", "--help")
     assert done.returncode == 0, done.stderr
     assert "usage: fk" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["", *_subcommands()], ids=lambda c: c or "fk")
+def test_cli_help_needs_only_the_standard_library(checkout, command):
+    done = _stdlib_python_in(checkout, "-m", "fk_adapters.cli.main", *command.split(), "--help")
+    assert done.returncode == 0, done.stderr
+    assert f"usage: fk {command}".strip() in done.stdout
+
+
+@pytest.mark.parametrize("command", ["slots", "plugins"])
+def test_a_missing_dependency_is_one_line_and_exit_2(checkout, command):
+    done = _stdlib_python_in(checkout, "-m", "fk_adapters.cli.main", command)
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(rf"fk {command}: error: missing dependency '\w+': install fk-adapters "
+                        r"\(make setup, or pip install -e \.\)\n", done.stderr), done.stderr
+
+
+def test_a_user_error_is_one_line_and_exit_2_without_dependencies(checkout):
+    done = _stdlib_python_in(checkout, "-m", "fk_adapters.cli.main", "capture")
+    from fk_adapters.cli.common import engine_names
+
+    assert (done.returncode, done.stderr) == (2, f"fk capture: error: give --engine ({engine_names()})\n")
 
 
 def test_relocated_subpackages_and_scenario_files_come_from_the_checkout(checkout):

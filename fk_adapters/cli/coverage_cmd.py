@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 
-from fk_adapters import coverage
 from fk_adapters.cli import common
 
 
@@ -17,8 +16,11 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from fk_adapters import coverage
     from fk_adapters.cli.main import UsageError
 
+    if args.out:
+        common.check_writable_dir(args.out)
     roots = args.results or ["reports"]
     captures = coverage.collect(roots)
     if not captures:

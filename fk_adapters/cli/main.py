@@ -38,11 +38,14 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 def user_errors() -> tuple[type[BaseException], ...]:
     from fk_adapters.doctor import DoctorError
     from fk_adapters.engines import EngineError
-    from fk_adapters.plugins import PluginLoadError
     from fk_adapters.runner.ab import BaselineMismatch
     from fk_adapters.scenarios import ScenarioError
     from fk_adapters.weights import WeightsError
 
+    try:
+        from fk_adapters.plugins import PluginLoadError
+    except ModuleNotFoundError:  # no pluggy: fk_adapters.plugins never loaded, so it raised no PluginLoadError
+        PluginLoadError = UsageError
     return (UsageError, DoctorError, EngineError, PluginLoadError, ScenarioError, WeightsError, BaselineMismatch,
             FileNotFoundError, json.JSONDecodeError, IsADirectoryError)
 
@@ -79,6 +82,13 @@ def _stopping_on(signals):
 def _run(args) -> int:
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:  # before user_errors(), whose imports need the same dependencies
+        missing = (exc.name or "").split(".")[0]
+        if missing in ("", "fk_adapters"):  # a bug of ours, not a missing install
+            raise
+        print(f"fk {args.command}: error: missing dependency '{missing}': install fk-adapters "
+              "(make setup, or pip install -e .)", file=sys.stderr)
+        return 2
     except user_errors() as exc:
         msg = str(exc) if not isinstance(exc, FileNotFoundError) else f"no such file: {exc.filename or exc}"
         print(f"fk {args.command}: error: {msg}", file=sys.stderr)

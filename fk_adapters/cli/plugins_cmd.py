@@ -3,10 +3,6 @@ from __future__ import annotations
 
 import json
 
-from tabulate import tabulate
-
-from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, strict_from_env
-
 
 def add_parser(sub):
     p = sub.add_parser("plugins", help="list installed kernel plugins and what they provide")
@@ -18,6 +14,10 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from tabulate import tabulate
+
+    from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, strict_from_env
+
     allow = parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env()
     loaded = load_plugins(allow, strict=args.strict or strict_from_env(), device=args.device)
     if args.json:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 
 from fk_adapters.cli.common import check_writable_file, plots_section, read_json
-from fk_adapters.report import render
 
 
 def add_parser(sub):
@@ -25,6 +24,8 @@ def load_results(path: str) -> dict:
 
 
 def run(args) -> int:
+    from fk_adapters.report import render
+
     results = load_results(args.results)
     if args.output:
         check_writable_file(args.output, "-o")

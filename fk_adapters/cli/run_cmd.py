@@ -6,7 +6,6 @@ import os
 
 from fk_adapters import engines
 from fk_adapters.cli import common
-from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, source_digest
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
 from fk_adapters.variation import MIN_ROUNDS
 from fk_adapters.runner.ab import HALF_DTYPES, TRANSFORMERS, ResumeMismatch, RunConfig, run_suite
@@ -83,6 +82,7 @@ def _integrity_of(integrity: dict, engine: str, half: bool) -> dict:
 
 def run(args) -> int:
     from fk_adapters.cli.main import UsageError
+    from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, source_digest
 
     specs = [engines.get(e) for e in dict.fromkeys(args.engine or ["vllm"])]
     if args.aa and args.plugins:

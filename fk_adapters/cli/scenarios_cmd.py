@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tabulate import tabulate
-
-from fk_adapters import scenario_status, scenarios
+from fk_adapters import scenarios
 from fk_adapters.cli import common
 
 
@@ -55,6 +53,9 @@ def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str]]:
 
 
 def run(args) -> int:
+    from tabulate import tabulate
+
+    from fk_adapters import scenario_status
     from fk_adapters.cli.main import UsageError
 
     if args.engine and args.engine not in scenarios.HOSTS:

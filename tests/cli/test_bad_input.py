@@ -62,7 +62,8 @@ def test_an_unwritable_out_is_refused_by_every_command_that_writes(no_engine, ca
         for argv in (["run", "--plugins", "passthrough", *TINY, "--out", out],
                      ["capture", "--engine", "vllm", *TINY, "--out", out],
                      ["check", "--plugins", "passthrough", "--workload", workload, "--device", "cpu", "--out", out],
-                     ["compare", str(tmp_path / "r.json"), str(tmp_path / "r.json"), "--out", out]):
+                     ["compare", str(tmp_path / "r.json"), str(tmp_path / "r.json"), "--out", out],
+                     ["coverage", "--out", out]):
             refused(capsys, argv, f"--out {out}: {reason}")
     (tmp_path / "results.json").write_text(json.dumps({"engine": "vllm", "scenarios": []}))
     for output, reason in (("/sys/fk-report/report.md", "cannot write there"), (str(tmp_path), "is a folder")):

@@ -1,6 +1,7 @@
 """Real vLLM on CPU: stopping fk while a plugin kernel hangs the engine leaves no engine process behind. Marked
 `engine` (minutes)."""
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -66,3 +67,49 @@ def test_no_engine_process_survives_fk_while_a_kernel_hangs(tmp_path, make_plugi
     if sig != signal.SIGKILL:
         assert "Traceback" not in err and err.strip().splitlines()[-1] in (
             "fk run: interrupted", f"fk run: stopped by {sig.name}"), err
+
+
+DIES_IN_THROUGHPUT = """
+import json, os, signal
+import torch.nn.functional as F
+from fk_adapters import Kernel, hookimpl
+
+def _correctness_kept():
+    try:
+        with open(os.path.join(os.environ["FK_RUN_DIR"], "partial.json")) as f:
+            return "teacher_logprobs" in json.load(f)
+    except (KeyError, OSError, ValueError):
+        return False
+
+def silu_and_mul(x):
+    if _correctness_kept():  # the throughput phase: the whole engine dies, as the OOM killer would take it
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    d = x.shape[-1] // 2
+    return F.silu(x[..., :d]) * x[..., d:]
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot="silu_and_mul", fn=silu_and_mul, devices=("cpu", "cuda"))]
+"""
+
+
+def test_a_candidate_killed_in_its_throughput_phase_keeps_its_correctness_and_load_records(tmp_path, make_plugin):
+    make_plugin("dies", DIES_IN_THROUGHPUT)
+    site = str(next(p for p in sys.path if p.endswith("site")))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "run", "--plugins", "dies", "--scenario", "tiny-llama",
+           "--quick", "--out", str(out), "--model-cache", str(tmp_path / "models")]
+    env = dict(os.environ, PYTHONPATH=site + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    row = json.loads((out / "results.json").read_text())["scenarios"][0]
+    assert row["status"] == "RUNTIME_ERROR"
+    assert row["candidate"]["status"] == "crashed" and "tokens" in row["candidate"]["kept_from_partial"]
+    assert row["correctness"]["measured_before_failure"] and row["correctness"]["passed"]
+    assert "perf" not in row
+    loads = os.listdir(out / "logs" / "tiny-llama" / "candidate" / "loads")
+    installed = [w for w in row["evidence"]["processes"] if w.get("installed") == ["silu_and_mul"]]
+    assert len(loads) >= 2 and len(installed) == len(loads)
+    report = (out / "report.md").read_text()
+    assert "No plugin kernel was installed" not in report and "pid(s) ?" not in report
+    assert "measured before the failure" in report
