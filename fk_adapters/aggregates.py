@@ -34,10 +34,10 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from fk_adapters import scenarios, variation
-from fk_adapters.gpu_share import disturbed
 from fk_adapters.check.runner import weighted_geomean
+from fk_adapters.gpu_share import disturbed
 from fk_adapters.metrics import THROUGHPUT_KEYS
-from fk_adapters.runner.ab import INCORRECT, LOAD_ERROR, NOT_PROVEN, RUNTIME_ERROR, TIMEOUT
+from fk_adapters.results import ScenarioStatus as S, SlotEvidence as E
 
 THROUGHPUT_WEIGHT = 0.5
 UNCATEGORIZED = "uncategorized"
@@ -72,9 +72,9 @@ def speedups(perf: dict) -> dict:
 
 def outcome(row: dict) -> str:
     """"correct", "incorrect" or "failed" (see the module docstring)."""
-    if row.get("status") in (RUNTIME_ERROR, TIMEOUT, LOAD_ERROR) or "passed" not in row.get("correctness", {}):
+    if row.get("status") in (S.RUNTIME_ERROR, S.TIMEOUT, S.LOAD_ERROR) or "passed" not in row.get("correctness", {}):
         return FAILED
-    if row.get("status") == INCORRECT or not row["correctness"]["passed"]:
+    if row.get("status") == S.INCORRECT or not row["correctness"]["passed"]:
         return WRONG
     return CORRECT
 
@@ -84,8 +84,8 @@ def per_scenario(row: dict) -> dict:
     sp = speedups(row.get("perf", {}))
     tp, lat = geomean(sp["throughput"].values()), geomean(sp["latency"].values())
     slots = {s: e.get("status") for s, e in row.get("evidence", {}).get("slots", {}).items()}
-    exercised = sum(st == "exercised" for st in slots.values())
-    applicable = sum(st != "n/a" for st in slots.values())
+    exercised = sum(st == E.EXERCISED for st in slots.values())
+    applicable = sum(st != E.NOT_APPLICABLE for st in slots.values())
     covered = (exercised > 0) if "evidence" in row else None
     out = outcome(row)
     speed = blend(tp, lat)
@@ -98,7 +98,7 @@ def per_scenario(row: dict) -> dict:
             "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
             "disturbed": shared,
             "scored": (out == CORRECT and covered is not False and speed is not None and not shared
-                       and row.get("status") != NOT_PROVEN)}
+                       and row.get("status") != S.NOT_PROVEN)}
 
 
 def category_of(name: str) -> str:

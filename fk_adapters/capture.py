@@ -18,6 +18,7 @@ from fk_adapters import __version__, op_families, probe
 from fk_adapters.check import value_stats
 from fk_adapters.engines import EngineSpec
 from fk_adapters.engines.loading import CAPTURE_PLUGIN, capture_slots
+from fk_adapters.results import Kind, stamp
 from fk_adapters.runner.proc import run_job
 from fk_adapters.scenarios import Scenario, build_job
 from fk_adapters.weights import scenario_checkpoint
@@ -29,7 +30,8 @@ MODE_NOTE = ("captured eager (no CUDA graphs, no torch.compile): every call ran 
 PROFILE_NOTE = ("device time of every GPU kernel while the engine served a batch of the scenario's prompts "
                 "(eager), summed per kernel name and per op family (fk_adapters.op_families)")
 COUNTS_NOTE = ("calls: while serving the scenario's prompts (correctness and performance workloads); "
-               "startup_calls: while the engine started (its profiling and warm-up runs); with --profile, calls include "
+               "startup_calls: while the engine started (its profiling and warm-up runs); "
+               "with --profile, calls include "
                "the profiled batch; "
                "summed over the engine's worker processes")
 VALUES_NOTE = (f"value_stats: per floating argument, over the first {value_stats.FIRST} calls of the signature and "
@@ -105,7 +107,8 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
     stats = value_stats.merge(res.get("probe"))
     slots = {s: slot_entries(final[s], at_start.get(s, Counter()), stats.get(s)) for s in hooked if final.get(s)}
     not_routed = probe.merged(res.get("probe"), "not_routed")
-    out = {"scenario": sc.name, "engine": cfg.engine.name, "engine_version": res.get("engine_version", "?"),
+    out = {**stamp(Kind.CAPTURE), "scenario": sc.name, "engine": cfg.engine.name,
+           "engine_version": res.get("engine_version", "?"),
            "device": cfg.device, "dtype": sc.dtype, "mode": "eager", "mode_note": MODE_NOTE,
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": cfg.command,
            "fk_version": __version__, "quick": cfg.quick, "weights": weights,
@@ -131,7 +134,7 @@ def record_failure(cfg: CaptureConfig, sc: Scenario, error: str) -> str:
     path = os.path.join(cfg.out_dir, sc.name, f"{cfg.engine.name}.failed.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({"kind": "capture-failure", "scenario": sc.name, "engine": cfg.engine.name, "device": cfg.device,
+        json.dump({**stamp(Kind.CAPTURE_FAILURE), "scenario": sc.name, "engine": cfg.engine.name, "device": cfg.device,
                    "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                    "command": cfg.command, "fk_version": __version__, "error": error}, f, indent=1)
     return path
@@ -143,8 +146,9 @@ def capture(cfg: CaptureConfig, sc: Scenario, echo=print) -> tuple[str, dict]:
     model_dir, weights = scenario_checkpoint(sc, cache_root, echo)
     name = cfg.engine.name
     run_dir = os.path.join(cfg.out_dir, sc.name, f"{name}-run")
-    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick, cfg.profile, name), run_dir,
-                  capture_env(cfg, sc, cache_root), cfg.timeout_s, echo=lambda m: echo(f"{sc.name} [{name}] {m}"),
+    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick, cfg.profile, name),
+                  run_dir, capture_env(cfg, sc, cache_root), cfg.timeout_s,
+                  echo=lambda m: echo(f"{sc.name} [{name}] {m}"),
                   watch_gpu=cfg.device == "cuda")  # the GPU lock; the watch is kept beside the run (gpu_share.json)
     echo(f"{sc.name} [{name}] {res['status']} in {res['wall_s']:.0f} s")
     if res["status"] != "ok":

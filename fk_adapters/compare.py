@@ -26,10 +26,11 @@ Verdict per delta (``stats.significant``) against margin = max(noise floor, thre
 only when the whole interval lies beyond 1 - margin (throughput) / 1 + margin (latency); "faster" the other way;
 otherwise "no change". A delta is judged only when the variation between engine processes is accounted for: both
 files ran at least ``variation.MIN_ROUNDS`` interleaved rounds, or a noise floor is given; otherwise it is "not
-judged" and the comparison INCOMPLETE. The noise floor comes from ``--noise-floor`` or an A/A results file (``noise_floor_from_aa``:
-the largest distance from 1 reached by any of its ratio intervals, ``stats.noise_floor``); without one, the threshold
-alone is the margin (said in the output). With an A/A file, a workload the A/A run measured is held to that
-workload's own A/A reach (``margins``): a noisy batch-1 latency does not widen the margin of a steady throughput.
+judged" and the comparison INCOMPLETE. The noise floor comes from ``--noise-floor`` or an A/A results file
+(``noise_floor_from_aa``: the largest distance from 1 reached by any of its ratio intervals, ``stats.noise_floor``);
+without one, the threshold alone is the margin (said in the output). With an A/A file, a workload the A/A run
+measured is held to that workload's own A/A reach (``margins``): a noisy batch-1 latency does not widen the margin
+of a steady throughput.
 A scenario whose BASE or HEAD timings ``fk run`` marked disturbed (``perf.disturbed``: another process used the GPU
 during a timed engine run) gets no delta: its workloads are "not compared", with the reason in its notes; an A/A
 file's disturbed scenarios are left out of its noise floor.
@@ -53,9 +54,22 @@ from tabulate import tabulate
 
 from fk_adapters import stats, variation
 from fk_adapters.gpu_share import disturbed
-from fk_adapters.runner.ab import OK_STATUSES, PASSED
+from fk_adapters.results import (
+    CompareResults,
+    DeltaVerdict,
+    KernelChange,
+    Kind,
+    RunResults,
+    ScenarioStatus,
+    SlotEvidence,
+    Verdict,
+    kind_of,
+    stamp,
+)
+from fk_adapters.results.verdict import OK_STATUSES
 
-INCOMPLETE = "INCOMPLETE"  # nothing wrong found, but a shared scenario's performance could not be compared at all
+E, D, K = SlotEvidence, DeltaVerdict, KernelChange
+INCOMPLETE = Verdict.INCOMPLETE  # nothing wrong found, but a shared scenario's performance could not be compared
 PRIMARY_THROUGHPUT = ("tokens_per_s", "items_per_s")
 UNITS = {"tokens_per_s": "tokens/s", "items_per_s": "items/s", "latency_s": "s"}
 N_BOOT = 2000
@@ -68,23 +82,31 @@ class CompareError(ValueError):
 
 # ---------------------------------------------------------------------------------------------------------- inputs
 
-def check_results(data, path: str, role: str) -> None:
-    """Raise CompareError unless ``data`` is the results file of one ``fk run`` (of one engine)."""
+def check_results(data, path: str, role: str) -> RunResults:
+    """The record of ``data``; CompareError unless it is the results file of one ``fk run`` (of one engine)."""
+    if isinstance(data, RunResults):
+        return data
     if not isinstance(data, dict):
         raise CompareError(f"{role} {path} is not an fk run results file (not a JSON object)")
-    if data.get("kind") == "check":
+    kind = kind_of(data)
+    if kind is Kind.CHECK:
         raise CompareError(f"{role} {path} holds fk check results; fk compare takes fk run results")
-    if "runs" in data:
+    if kind is Kind.RUNS:
         raise CompareError(f"{role} {path} is a side-by-side run of several engines; compare one engine's "
                            "results (<out>/<engine>/results.json)")
-    if not isinstance(data.get("scenarios"), list) or "engine" not in data:
+    if kind is not Kind.RUN:
         raise CompareError(f"{role} {path} is not an fk run results file (no 'engine'/'scenarios')")
+    return RunResults.from_dict(data)
 
 
-def _meta(data: dict, path: str) -> dict:
-    keys = ("engine", "engine_version", "device", "host", "mode", "candidate", "plugins", "aa", "quick", "created",
-            "command", "fk_version", "verdict")
-    return dict({k: data.get(k) for k in keys}, path=path)
+META = ("engine", "engine_version", "device", "host", "mode", "candidate", "plugins", "aa", "quick", "created",
+        "command", "fk_version", "verdict")
+
+
+def _meta(run: RunResults, path: str) -> dict:
+    """The facts of a run that a comparison quotes (as the file holds them: None where it has none)."""
+    data = run.to_dict()
+    return dict({k: data.get(k) for k in META}, path=path)
 
 
 def _ratio_dicts(row: dict):
@@ -161,11 +183,12 @@ def noise_floor_from_aa(aa: dict, path: str = "") -> dict:
     """The noise floor of an A/A results file (``fk run --aa``): ``stats.noise_floor`` over the interval of every
     scenario x workload primary-metric ratio in it (``side_interval``), leaving out disturbed scenarios (another
     process used the GPU). Returns {"value", "source", "intervals"} (and "disturbed": the scenarios left out)."""
-    check_results(aa, path, "A/A")
-    if not aa.get("aa"):
-        raise CompareError(f"--aa {path} is not an A/A run (fk run --aa): its candidate is {aa.get('candidate')!r}")
+    aa = check_results(aa, path, "A/A")
+    if not aa.aa:
+        raise CompareError(f"--aa {path} is not an A/A run (fk run --aa): its candidate is "
+                           f"{aa.candidate!r}")
     intervals, skipped = [], []
-    for row in aa["scenarios"]:
+    for row in aa.scenarios:
         if disturbed(row):  # another process on the GPU: not this machine's noise
             skipped.append(row["scenario"])
             continue
@@ -195,11 +218,12 @@ def _kernels(b_row: dict, h_row: dict) -> list[dict]:
     bs, hs = _slots(b_row), _slots(h_row)
     for slot in list(dict.fromkeys([*bs, *hs])):
         b, h = bs.get(slot), hs.get(slot)
-        b_ex = bool(b) and b.get("status") == "exercised"
-        h_ex = bool(h) and h.get("status") == "exercised"
-        change = ("removed" if not h else "stopped") if b_ex and not h_ex else "started" if h_ex and not b_ex else ""
-        out.append({"slot": slot, "base_status": b.get("status") if b else "absent",
-                    "head_status": h.get("status") if h else "absent",
+        b_ex = bool(b) and b.get("status") == E.EXERCISED
+        h_ex = bool(h) and h.get("status") == E.EXERCISED
+        change = ((K.STOPPED if h else K.REMOVED) if b_ex and not h_ex else K.STARTED if h_ex and not b_ex
+                  else K.NONE)
+        out.append({"slot": slot, "base_status": b.get("status") if b else E.ABSENT,
+                    "head_status": h.get("status") if h else E.ABSENT,
                     "base_calls": b.get("calls") if b else None, "head_calls": h.get("calls") if h else None,
                     "base_profiler_hits": b.get("profiler_hits") if b and b.get("profiled") else None,
                     "head_profiler_hits": h.get("profiler_hits") if h and h.get("profiled") else None,
@@ -237,7 +261,7 @@ def _ref_ratio_cell(b: dict, h: dict) -> str:
 def _scenario(b_row: dict, h_row: dict) -> dict:
     name = h_row["scenario"]
     kernels = _kernels(b_row, h_row)
-    stopped = [k["slot"] for k in kernels if k["change"] in ("stopped", "removed")]
+    stopped = [k["slot"] for k in kernels if k["change"] in (K.STOPPED, K.REMOVED)]
     problems = []
     if h_row.get("status") not in OK_STATUSES:
         why = "; ".join(h_row.get("failures") or [])
@@ -245,10 +269,10 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
         problems.append(f"{name}: {b_row.get('status')} -> {h_row.get('status')}{same}" + (f": {why}" if why else ""))
     for k in kernels:
         was = f"BASE: {k['base_status']}, {k['base_calls']} calls"
-        if k["change"] == "stopped":
+        if k["change"] == K.STOPPED:
             problems.append(f"{name}: the kernel for {k['slot']} stopped running ({was}; HEAD: {k['head_status']}, "
                             f"{k['head_calls']} calls)")
-        elif k["change"] == "removed":
+        elif k["change"] == K.REMOVED:
             problems.append(f"{name}: HEAD installed no kernel for {k['slot']} ({was})")
     notes = []
     if b_row.get("dtype") != h_row.get("dtype"):
@@ -270,7 +294,7 @@ def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
     return by, default
 
 
-NOT_JUDGED = "not judged"
+NOT_JUDGED = D.NOT_JUDGED
 
 
 def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True) -> tuple[list[dict], list[str]]:
@@ -294,12 +318,12 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True) -> tuple[lis
         if unclean:
             row["disturbed"] = unclean
         if delta is None:
-            row["verdict"] = "not compared"
+            row["verdict"] = D.NOT_COMPARED
         elif not judged:
             row["verdict"] = NOT_JUDGED
         else:
             row["verdict"] = stats.significant(delta, margin, hib)
-        row["regression"] = row["verdict"] == stats.SLOWER
+        row["regression"] = row["verdict"] == D.SLOWER
         rows.append(row)
     for label, mine, other in (("BASE", b_perf, h_perf), ("HEAD", h_perf, b_perf)):
         only = [k for k in mine if k not in other]
@@ -309,6 +333,7 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True) -> tuple[lis
 
 
 def _warnings(base: dict, head: dict, aa: dict | None) -> list[str]:
+    """``base``, ``head``, ``aa``: the ``_meta`` of each run."""
     out = []
     for key in ("engine_version", "device", "host", "mode", "quick"):
         if base.get(key) != head.get(key):
@@ -325,26 +350,55 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
-def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float | dict | None = None,
+def compare(base, head, threshold: float = 0.02, noise_floor: float | dict | None = None,
             base_path: str = "BASE", head_path: str = "HEAD") -> dict:
-    """Compare two ``fk run`` results files (see the module docstring); the returned dict is the JSON output.
-
-    ``noise_floor``: a relative half-width (e.g. 0.03), or ``noise_floor_from_aa``'s dict, or None (threshold only).
-    Raises CompareError for inputs that cannot be compared."""
-    check_results(base, base_path, "BASE")
-    check_results(head, head_path, "HEAD")
-    if base["engine"] != head["engine"]:
-        raise CompareError(f"BASE ran {base['engine']} and HEAD ran {head['engine']}: compare runs of one engine")
+    """Compare two ``fk run`` results (files' content or records; see the module docstring); the returned dict is
+    the JSON output (``results.CompareResults``). ``noise_floor``: a relative half-width (e.g. 0.03), or
+    ``noise_floor_from_aa``'s dict, or None (threshold only). Raises CompareError for inputs that cannot be
+    compared."""
+    base, head = check_results(base, base_path, "BASE"), check_results(head, head_path, "HEAD")
+    if base.engine != head.engine:
+        raise CompareError(f"BASE ran {base.engine} and HEAD ran {head.engine}: compare runs of one engine")
     if not 0 <= threshold < 1:
         raise CompareError(f"threshold {threshold} is not a fraction in [0, 1)")
-    floor = noise_floor if isinstance(noise_floor, dict) else (
-        None if noise_floor is None else {"value": float(noise_floor), "source": "given (--noise-floor)"})
-    if not isinstance(noise_floor, dict) and floor is not None and not 0 <= floor["value"] < 1:
-        raise CompareError(f"noise floor {floor['value']} is not a fraction in [0, 1)")
+    floor = _floor(noise_floor)
     by_workload, margin = margins(floor, threshold)
     judged = floor is not None or (variation.between_processes(base) and variation.between_processes(head))
-    b_rows = {r["scenario"]: r for r in base["scenarios"]}
-    h_rows = {r["scenario"]: r for r in head["scenarios"]}
+    scenarios, perf, uncompared = _compare_rows(base, head, lambda *key: by_workload.get(key, margin), judged)
+    methods = sorted({r["delta"]["method"] for r in perf if r["delta"]})
+    b_meta, h_meta = _meta(base, base_path), _meta(head, head_path)
+    limitations = _limitations(base, head, perf, methods) + _aa_notes(b_meta, h_meta, floor)
+    if floor is None:
+        limitations.append(f"no noise floor given (--noise-floor or --aa): deltas judged against the threshold "
+                           f"({threshold:.1%}) alone")
+    summary = _summary(scenarios, perf)
+    problems = [p for s in scenarios for p in s["problems"]]
+    problems += [f"{r['scenario']}: {r['kind']} {r['workload']} slower: delta {_ci(r['delta'])} beyond "
+                 f"{'-' if r['higher_is_better'] else '+'}{r['margin']:.1%}" for r in perf if r["regression"]]
+    verdict = Verdict.FAIL if problems else INCOMPLETE if uncompared else Verdict.PASS
+    b_rows, h_rows = [r["scenario"] for r in base.scenarios], [r["scenario"] for r in head.scenarios]
+    return {**stamp(Kind.COMPARE), "verdict": verdict, "verdict_line": _verdict_line(verdict, summary, uncompared),
+            "summary": summary, "problems": problems, "uncompared": uncompared, "base": b_meta, "head": h_meta,
+            "threshold": threshold, "noise_floor": floor, "margin": margin, "conf": CONF, "methods": methods,
+            "limitations": limitations, "warnings": _warnings(b_meta, h_meta, floor.get("meta") if floor else None),
+            "only_base": [s for s in b_rows if s not in h_rows], "only_head": [s for s in h_rows if s not in b_rows],
+            "scenarios": scenarios, "perf": perf}
+
+
+def _floor(noise_floor: float | dict | None) -> dict | None:
+    """The noise floor as ``noise_floor_from_aa`` gives it: from a given relative half-width, or as it is."""
+    if isinstance(noise_floor, dict) or noise_floor is None:
+        return noise_floor
+    floor = {"value": float(noise_floor), "source": "given (--noise-floor)"}
+    if not 0 <= floor["value"] < 1:
+        raise CompareError(f"noise floor {floor['value']} is not a fraction in [0, 1)")
+    return floor
+
+
+def _compare_rows(base: RunResults, head: RunResults, margin_of, judged: bool) -> tuple[list, list, list]:
+    """Per shared scenario: its correctness comparison, its performance rows, and why it got no delta (if so)."""
+    b_rows = {r["scenario"]: r for r in base.scenarios}
+    h_rows = {r["scenario"]: r for r in head.scenarios}
     shared = [s for s in h_rows if s in b_rows]
     if not shared:
         raise CompareError(f"BASE and HEAD share no scenario (BASE: {', '.join(b_rows) or 'none'}; "
@@ -352,7 +406,7 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
     scenarios, perf, uncompared = [], [], []
     for name in shared:
         sc = _scenario(b_rows[name], h_rows[name])
-        rows, notes = _perf(b_rows[name], h_rows[name], lambda *key: by_workload.get(key, margin), judged)
+        rows, notes = _perf(b_rows[name], h_rows[name], margin_of, judged)
         sc["notes"] += notes
         scenarios.append(sc)
         perf += rows
@@ -360,65 +414,62 @@ def compare(base: dict, head: dict, threshold: float = 0.02, noise_floor: float 
             "no delta judged: " + _unjudged(base, head) if any(r["verdict"] == NOT_JUDGED for r in rows) else "")
         if why:
             uncompared.append(f"{name}: no performance compared ({why})")
-    methods = sorted({r["delta"]["method"] for r in perf if r["delta"]})
-    limitations = []
+    return scenarios, perf, uncompared
+
+
+def _limitations(base: RunResults, head: RunResults, perf: list[dict], methods: list[str]) -> list[str]:
+    """What limits the deltas' intervals: range bounds, single repeats, unpaired repeats, disturbed timings."""
+    out = []
     if "range" in methods:
-        limitations.append("per-repeat values are missing from " + (
+        out.append("per-repeat values are missing from " + (
             "both files" if not any(_has_values(d) for d in (base, head)) else "one file")
             + ": a delta's interval is the range bound [HEAD pair_min / BASE pair_max, HEAD pair_max / BASE pair_min] "
             "from the repeat-by-repeat ratio ranges, not a bootstrap confidence interval; it is wider, so fewer "
             "deltas are called significant")
     if any(r["delta"] and r["delta"].get("note") == stats.NO_INTERVAL for r in perf):
-        limitations.append("some workloads have a single repeat (n<2): no interval, their verdict rests on the "
-                           "point estimate against the margin")
+        out.append("some workloads have a single repeat (n<2): no interval, their verdict rests on the "
+                   "point estimate against the margin")
     if any(r["delta"] and r["delta"]["method"] == "bootstrap"
            and not (r["delta"]["paired_base"] and r["delta"]["paired_head"]) for r in perf):
-        limitations.append("some repeats were not interleaved (no \"paired\" flag): their sides were resampled "
-                           "independently")
+        out.append("some repeats were not interleaved (no \"paired\" flag): their sides were resampled "
+                   "independently")
     if any(r.get("disturbed") for r in perf):
-        limitations.append("some workloads were not compared: another process used the GPU during their timed "
-                           "runs in BASE or HEAD (scenario notes say which); run them again on an idle GPU")
-    limitations += _aa_notes(base, head, floor)
-    if floor is None:
-        limitations.append(f"no noise floor given (--noise-floor or --aa): deltas judged against the threshold "
-                           f"({threshold:.1%}) alone")
-    summary = {
-        "regressions": sum(r["verdict"] == stats.SLOWER for r in perf),
-        "faster": sum(r["verdict"] == stats.FASTER for r in perf),
-        "unchanged": sum(r["verdict"] == stats.NO_CHANGE for r in perf),
-        "not_compared": sum(r["verdict"] == "not compared" for r in perf),
-        "not_judged": sum(r["verdict"] == NOT_JUDGED for r in perf),
+        out.append("some workloads were not compared: another process used the GPU during their timed "
+                   "runs in BASE or HEAD (scenario notes say which); run them again on an idle GPU")
+    return out
+
+
+def _summary(scenarios: list[dict], perf: list[dict]) -> dict:
+    return {
+        "regressions": sum(r["verdict"] == D.SLOWER for r in perf),
+        "faster": sum(r["verdict"] == D.FASTER for r in perf),
+        "unchanged": sum(r["verdict"] == D.NO_CHANGE for r in perf),
+        "not_compared": sum(r["verdict"] == D.NOT_COMPARED for r in perf),
+        "not_judged": sum(r["verdict"] == D.NOT_JUDGED for r in perf),
         "correct": sum(s["correct"] for s in scenarios), "scenarios": len(scenarios),
         "stopped_kernels": sum(len(s["stopped"]) for s in scenarios),
     }
-    problems = [p for s in scenarios for p in s["problems"]]
-    problems += [f"{r['scenario']}: {r['kind']} {r['workload']} slower: delta {_ci(r['delta'])} beyond "
-                 f"{'-' if r['higher_is_better'] else '+'}{r['margin']:.1%}" for r in perf if r["regression"]]
-    verdict = "FAIL" if problems else INCOMPLETE if uncompared else "PASS"
-    line = (f"**{verdict}**: {_plural(summary['regressions'], 'regression')}, {summary['faster']} faster, "
+
+
+def _verdict_line(verdict: Verdict, summary: dict, uncompared: list[str]) -> str:
+    return (f"**{verdict}**: {_plural(summary['regressions'], 'regression')}, {summary['faster']} faster, "
             f"{summary['unchanged']} unchanged" + (f", {summary['not_compared']} not compared"
                                                     if summary["not_compared"] else "")
             + f"; correctness ok in {summary['correct']}/{summary['scenarios']} scenarios"
             + (f"; {_plural(summary['stopped_kernels'], 'kernel')} no longer running"
                if summary["stopped_kernels"] else "")
             + "".join(f"; {u}" for u in uncompared))
-    return {"kind": "compare", "verdict": verdict, "verdict_line": line, "summary": summary, "problems": problems,
-            "uncompared": uncompared,
-            "base": _meta(base, base_path), "head": _meta(head, head_path), "threshold": threshold,
-            "noise_floor": floor, "margin": margin, "conf": CONF, "methods": methods, "limitations": limitations,
-            "warnings": _warnings(base, head, floor.get("meta") if floor else None),
-            "only_base": [s for s in b_rows if s not in h_rows], "only_head": [s for s in h_rows if s not in b_rows],
-            "scenarios": scenarios, "perf": perf}
 
 
-def _unjudged(base: dict, head: dict) -> str:
+def _unjudged(base: RunResults, head: RunResults) -> str:
     single = [label for label, d in (("BASE", base), ("HEAD", head)) if not variation.between_processes(d)]
     return (f"{' and '.join(single)} ran fewer than {variation.MIN_ROUNDS} interleaved rounds and no noise floor was "
             "given (--aa or --noise-floor): the variation between engine processes is not accounted for")
 
 
 def _aa_notes(base: dict, head: dict, floor: dict | None) -> list[str]:
-    """What an A/A run as BASE or HEAD (or as BASE and the noise floor at once) means for the deltas."""
+    """What an A/A run as BASE or HEAD (or as BASE and the noise floor at once) means for the deltas; ``base`` and
+    ``head``: the ``_meta`` of each run."""
     out = []
     if base.get("aa") and head.get("aa"):
         out.append("BASE and HEAD are both A/A runs (an A/A pair: nothing changed between them): a significant "
@@ -444,8 +495,8 @@ def _uncompared(b_row: dict, h_row: dict, rows: list[dict]) -> str:
     return "; ".join(empty) or "its workloads could not be compared (scenario notes say why)"
 
 
-def _has_values(data: dict) -> bool:
-    return any(_values(r)[0] is not None for row in data["scenarios"] for *_, r in _ratio_dicts(row))
+def _has_values(run: RunResults) -> bool:
+    return any(_values(r)[0] is not None for row in run.scenarios for *_, r in _ratio_dicts(row))
 
 
 # ------------------------------------------------------------------------------------------------------- renderers
@@ -478,11 +529,11 @@ def _speed(r: dict) -> float:
 
 
 def _kernels_cell(sc: dict) -> str:
-    ks = [k for k in sc["kernels"] if "n/a" not in (k["base_status"], k["head_status"]) or k["change"]]
+    ks = [k for k in sc["kernels"] if E.NOT_APPLICABLE not in (k["base_status"], k["head_status"]) or k["change"]]
     if not ks:
         return "-"
-    b = sum(k["base_status"] == "exercised" for k in ks)
-    h = sum(k["head_status"] == "exercised" for k in ks)
+    b = sum(k["base_status"] == E.EXERCISED for k in ks)
+    h = sum(k["head_status"] == E.EXERCISED for k in ks)
     cell = f"{b} → {h} exercised"
     if sc["stopped"]:
         cell += f"; **no longer running: {', '.join(sc['stopped'])}**"
@@ -492,104 +543,125 @@ def _kernels_cell(sc: dict) -> str:
 def _correct_cell(sc: dict) -> str:
     if sc["correct"]:
         return "ok"
-    return "**FAIL**" + (" (a kernel no longer runs)" if sc["stopped"] and sc["head_status"] == PASSED else "")
+    return "**FAIL**" + (" (a kernel no longer runs)" if sc["stopped"] and sc["head_status"] == ScenarioStatus.PASSED
+                         else "")
 
 
 def _status_cell(sc: dict) -> str:
     return sc["head_status"] if not sc["status_changed"] else f"{sc['base_status']} → **{sc['head_status']}**"
 
 
-def _margin_text(cmp: dict) -> str:
-    floor = cmp["noise_floor"]
+def _margin_text(cmp: CompareResults) -> str:
+    floor = cmp.noise_floor
     f = (f"noise floor {floor['value']:.1%} from {floor['source']}" if floor else "no noise floor given")
     per = floor and floor.get("intervals")
-    return (f"a delta counts only when its interval lies entirely beyond ±{cmp['margin']:.1%} "
-            f"(the larger of threshold {cmp['threshold']:.1%} and {f})"
+    return (f"a delta counts only when its interval lies entirely beyond ±{cmp.margin:.1%} "
+            f"(the larger of threshold {cmp.threshold:.1%} and {f})"
             + ("; a workload the A/A run measured: beyond the larger of the threshold and its own A/A reach "
                "(column margin)" if per else ""))
 
 
-def to_markdown(cmp: dict) -> str:
-    """A pull-request comment: the verdict line first, a summary table, details collapsed."""
-    b, h = cmp["base"], cmp["head"]
-    lines = [cmp["verdict_line"], "",
+def to_markdown(cmp) -> str:
+    """A pull-request comment: the verdict line first, a summary table, details collapsed. ``cmp``: ``compare``'s
+    output (or its record, ``results.CompareResults``)."""
+    cmp = cmp if isinstance(cmp, CompareResults) else CompareResults.from_dict(cmp)
+    b, h = cmp.base, cmp.head
+    lines = [cmp.verdict_line, "",
              f"BASE `{b['path']}` ({b['candidate']}, {b['engine']} {b['engine_version']}, {b['device']}) → "
              f"HEAD `{h['path']}` ({h['candidate']}, {h['engine']} {h['engine_version']}, {h['device']}); "
-             f"delta = HEAD ratio / BASE ratio (each: candidate / stock engine), {cmp['conf']:.0%} intervals; "
+             f"delta = HEAD ratio / BASE ratio (each: candidate / stock engine), {cmp.conf:.0%} intervals; "
              + _margin_text(cmp) + "."]
-    if cmp["problems"]:
-        lines += [""] + [f"- {p}" for p in cmp["problems"]]
+    if cmp.problems:
+        lines += [""] + [f"- {p}" for p in cmp.problems]
+    lines += ["", _summary_table(cmp)]
+    if cmp.only_base or cmp.only_head:
+        lines += [""]
+        if cmp.only_base:
+            lines.append(f"- only in BASE (not compared): {', '.join(cmp.only_base)}")
+        if cmp.only_head:
+            lines.append(f"- only in HEAD (not compared): {', '.join(cmp.only_head)}")
+    if cmp.perf:
+        lines += _perf_details(cmp)
+    lines += _correctness_details(cmp) + _kernel_details(cmp) + _method_details(cmp)
+    return "\n".join(lines) + "\n"
+
+
+def _summary_table(cmp: CompareResults) -> str:
     by_sc: dict = {}
-    for r in cmp["perf"]:
+    for r in cmp.perf:
         by_sc.setdefault(r["scenario"], []).append(r)
     table = []
-    for sc in cmp["scenarios"]:
+    for sc in cmp.scenarios:
         rows = by_sc.get(sc["scenario"], [])
-        counts = "/".join(str(sum(r["verdict"] == v for r in rows))
-                          for v in (stats.SLOWER, stats.FASTER, stats.NO_CHANGE))
+        counts = "/".join(str(sum(r["verdict"] == v for r in rows)) for v in (D.SLOWER, D.FASTER, D.NO_CHANGE))
         compared = [r for r in rows if r["delta"]]
         worst = min(compared, key=_speed) if compared else None
         table.append([sc["scenario"], _status_cell(sc), _correct_cell(sc), _kernels_cell(sc), counts if rows else "-",
                       f"{worst['kind']} {worst['workload']}: {_ci(worst['delta'])}" if worst else "-"])
-    lines += ["", tabulate(table, headers=["scenario", "status (BASE → HEAD)", "correctness", "kernels",
-                                           "perf slower/faster/unchanged", "worst delta [interval]"],
-                           tablefmt="github")]
-    if cmp["only_base"] or cmp["only_head"]:
-        lines += [""]
-        if cmp["only_base"]:
-            lines.append(f"- only in BASE (not compared): {', '.join(cmp['only_base'])}")
-        if cmp["only_head"]:
-            lines.append(f"- only in HEAD (not compared): {', '.join(cmp['only_head'])}")
-    if cmp["perf"]:
-        perf_table = [[r["scenario"], f"{r['kind']} {r['workload']}", UNITS.get(r["metric"], r["metric"]),
-                       "higher" if r["higher_is_better"] else "lower", _ci(r["base"]), _ci(r["head"]),
-                       _ci(r["delta"]), r["delta"]["n"] if r["delta"] else "-",
-                       r["delta"]["method"] if r["delta"] else "-", f"±{r['margin']:.1%}",
-                       f"**{r['verdict']}**" if r["verdict"] != stats.NO_CHANGE else r["verdict"]]
-                      for r in cmp["perf"]]
-        lines += _details(f"Performance: {len(cmp['perf'])} comparisons", [
-            tabulate(perf_table, headers=["scenario", "workload", "unit", "better", "BASE cand/base [interval]",
-                                          "HEAD cand/base [interval]", "delta HEAD/BASE [interval]", "n", "interval",
-                                          "margin", "verdict"], tablefmt="github"), "",
-            "Intervals: `bootstrap` = percentile bootstrap of the per-repeat values; `range` = from the range of "
-            "repeat-by-repeat ratios (the files hold no per-repeat values): a bound, not a confidence interval. "
-            "Throughput: delta > 1 is faster; latency: delta < 1 is faster. Significance: " + _margin_text(cmp) + "."])
+    return tabulate(table, headers=["scenario", "status (BASE → HEAD)", "correctness", "kernels",
+                                    "perf slower/faster/unchanged", "worst delta [interval]"], tablefmt="github")
+
+
+def _perf_details(cmp: CompareResults) -> list[str]:
+    perf_table = [[r["scenario"], f"{r['kind']} {r['workload']}", UNITS.get(r["metric"], r["metric"]),
+                   "higher" if r["higher_is_better"] else "lower", _ci(r["base"]), _ci(r["head"]),
+                   _ci(r["delta"]), r["delta"]["n"] if r["delta"] else "-",
+                   r["delta"]["method"] if r["delta"] else "-", f"±{r['margin']:.1%}",
+                   f"**{r['verdict']}**" if r["verdict"] != D.NO_CHANGE else r["verdict"]]
+                  for r in cmp.perf]
+    return _details(f"Performance: {len(cmp.perf)} comparisons", [
+        tabulate(perf_table, headers=["scenario", "workload", "unit", "better", "BASE cand/base [interval]",
+                                      "HEAD cand/base [interval]", "delta HEAD/BASE [interval]", "n", "interval",
+                                      "margin", "verdict"], tablefmt="github"), "",
+        "Intervals: `bootstrap` = percentile bootstrap of the per-repeat values; `range` = from the range of "
+        "repeat-by-repeat ratios (the files hold no per-repeat values): a bound, not a confidence interval. "
+        "Throughput: delta > 1 is faster; latency: delta < 1 is faster. Significance: " + _margin_text(cmp) + "."])
+
+
+def _correctness_details(cmp: CompareResults) -> list[str]:
     corr = []
-    for sc in cmp["scenarios"]:
+    for sc in cmp.scenarios:
         bf, hf = sc["base"], sc["head"]
-        greedy = "-" if hf.get("requests") is None else (
-            f"{_greedy(bf)} → {_greedy(hf)} of {hf['requests']}")
+        greedy = "-" if hf.get("requests") is None else f"{_greedy(bf)} → {_greedy(hf)} of {hf['requests']}"
         corr.append([sc["scenario"], sc["dtype"], _status_cell(sc),
                      _arrow(bf.get("max_abs_dlogprob"), hf.get("max_abs_dlogprob")) + (
                          f" (≤ {hf['limit_max_abs']:g})" if hf.get("limit_max_abs") is not None else ""),
                      greedy, _arrow(bf.get("output_rel_mean"), hf.get("output_rel_mean")),
                      _ref_ratio_cell(bf, hf),
                      "; ".join(sc["head_failures"])[:300] or "-"])
-    lines += _details(f"Correctness: ok in {cmp['summary']['correct']}/{cmp['summary']['scenarios']} scenarios", [
+    return _details(f"Correctness: ok in {cmp.summary['correct']}/{cmp.summary['scenarios']} scenarios", [
         tabulate(corr, headers=["scenario", "dtype", "status (BASE → HEAD)", "max abs Δlogprob (limit)",
                                 "greedy identical/near tie/parted", "outputs: mean abs Δ / mean abs baseline",
                                 "err_c / err_b vs fp32 ref", "HEAD failures"], tablefmt="github")]
-        + [f"- {sc['scenario']}: {n}" for sc in cmp["scenarios"] for n in sc["notes"]])
-    kern = [[sc["scenario"], k["slot"], k["head_kernel"] or "-",
-             f"{k['base_status']} ({_num(k['base_calls'], 'd')} calls"
-             + (f", {k['base_profiler_hits']} profiler hits" if k["base_profiler_hits"] is not None else "") + ")",
-             f"{k['head_status']} ({_num(k['head_calls'], 'd')} calls"
-             + (f", {k['head_profiler_hits']} profiler hits" if k["head_profiler_hits"] is not None else "") + ")",
-             f"**{k['change']}**" if k["change"] in ("stopped", "removed") else k["change"] or "-"]
-            for sc in cmp["scenarios"] for k in sc["kernels"]]
-    if kern:
-        lines += _details(f"Kernels: {cmp['summary']['stopped_kernels']} no longer running in HEAD", [
-            tabulate(kern, headers=["scenario", "slot", "HEAD kernel", "BASE", "HEAD", "change"], tablefmt="github")])
-    method = [_input_line("BASE", b), _input_line("HEAD", h)]
-    floor = cmp["noise_floor"]
+        + [f"- {sc['scenario']}: {n}" for sc in cmp.scenarios for n in sc["notes"]])
+
+
+def _kernel_side(k: dict, side: str) -> str:
+    hits = k[f"{side}_profiler_hits"]
+    return (f"{k[f'{side}_status']} ({_num(k[f'{side}_calls'], 'd')} calls"
+            + (f", {hits} profiler hits" if hits is not None else "") + ")")
+
+
+def _kernel_details(cmp: CompareResults) -> list[str]:
+    kern = [[sc["scenario"], k["slot"], k["head_kernel"] or "-", _kernel_side(k, "base"), _kernel_side(k, "head"),
+             f"**{k['change']}**" if k["change"] in (K.STOPPED, K.REMOVED) else k["change"] or "-"]
+            for sc in cmp.scenarios for k in sc["kernels"]]
+    if not kern:
+        return []
+    return _details(f"Kernels: {cmp.summary['stopped_kernels']} no longer running in HEAD", [
+        tabulate(kern, headers=["scenario", "slot", "HEAD kernel", "BASE", "HEAD", "change"], tablefmt="github")])
+
+
+def _method_details(cmp: CompareResults) -> list[str]:
+    method = [_input_line("BASE", cmp.base), _input_line("HEAD", cmp.head)]
+    floor = cmp.noise_floor
     if floor and floor.get("intervals"):
         widest = max(floor["intervals"], key=lambda iv: iv["half_width"])
         method.append(f"- noise floor {floor['value']:.1%}: the largest max(|1 - lo|, |hi - 1|) over "
                       f"{len(floor['intervals'])} A/A ratio intervals, set by {widest['scenario']} {widest['kind']} "
                       f"{widest['workload']} {_ci(widest)} ({widest['method']})")
-    method += [f"- limitation: {x}" for x in cmp["limitations"]] + [f"- warning: {x}" for x in cmp["warnings"]]
-    lines += _details("Method and inputs", method)
-    return "\n".join(lines) + "\n"
+    method += [f"- limitation: {x}" for x in cmp.limitations] + [f"- warning: {x}" for x in cmp.warnings]
+    return _details("Method and inputs", method)
 
 
 def _input_line(role: str, m: dict) -> str:
@@ -609,9 +681,10 @@ CSV_COLUMNS = ("scenario", "kind", "workload", "metric", "higher_is_better", "ba
                "head_lo", "head_hi", "delta", "delta_lo", "delta_hi", "n", "interval", "margin", "verdict")
 
 
-def to_csv(cmp: dict) -> str:
+def to_csv(cmp) -> str:
     """One row per scenario x workload x metric (performance), plus one correctness row per scenario (kind
     "correctness", metric "status": BASE and HEAD status, verdict ok / FAIL)."""
+    cmp = cmp.to_dict() if isinstance(cmp, CompareResults) else cmp
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     w.writeheader()

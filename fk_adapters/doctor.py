@@ -18,9 +18,9 @@ import io
 import os
 import platform
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
 
 __all__ = [
     "DoctorError",

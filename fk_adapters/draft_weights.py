@@ -14,14 +14,12 @@ import hashlib
 import json
 import os
 
-from fk_adapters.weights import WeightsError
-
 DRAFT_SUBDIR = "draft"
 DRAFT_SEED_OFFSET = 7919  # the draft's generator is not the target's
 
 
-class DraftError(WeightsError):
-    pass
+class DraftError(ValueError):
+    """A draft head fk cannot write (``fk_adapters.weights`` reports it as a WeightsError)."""
 
 
 def draft_dir(model_dir: str) -> str:

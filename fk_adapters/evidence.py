@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from fk_adapters import kernel_names, probe
 from fk_adapters.ops import op_key
+from fk_adapters.results import SlotEvidence as E
 
 
 def _sum(probes: list[dict], field: str, key: str) -> int:
@@ -50,6 +51,10 @@ def plugin_code(loads: list[dict]) -> dict[str, dict]:
     return out
 
 
+def _ran(ok: bool) -> E:
+    return E.EXERCISED if ok else E.NOT_EXERCISED
+
+
 def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
     """Evidence per installed slot for one candidate run; ``mode`` is one of MODES; ``native``: the kernel names
     the stock engine launches (the baseline's profile, ``kernel_names.known_native``)."""
@@ -71,26 +76,26 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
               "profiler_hits": 0 if slot in unproven else kernel_names.hits(profile, names),
               "profiled": profile is not None, "kernel_names": names}
         if slot in unproven:
-            ev["status"], ev["proof"] = "not proven", "; ".join(unproven[slot])
+            ev["status"], ev["proof"] = E.NOT_PROVEN, "; ".join(unproven[slot])
         elif ev["layers"] == 0:
             stock = stock_layers[slot]
-            ev["status"], ev["proof"] = "n/a", (
+            ev["status"], ev["proof"] = E.NOT_APPLICABLE, (
                 f"no layer the model built can route here ({stock} left stock, see the notes)" if stock
                 else "the model built no layer for this slot")
         elif mode == "eager":
             ok = ev["calls"] > 0
-            ev["status"], ev["proof"] = ("exercised" if ok else "not exercised"), f"{ev['calls']} calls in the worker(s)"
+            ev["status"], ev["proof"] = _ran(ok), f"{ev['calls']} calls in the worker(s)"
         elif names and profile is not None:
             ok = ev["profiler_hits"] > 0
-            ev["status"] = "exercised" if ok else "not exercised"
+            ev["status"] = _ran(ok)
             ev["proof"] = f"{ev['profiler_hits']} launches of {'/'.join(names)} in a profiled step"
         elif mode == "graphs":
             ok = ev["calls"] > 0
-            ev["status"] = "exercised" if ok else "not exercised"
+            ev["status"] = _ran(ok)
             ev["proof"] = f"{ev['calls']} calls in the worker(s) (CUDA-graph capture and eager steps)"
         else:
             ok = ev["calls"] > 0
-            ev["status"] = "exercised" if ok else "not exercised"
+            ev["status"] = _ran(ok)
             how = (f"traced into the compiled graph {ev['traced']}x" if ev["traced"] else
                    "not traced in this process: its compiled graph came from the compile cache")
             ev["proof"] = f"op run {ev['calls']}x (capture/eager), {how}"

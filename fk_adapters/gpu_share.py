@@ -75,7 +75,7 @@ class Watcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"gpu-share-{pid}", daemon=True)
 
-    def start(self) -> "Watcher":
+    def start(self) -> Watcher:
         self._thread.start()
         return self
 
@@ -86,7 +86,7 @@ class Watcher:
             self._thread.join(timeout=15)
         return self.result()
 
-    def __enter__(self) -> "Watcher":
+    def __enter__(self) -> Watcher:
         return self.start()
 
     def __exit__(self, *exc) -> None:

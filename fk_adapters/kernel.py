@@ -1,10 +1,12 @@
 """What a plugin hands over for one slot: a kernel and the claims it makes about itself."""
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable
 
-ENGINES = ("vllm", "sglang", "transformers")
+from fk_adapters.engines import NAMES as ENGINES
+
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cuda", "cpu")
 
@@ -41,8 +43,10 @@ class Kernel:
     description: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 
-    def validate(self, known_slots) -> None:
-        """Raise KernelSpecError if this declaration cannot be honoured."""
+    def validate(self, known_slots: Mapping) -> None:
+        """Raise KernelSpecError if this declaration cannot be honoured (``known_slots``: {name: Slot}), among others
+        when its callable cannot be called as the engine calls it: ``fn`` with the slot's arguments, positionally,
+        ``factory`` with the engine's own kernel."""
         if self.slot not in known_slots:
             raise KernelSpecError(f"unknown slot {self.slot!r} (known: {', '.join(sorted(known_slots))})")
         if (self.fn is None) == (self.factory is None):
@@ -54,6 +58,19 @@ class Kernel:
             bad = [v for v in values if v not in allowed]
             if bad:
                 raise KernelSpecError(f"kernel for {self.slot!r}: unknown {what} {bad} (allowed: {list(allowed)})")
+        mismatch = self.signature_mismatch(known_slots[self.slot])
+        if mismatch:
+            raise KernelSpecError(f"kernel for {self.slot!r}: {mismatch}")
+
+    def signature_mismatch(self, slot) -> str:
+        """Why the callable cannot take what the engine passes for ``slot`` ('' if it can, or cannot be read)."""
+        if self.fn is not None:
+            why = _unbindable(self.fn, len(slot.param_names()))
+            what = f"fn {self.label} cannot be called as {slot.signature.split(' ->')[0]}"
+        else:
+            why = _unbindable(self.factory, 1)
+            what = f"factory {self.label} cannot take the engine's own kernel (one argument)"
+        return f"{what} ({why})" if why else ""
 
     @property
     def label(self) -> str:
@@ -67,3 +84,18 @@ class Kernel:
                 "devices": list(self.devices), "cuda_graph_safe": self.cuda_graph_safe,
                 "compile_safe": self.compile_safe, "kernel_names": list(self.kernel_names),
                 "kind": "factory" if self.factory else "fn"}
+
+
+def _unbindable(target, n_args: int) -> str:
+    """Why ``target`` cannot be called with ``n_args`` positional arguments ('' if it can, or cannot be read)."""
+    if not callable(target):
+        return f"{type(target).__name__} is not callable"
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin or an extension's function: nothing to read
+        return ""
+    try:
+        sig.bind(*range(n_args))
+    except TypeError as exc:
+        return f"{sig}: {exc}"
+    return ""

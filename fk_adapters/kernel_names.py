@@ -95,7 +95,7 @@ def _in_library(path: pathlib.Path, name: str) -> bool:
 
 def _package_files(module: str, dist: metadata.Distribution | None) -> list[pathlib.Path]:
     """The files of the plugin's top-level package (the entry point's), and of its distribution where it lists them."""
-    from fk_adapters.plugins import package_root
+    from fk_adapters.sources import package_root
 
     files: list[pathlib.Path] = []
     root = package_root(module)
@@ -156,7 +156,8 @@ def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str
         why = []
         for n in names:
             if n not in defined_names.get(slot, []):
-                why.append(f"{n!r} is not defined by the plugin (no @triton.jit function or library symbol of that name)")
+                why.append(f"{n!r} is not defined by the plugin "
+                           "(no @triton.jit function or library symbol of that name)")
             engine = native_matches(n, native)
             if engine:
                 why.append(f"{n!r} is launched by the stock engine itself ({engine[0][:80]})")

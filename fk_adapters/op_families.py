@@ -7,7 +7,7 @@ its name matches (case-insensitive), so the more specific patterns come first.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 FAMILIES: list[tuple[str, str]] = [
     ("rms_norm", r"rms_?norm"),

@@ -63,12 +63,13 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
 def _recorder(slot):
     """Counts each call's signature into ``probe.signatures[slot.name]`` and samples its inputs' value
     statistics into ``probe.value_stats[slot.name]`` (``fk_adapters.check.value_stats``)."""
-    from fk_adapters.check import signature, value_stats
+    from fk_adapters import call_signature
+    from fk_adapters.check import value_stats
 
     names = slot.param_names()
 
     def record(args) -> None:
-        key = signature.key(signature.describe(args))
+        key = call_signature.key(call_signature.describe(args))
         counts = probe.signatures[slot.name]
         counts[key] += 1
         value_stats.record(probe.value_stats[slot.name], key, names, args, counts[key])

@@ -19,8 +19,9 @@ import math
 import os
 
 from fk_adapters import compare, stats, variation
-from fk_adapters.gpu_share import disturbed
 from fk_adapters.check.runner import weighted_geomean
+from fk_adapters.gpu_share import disturbed
+from fk_adapters.results import CheckStatus, Kind, RunResults, ScenarioStatus, as_record
 
 RATIO_PNG, DELTA_PNG, OPS_PNG = "ratios.png", "deltas.png", "op-speedups.png"
 DPI = 110
@@ -29,7 +30,6 @@ ROW_IN = 0.32  # figure height per row
 THROUGHPUT_COLOR, LATENCY_COLOR, OTHER_COLOR = "tab:blue", "tab:orange", "tab:gray"
 FASTER_COLOR, SLOWER_COLOR = "tab:green", "tab:red"
 KIND_WORDS = {"throughput": "throughput", "latency": "latency"}
-PASSED = "PASSED"
 
 
 # ------------------------------------------------------------------------------------------------------------- rows
@@ -47,9 +47,11 @@ def _interval_row(iv: dict, label: str, **extra) -> dict:
                 paired=bool(iv.get("paired") or (iv.get("paired_base") and iv.get("paired_head"))))
 
 
-def _runs(results: dict) -> list[dict]:
-    """The per-engine results files in ``results``: itself, or the ``runs`` of a side-by-side file."""
-    return list(results["runs"]) if isinstance(results.get("runs"), list) else [results]
+def _runs(results) -> list[RunResults]:
+    """The per-engine runs in ``results`` (a run's record or content): itself, or the ``runs`` of a side-by-side
+    file."""
+    rec = as_record(results)
+    return list(rec.runs) if rec.kind is Kind.RUNS else [rec]
 
 
 def ratio_rows_from_results(results: dict, seed: int = 0) -> list[dict]:
@@ -60,11 +62,11 @@ def ratio_rows_from_results(results: dict, seed: int = 0) -> list[dict]:
     Each row: label, ratio, lo, hi (None: no interval), n, method, scenario, engine, kind, workload, metric,
     higher_is_better, status. Workloads without a ratio are left out."""
     runs = _runs(results)
-    several = len({r.get("engine") for r in runs}) > 1
+    several = len({r.engine for r in runs}) > 1
     rows = []
     for run in runs:
-        engine = run.get("engine")
-        for sc in run.get("scenarios") or []:
+        engine = run.engine
+        for sc in run.scenarios:
             status = sc.get("status")
             for kind, workload, metric, hib, r in compare._ratio_dicts(sc):
                 iv = compare.side_interval(r, seed=seed)
@@ -74,7 +76,7 @@ def ratio_rows_from_results(results: dict, seed: int = 0) -> list[dict]:
                     iv = {"ratio": iv["ratio"], "n": iv.get("n"), "method": "single pair", "note": stats.NO_INTERVAL}
                 parts = [sc["scenario"]] + ([engine] if several else [])
                 label = f"{' · '.join(parts)} · {KIND_WORDS[kind]} {workload} ({compare.UNITS.get(metric, metric)})"
-                if status and status != PASSED:
+                if status and status != ScenarioStatus.PASSED:
                     label += f" [{status}]"
                 if disturbed(sc):
                     label += " [DISTURBED: GPU shared]"
@@ -109,13 +111,13 @@ def op_rows_from_check(check_results: dict) -> list[dict]:
     nothing); lo / hi: the slowest and fastest shape's speedup. NOT_OFFERED slots (no kernel) are left out.
     Each row: label, speedup, lo, hi, points (every shape's speedup), shapes, calls, status, workload, plugin,
     slot."""
-    slots = [s for s in check_results.get("slots") or [] if s.get("status") != "NOT_OFFERED"]
+    slots = [s for s in check_results.get("slots") or [] if s.get("status") != CheckStatus.NOT_OFFERED]
     several = len({s.get("workload") for s in slots}) > 1
     rows = []
     for s in slots:
         shapes = s.get("shapes") or []
         per_shape = [r.get("speedup") for r in shapes if _finite(r.get("speedup")) and r["speedup"] > 0]
-        passed = s.get("status") == PASSED
+        passed = s.get("status") == CheckStatus.PASSED
         speedup = s.get("geomean_speedup") if passed else None
         if passed and speedup is None:
             speedup = weighted_geomean([(r.get("speedup"), r.get("calls", 1)) for r in shapes])
@@ -195,9 +197,10 @@ def ratio_plot(rows: list[dict], path: str, title: str, floor: float | None = No
                xlabel: str = "candidate / baseline (1.0 = no change)", band_label: str = "noise floor") -> str:
     """Horizontal point chart: one row per dict {"label", "ratio", "lo", "hi"} (lo/hi None: point only, hollow),
     top to bottom; an error bar from lo to hi; a vertical line at 1.0; with ``floor`` a shaded band
-    1 ± floor (the noise floor; its legend entry says ``band_label``). Colour by ``higher_is_better`` when a row has it (throughput blue, latency
-    orange); rows with a ``scenario`` key are separated by thin lines between scenarios. The figure's height
-    follows the number of rows; the value and interval are printed at the right. Writes a PNG, returns path."""
+    1 ± floor (the noise floor; its legend entry says ``band_label``). Colour by ``higher_is_better`` when a row has
+    it (throughput blue, latency orange); rows with a ``scenario`` key are separated by thin lines between scenarios.
+    The figure's height follows the number of rows; the value and interval are printed at the right. Writes a PNG,
+    returns path."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -222,8 +225,8 @@ def ratio_plot(rows: list[dict], path: str, title: str, floor: float | None = No
         x = _clip(ratio, xlo, xhi)
         has_iv = lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi))
         if has_iv:
-            l, h = _clip(lo, xlo, xhi), _clip(hi, xlo, xhi)
-            ax.errorbar([x], [y], xerr=[[max(0.0, x - l)], [max(0.0, h - x)]], fmt="none", ecolor=color,
+            lo_x, hi_x = _clip(lo, xlo, xhi), _clip(hi, xlo, xhi)
+            ax.errorbar([x], [y], xerr=[[max(0.0, x - lo_x)], [max(0.0, hi_x - x)]], fmt="none", ecolor=color,
                         elinewidth=1.6, capsize=4, capthick=1.4, zorder=3)
         ax.plot([x], [y], marker="o", ms=7, color=color, mfc=color if has_iv else "white", mew=1.6, zorder=4,
                 ls="none")
@@ -253,8 +256,8 @@ def ratio_plot(rows: list[dict], path: str, title: str, floor: float | None = No
 def op_speedup_plot(rows: list[dict], path: str, title: str, note: str = "") -> str:
     """Horizontal bars from 1.0: one per dict {"label", "speedup", "lo", "hi"} (speedup = engine kernel time /
     plugin kernel time; > 1 green: the plugin is faster, < 1 red), whiskers from lo to hi (the slowest and
-    fastest shape), a faint tick per shape when a row has "points" (its shapes' speedups), a vertical line at 1.0. A row with speedup None (an INCORRECT or failed slot) gets no bar.
-    Writes a PNG, returns path."""
+    fastest shape), a faint tick per shape when a row has "points" (its shapes' speedups), a vertical line at 1.0.
+    A row with speedup None (an INCORRECT or failed slot) gets no bar. Writes a PNG, returns path."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -267,7 +270,7 @@ def op_speedup_plot(rows: list[dict], path: str, title: str, note: str = "") -> 
         sp, lo, hi = r.get("speedup"), r.get("lo"), r.get("hi")
         if sp is None or not _finite(sp):
             why = r.get("status") or "no speedup"
-            text = f"{why}: no speedup (wrong results)" if why == "INCORRECT" else f"{why}: no speedup"
+            text = f"{why}: no speedup (wrong results)" if why == CheckStatus.INCORRECT else f"{why}: no speedup"
             ax.annotate(text if sp is None else _fmt(sp), xy=(1.0, y), xytext=(6, 0),
                         textcoords="offset points", va="center", fontsize=8, color="0.35")
             continue
@@ -278,8 +281,8 @@ def op_speedup_plot(rows: list[dict], path: str, title: str, note: str = "") -> 
         if pts:
             ax.plot(pts, [y] * len(pts), ls="none", marker="|", ms=9, mew=1.0, color="0.25", alpha=0.45, zorder=4)
         if lo is not None and hi is not None:
-            l, h = _clip(lo, xlo, xhi), _clip(hi, xlo, xhi)
-            ax.errorbar([x], [y], xerr=[[max(0.0, x - l)], [max(0.0, h - x)]], fmt="none", ecolor="0.15",
+            lo_x, hi_x = _clip(lo, xlo, xhi), _clip(hi, xlo, xhi)
+            ax.errorbar([x], [y], xerr=[[max(0.0, x - lo_x)], [max(0.0, hi_x - x)]], fmt="none", ecolor="0.15",
                         elinewidth=1.2, capsize=4, capthick=1.2, zorder=4)
         shapes = f", {r['shapes']} shapes" if r.get("shapes") else ""
         text = f"{_fmt(sp)} [{_fmt(lo)}, {_fmt(hi)}]{shapes}" if lo is not None else f"{_fmt(sp)}{shapes}"
@@ -301,9 +304,11 @@ def op_speedup_plot(rows: list[dict], path: str, title: str, note: str = "") -> 
 
 # ----------------------------------------------------------------------------------------------------------- report
 
-def _kind_of(results: dict) -> str:
-    k = results.get("kind")
-    return k if k in ("check", "compare") else "run"
+PLOT_KINDS = {Kind.RUN: "run", Kind.RUNS: "run", Kind.CHECK: "check", Kind.COMPARE: "compare"}
+
+
+def _kind_of(results) -> str:
+    return PLOT_KINDS.get(as_record(results).kind, "run")
 
 
 def _methods_note(rows: list[dict], conf: float = compare.CONF) -> str:
@@ -324,12 +329,12 @@ def _run_title(results: dict) -> str:
     from fk_adapters.engine_integrity import describe
 
     runs = _runs(results)
-    engines = ", ".join(describe(r.get("engine"), (r.get("engine_integrity") or {}).get(r.get("engine")),
-                                 r.get("engine_version") or "") for r in runs)  # "stock" only when verified
-    first = runs[0] if runs else {}
-    cand = results.get("candidate", first.get("candidate"))
-    device = f" ({first['device']})" if first.get("device") else ""
-    if first.get("aa"):
+    engines = ", ".join(describe(r.engine, r.engine_integrity.get(r.engine), r.engine_version)
+                        for r in runs)  # "stock" only when verified
+    first = runs[0] if runs else RunResults()
+    cand = as_record(results).candidate or first.candidate
+    device = f" ({first.device})" if first.device else ""
+    if first.aa:
         return f"fk run A/A: {engines} vs. itself{device}"
     return f"fk run: candidate {cand} vs. {engines}{device}"
 
@@ -350,7 +355,7 @@ def write_plots(results: dict, out_dir: str, kind: str | None = None, floor: flo
             return []
         note = _methods_note(rows)
         runs = _runs(results)
-        if floor is None and len(runs) == 1 and runs[0].get("aa"):
+        if floor is None and len(runs) == 1 and runs[0].aa:
             try:
                 floor = compare.noise_floor_from_aa(runs[0])["value"]
                 note += " Shaded: the noise floor this A/A run gives (largest reach of an interval from 1)."

@@ -7,6 +7,7 @@ where the first failure raises :class:`PluginLoadError`.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import pluggy
 
 from fk_adapters import hookspec, kernel_names
 from fk_adapters.kernel import Kernel, KernelSpecError
+from fk_adapters.sources import source_digest
 
 GROUP = "fk_adapters"
 ENV_ALLOW = "FK_PLUGINS"
@@ -77,32 +79,6 @@ def _known_slots():
     return SLOTS
 
 
-def package_root(module: str):
-    """The folder of ``module``'s top-level package (or its single file), None where it cannot be found."""
-    import importlib.util
-    import pathlib
-
-    spec = importlib.util.find_spec(module.split(".")[0])
-    if spec is None or not spec.origin:
-        return None
-    origin = pathlib.Path(spec.origin)
-    return origin.parent if spec.submodule_search_locations else origin
-
-
-def source_digest(module: str) -> str:
-    """sha256 over the relative paths and bytes of the .py files of ``module``'s top-level package."""
-    import hashlib
-
-    root = package_root(module)
-    if root is None:
-        return ""
-    files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.relative_to(root.parent).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def _record(ep: metadata.EntryPoint) -> LoadedPlugin:
     dist = ep.dist
     return LoadedPlugin(name=ep.name, dist=dist.metadata["Name"] if dist else "", version=dist.version if dist else "",
@@ -120,26 +96,53 @@ def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin
     for answer in pm.hook.fk_plugin_info():
         plugin.info.update(answer or {})
     kernels = [k for answer in pm.hook.fk_kernels(engine=engine, device=device) for k in (answer or [])]
-    seen: set[str] = set()
-    for k in kernels:
-        if not isinstance(k, Kernel):
-            raise KernelSpecError(f"fk_kernels returned {type(k).__name__}, not fk_adapters.Kernel")
-        k.validate(_known_slots())
-        if k.slot in seen:
-            raise KernelSpecError(f"two kernels for slot {k.slot!r}")
-        seen.add(k.slot)
+    _check_kernels(kernels)
     plugin.kernels = kernels
     plugin.names_defined = {k.slot: kernel_names.defined(ep.module, ep.dist, k.kernel_names)
                             for k in kernels if k.kernel_names}
     return plugin
 
 
+def _check_kernels(kernels: list) -> None:
+    """KernelSpecError naming every kernel that breaks the contract (``Kernel.validate``), or two for one slot."""
+    problems, seen = [], set()
+    for k in kernels:
+        if not isinstance(k, Kernel):
+            raise KernelSpecError(f"fk_kernels returned {type(k).__name__}, not fk_adapters.Kernel")
+        try:
+            k.validate(_known_slots())
+        except KernelSpecError as exc:
+            problems.append(str(exc))
+        if k.slot in seen:
+            problems.append(f"two kernels for slot {k.slot!r}")
+        seen.add(k.slot)
+    if problems:
+        raise KernelSpecError("; ".join(problems))
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str] | None):
+    """``os.environ`` updated with ``env`` for the duration, then restored as it was (what the plugins' imports set
+    included); None: left alone."""
+    if env is None:
+        yield
+        return
+    before = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 def load_plugins(allow: list[str] | None = None, strict: bool = False, engine: str = "none",
-                 device: str = "cpu") -> list[LoadedPlugin]:
+                 device: str = "cpu", env: dict[str, str] | None = None) -> list[LoadedPlugin]:
     """Load the selected plugins (all installed ones when ``allow`` is None), in allowlist order.
 
     A name in the allowlist that is not installed is an error in every mode: selecting a
-    plugin that cannot run must never look like a run of it.
+    plugin that cannot run must never look like a run of it. ``env``: variables set while the plugins
+    import, as the engine's processes have them (e.g. ``TRITON_INTERPRET`` on CPU); the environment is restored after.
     """
     found = discover()
     if allow is None:
@@ -150,21 +153,26 @@ def load_plugins(allow: list[str] | None = None, strict: bool = False, engine: s
             raise PluginLoadError(f"plugin(s) not installed: {', '.join(missing)}"
                                   f" (installed: {', '.join(sorted(found)) or 'none'})")
         names = list(dict.fromkeys(allow))
-    loaded = []
-    for name in names:
-        try:
-            plugin = _load_one(found[name], engine, device)
-        except Exception as exc:  # a broken plugin must not take the others down
-            if strict:
-                raise PluginLoadError(f"plugin {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
-            log.warning("fk plugin %s failed to load: %s", name, exc)
-            plugin = _record(found[name])
-            plugin.error = f"{type(exc).__name__}: {exc}"
-        loaded.append(plugin)
-    return loaded
+    with _environment(env):
+        return [_load_isolated(found[name], strict, engine, device) for name in names]
 
 
-def select_kernels(plugins: list[LoadedPlugin], engine: str, device: str) -> tuple[dict[str, tuple[str, Kernel]], list[str]]:
+def _load_isolated(ep: metadata.EntryPoint, strict: bool, engine: str, device: str) -> LoadedPlugin:
+    """One plugin loaded; where that fails, a record of why (or, ``strict``, PluginLoadError naming it)."""
+    name = ep.name
+    try:
+        plugin = _load_one(ep, engine, device)
+    except Exception as exc:  # a broken plugin must not take the others down
+        if strict:
+            raise PluginLoadError(f"plugin {name!r} failed to load: {type(exc).__name__}: {exc}") from exc
+        log.warning("fk plugin %s failed to load: %s", name, exc)
+        plugin = _record(ep)
+        plugin.error = f"{type(exc).__name__}: {exc}"
+    return plugin
+
+
+def select_kernels(plugins: list[LoadedPlugin], engine: str,
+                   device: str) -> tuple[dict[str, tuple[str, Kernel]], list[str]]:
     """Pick one kernel per slot: the first selected plugin that offers the slot for this engine and device wins.
 
     Returns ({slot: (plugin name, kernel)}, notes on what was skipped and why).

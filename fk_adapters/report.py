@@ -1,4 +1,4 @@
-"""Render a results JSON (from ``fk run``) as a markdown report fit for a pull request."""
+"""Render ``fk run`` results (one engine, or side by side) as a markdown report fit for a pull request."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from tabulate import tabulate
 from fk_adapters import variation
 from fk_adapters.engine_integrity import describe
 from fk_adapters.gpu_share import disturbed
-from fk_adapters.runner.ab import NOT_APPLICABLE, PASSED
+from fk_adapters.results import Kind, RunResults, ScenarioStatus as S, SideBySide, SlotEvidence as E, as_record
 
 BEFORE_FAILURE = " (figures measured before the failure)"
 
@@ -23,7 +23,7 @@ def _ratio(r: dict) -> str:
     return f"{r['ratio']:.3f} [{r['pair_min']:.3f}, {r['pair_max']:.3f}]"
 
 
-def _interval(r: dict, results: dict) -> str:
+def _interval(r: dict, results: RunResults) -> str:
     """The ratio's 95% t-interval over interleaved rounds (``variation.interval``), or why there is none."""
     if not r:
         return "-"
@@ -70,7 +70,7 @@ def _entered(classes: list[str]) -> str:
     return ", ".join(classes) if len(classes) <= 2 else f"{classes[0]} +{len(classes) - 1} more classes"
 
 
-def _perf_rows(row: dict, results: dict) -> list[list[str]]:
+def _perf_rows(row: dict, results: RunResults) -> list[list[str]]:
     out = []
     perf = row.get("perf", {})
     scenario = row["scenario"] + (" **(disturbed)**" if disturbed(row) else "")
@@ -87,58 +87,71 @@ def _perf_rows(row: dict, results: dict) -> list[list[str]]:
     return out
 
 
-def render(results: dict) -> str:
-    if results.get("kind") == "check":
+def render(results) -> str:
+    """The markdown report of a results file's content or record: an ``fk run`` (one engine, or side by side) or
+    an ``fk check``."""
+    rec = as_record(results)
+    if rec.kind is Kind.CHECK:
         from fk_adapters.check.report import render_check
 
-        return render_check(results)
-    if "runs" in results:
-        return render_side_by_side(results)
-    rows = results["scenarios"]
-    passed = sum(r["status"] == PASSED for r in rows)
-    stock = sum(r["status"] == NOT_APPLICABLE for r in rows)
-    verdict = results.get("verdict", "?")
-    lines = [f"# fk run: {results['candidate']} on {results['engine']} {results['engine_version']}", "",
-             f"**{verdict}**: {passed}/{len(rows)} scenarios passed"
+        return render_check(rec)
+    if rec.kind is Kind.RUNS:
+        return render_side_by_side(rec)
+    if rec.kind is not Kind.RUN:
+        raise ValueError(f"fk report renders fk run and fk check results, not {rec.kind.value} results")
+    return render_run(rec)
+
+
+def render_run(run: RunResults) -> str:
+    rows = run.scenarios
+    lines = _header(run) + ["", "## Scenarios", ""] + _correctness_lines(run) + _notes_and_failures(rows)
+    if not run.aa:
+        lines += _evidence_lines(run)
+    perf_rows = [p for r in rows for p in _perf_rows(r, run)]
+    if perf_rows:
+        lines += _perf_lines(run, perf_rows)
+    if run.noise_floor:
+        lines += _noise_floor_lines(run.noise_floor)
+    if perf_rows and not run.aa:
+        from fk_adapters import aggregates
+
+        lines += ["", aggregates.markdown(aggregates.summarize(run.to_dict())).rstrip()]
+    return "\n".join(lines) + "\n"
+
+
+def _header(run: RunResults) -> list[str]:
+    rows = run.scenarios
+    passed = sum(r["status"] == S.PASSED for r in rows)
+    stock = sum(r["status"] == S.NOT_APPLICABLE for r in rows)
+    lines = [f"# fk run: {run.candidate} on {run.engine} {run.engine_version}", "",
+             f"**{run.verdict or '?'}**: {passed}/{len(rows)} scenarios passed"
              + (f", {stock} not applicable (no layer routes to a selected slot: the stock model ran)" if stock else "")
-             + (f"; {'; '.join(results['problems'])}" if results.get("problems") else ""), "",
-             f"- device: {results['device']}, mode: {results.get('mode_detail') or results['mode']}, "
-             f"fk {results['fk_version']}, "
-             f"created {results['created']}{_quick(results.get('quick'))}",
-             f"- baseline: {describe(results['engine'], results.get('engine_integrity', {}).get(results['engine']))} "
-             "(no fk plugin)"
-             + (f", runs reused from `{results['baseline_from']}`{_ages(rows)}" if results.get("baseline_from") else "")
-             + f"; candidate: {results['candidate']}"]
+             + (f"; {'; '.join(run.problems)}" if run.problems else ""), "",
+             f"- device: {run.device}, mode: {run.mode_detail or run.mode}, fk {run.fk_version}, "
+             f"created {run.created}{_quick(run.quick)}",
+             f"- baseline: {describe(run.engine, run.engine_integrity.get(run.engine))} (no fk plugin)"
+             + (f", runs reused from `{run.baseline_from}`{_ages(rows)}" if run.baseline_from else "")
+             + f"; candidate: {run.candidate}"]
     runtimes = {json.dumps(r["candidate"]["runtime"], sort_keys=True) for r in rows if r["candidate"].get("runtime")}
     if runtimes:
         lines.append(f"- engine runtime (candidate, as the engine resolved it): {'; '.join(sorted(runtimes))}")
-    if results.get("command"):
-        lines.append(f"- command: `{results['command']}`")
-    lines += ["", "## Scenarios", ""]
-    out_rows = [r for r in rows if _output_row(r)]
-    tok_rows = [r for r in rows if not _output_row(r)]
+    if run.command:
+        lines.append(f"- command: `{run.command}`")
+    return lines
+
+
+def _correctness_lines(run: RunResults) -> list[str]:
+    """The token table (and its pass rules), then the output-diff table of models without tokens."""
+    out_rows = [r for r in run.scenarios if _output_row(r)]
+    tok_rows = [r for r in run.scenarios if not _output_row(r)]
     show_tokens = bool(tok_rows) or not out_rows
-    table = []
-    refs = [r["correctness"]["reference"] for r in tok_rows if r.get("correctness", {}).get("reference")]
-    ref_col = any("fixed" in r.get("correctness", {}) for r in tok_rows)  # a float32 run was tried
-    for r in tok_rows:
-        c = r.get("correctness", {})
-        tok, tf = c.get("tokens", {}), c.get("teacher_forced", {})
-        table.append([r["scenario"], _status_cell(r), r["dtype"],
-                      _tokens_cell(tok),
-                      _f(tf.get("max_abs")), _f(tf.get("mean_abs"))] + ([_token_ref_cell(c)] if ref_col else [])
-                     + [_f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
-    if show_tokens:
-        lines.append(tabulate(table, headers=["scenario", "status", "dtype",
-                                              "greedy streams: identical / near tie / parted", "max abs Δlogprob",
-                                              "mean abs Δlogprob"]
-                              + (["vs fp32 run: err_c / err_b mean (max), parted c/b"] if ref_col else [])
-                              + ["baseline start s", "candidate start s"], tablefmt="github"))
-    th = results.get("thresholds", {})
-    if th and show_tokens:
+    lines = _token_table(tok_rows) if show_tokens else []
+    if run.thresholds and show_tokens:
         lines += ["", "Pass: every greedy stream identical or parting at a near tie (each side's token in the "
                   "other's top 5 there), and teacher-forced |Δlogprob| on identical sequences within "
-                  + "; ".join(f"{d}: max {t['max_abs']:g}, mean {t['mean_abs']:g}" for d, t in th.items()) + "."]
+                  + "; ".join(f"{d}: max {t['max_abs']:g}, mean {t['mean_abs']:g}" for d, t in run.thresholds.items())
+                  + "."]
+    refs = [r["correctness"]["reference"] for r in tok_rows if r.get("correctness", {}).get("reference")]
     if refs:
         rule = refs[0]["rule"]
         lines += ["", "float16/bfloat16 runs that fail those get a float32 run of the stock engine (same job) as the "
@@ -148,7 +161,27 @@ def render(results: dict) -> str:
                   f"near tie in at most max({rule['min_partings']}, {rule['extra_partings']:g} x requests) more "
                   "requests than the baseline's."]
     if out_rows:
-        lines += _output_table(out_rows, results, show_tokens)
+        lines += _output_table(out_rows, run, show_tokens)
+    return lines
+
+
+def _token_table(tok_rows: list[dict]) -> list[str]:
+    ref_col = any("fixed" in r.get("correctness", {}) for r in tok_rows)  # a float32 run was tried
+    table = []
+    for r in tok_rows:
+        c = r.get("correctness", {})
+        tok, tf = c.get("tokens", {}), c.get("teacher_forced", {})
+        table.append([r["scenario"], _status_cell(r), r["dtype"], _tokens_cell(tok),
+                      _f(tf.get("max_abs")), _f(tf.get("mean_abs"))] + ([_token_ref_cell(c)] if ref_col else [])
+                     + [_f(r["baseline"].get("startup_s"), ".1f"), _f(r["candidate"].get("startup_s"), ".1f")])
+    return [tabulate(table, headers=["scenario", "status", "dtype", "greedy streams: identical / near tie / parted",
+                                     "max abs Δlogprob", "mean abs Δlogprob"]
+                     + (["vs fp32 run: err_c / err_b mean (max), parted c/b"] if ref_col else [])
+                     + ["baseline start s", "candidate start s"], tablefmt="github")]
+
+
+def _notes_and_failures(rows: list[dict]) -> list[str]:
+    lines = []
     notes = [(r["scenario"], n) for r in rows for n in r.get("notes", [])]
     if notes:
         lines += ["", "### Notes", ""] + [f"- **{s}**: {n}" for s, n in notes]
@@ -161,65 +194,67 @@ def render(results: dict) -> str:
                 if tail:
                     lines += ["", f"<details><summary>{r['scenario']} {side} log tail</summary>", "", "```",
                               tail[-1500:], "```", "</details>"]
-    if not results.get("aa"):
-        lines += ["", "## Proof the plugin kernels ran", ""]
-        ev_rows = []
-        for r in rows:
-            as_of = r.get("evidence", {}).get("as_of")
-            for slot, e in r.get("evidence", {}).get("slots", {}).items():
-                ev_rows.append([r["scenario"], slot, e["plugin"], e["kernel"], _entered(e["entered"]), e["layers"],
-                                e["calls"], e["profiler_hits"] if e["profiled"] else "-",
-                                e["status"] + (f" (as of {as_of})" if as_of and e["status"] != "not judged" else ""),
-                                e["proof"]])
-        lines.append(tabulate(ev_rows, headers=["scenario", "slot", "plugin", "kernel", "entered via", "layers",
-                                                "calls", "profiler hits", "status", "proof"], tablefmt="github")
-                     if ev_rows else _no_kernel_line(rows))
-        lines += ["", "Processes that loaded the plugins (pid, role; 'forked' when the process inherited them):"]
-        lines += [_processes_line(r) for r in rows]
-        cov = results.get("coverage", {})
-        if cov:
-            lines += ["", tabulate([[s, c["plugin"], ", ".join(c["exercised_in"]) or "-",
-                                     ", ".join(c["not_exercised_in"]) or "-", ", ".join(c["n/a_in"]) or "-"]
-                                    for s, c in sorted(cov.items())],
-                                   headers=["slot", "plugin", "exercised in", "NOT exercised in", "no layer in"],
-                                   tablefmt="github")]
-    perf_rows = [p for r in rows for p in _perf_rows(r, results)]
-    if perf_rows:
-        rounds = results.get("interleave") or 1
-        how = (f"{rounds} interleaved rounds (A B, B A, ...: each a fresh engine process); one value per "
-               "process (the median of its repeats), medians over rounds" if rounds > 1 else
-               "Medians over repeats in one engine process per side")
-        lines += ["", "## Performance (candidate / baseline)", "",
-                  f"{how}; ± is half the min-max range. Ratio: candidate median / baseline median [range of "
-                  f"{'round' if rounds > 1 else 'repeat'}-by-{'round' if rounds > 1 else 'repeat'} ratios]; 95% CI: "
-                  "geometric mean of the round-by-round ratios with its t-interval, given only over "
-                  f"{variation.MIN_ROUNDS} or more interleaved rounds (the variation between engine processes). Throughput: >1 is faster; "
-                  "latency: <1 is faster.", ""]
-        if variation.why_not(results):
-            lines += [f"**No interval, no significance: {variation.why_not(results)}.**", ""]
-        lines += [tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
-                                               "ratio (total) [range]", "95% CI", "ratio (output tokens/s)"],
-                           tablefmt="github")]
-        shared = [r["scenario"] for r in rows if disturbed(r)]
-        if shared:
-            lines[-1:-1] = [f"**Disturbed timings: another process used the GPU during timed engine runs of "
-                            f"{', '.join(shared)}. Their ratios"
-                            + (" (left out of the noise floor)" if results.get("aa") else " (and the aggregates below)")
-                            + " are not comparable: run them again on an idle GPU.** Correctness and kernel evidence "
-                            "are unaffected; the notes say which runs and which processes.", ""]
-    nf = results.get("noise_floor")
-    if nf:
-        w = nf["widest"]
-        lines += ["", "## Noise floor of this machine (A/A)", "",
-                  f"**{nf['value']:.2%}**: the farthest any of the {nf['intervals']} A/A ratio intervals reaches from 1 "
-                  f"(widest: {w['scenario']} {w['kind']} {w['workload']}, ratio {w['ratio']:.3f} "
-                  f"[{w['lo']:.3f}, {w['hi']:.3f}], n={w['n']}). Give this file to `fk compare --aa` to call a "
-                  "delta significant only when its interval clears it."]
-    if perf_rows and not results.get("aa"):
-        from fk_adapters import aggregates
+    return lines
 
-        lines += ["", aggregates.markdown(aggregates.summarize(results)).rstrip()]
-    return "\n".join(lines) + "\n"
+
+def _evidence_lines(run: RunResults) -> list[str]:
+    """The proof each plugin kernel ran: per scenario and slot, the processes that loaded them, the coverage."""
+    rows = run.scenarios
+    lines = ["", "## Proof the plugin kernels ran", ""]
+    ev_rows = []
+    for r in rows:
+        as_of = r.get("evidence", {}).get("as_of")
+        for slot, e in r.get("evidence", {}).get("slots", {}).items():
+            ev_rows.append([r["scenario"], slot, e["plugin"], e["kernel"], _entered(e["entered"]), e["layers"],
+                            e["calls"], e["profiler_hits"] if e["profiled"] else "-",
+                            e["status"] + (f" (as of {as_of})" if as_of and e["status"] != E.NOT_JUDGED else ""),
+                            e["proof"]])
+    lines.append(tabulate(ev_rows, headers=["scenario", "slot", "plugin", "kernel", "entered via", "layers",
+                                            "calls", "profiler hits", "status", "proof"], tablefmt="github")
+                 if ev_rows else _no_kernel_line(rows))
+    lines += ["", "Processes that loaded the plugins (pid, role; 'forked' when the process inherited them):"]
+    lines += [_processes_line(r) for r in rows]
+    if run.coverage:
+        lines += ["", tabulate([[s, c["plugin"], ", ".join(c["exercised_in"]) or "-",
+                                 ", ".join(c["not_exercised_in"]) or "-", ", ".join(c["n/a_in"]) or "-"]
+                                for s, c in sorted(run.coverage.items())],
+                               headers=["slot", "plugin", "exercised in", "NOT exercised in", "no layer in"],
+                               tablefmt="github")]
+    return lines
+
+
+def _perf_lines(run: RunResults, perf_rows: list[list[str]]) -> list[str]:
+    rounds = run.interleave or 1
+    how = (f"{rounds} interleaved rounds (A B, B A, ...: each a fresh engine process); one value per "
+           "process (the median of its repeats), medians over rounds" if rounds > 1 else
+           "Medians over repeats in one engine process per side")
+    lines = ["", "## Performance (candidate / baseline)", "",
+             f"{how}; ± is half the min-max range. Ratio: candidate median / baseline median [range of "
+             f"{'round' if rounds > 1 else 'repeat'}-by-{'round' if rounds > 1 else 'repeat'} ratios]; 95% CI: "
+             "geometric mean of the round-by-round ratios with its t-interval, given only over "
+             f"{variation.MIN_ROUNDS} or more interleaved rounds (the variation between engine processes). "
+             "Throughput: >1 is faster; latency: <1 is faster.", ""]
+    if variation.why_not(run):
+        lines += [f"**No interval, no significance: {variation.why_not(run)}.**", ""]
+    shared = [r["scenario"] for r in run.scenarios if disturbed(r)]
+    if shared:
+        lines += [f"**Disturbed timings: another process used the GPU during timed engine runs of "
+                  f"{', '.join(shared)}. Their ratios"
+                  + (" (left out of the noise floor)" if run.aa else " (and the aggregates below)")
+                  + " are not comparable: run them again on an idle GPU.** Correctness and kernel evidence "
+                  "are unaffected; the notes say which runs and which processes.", ""]
+    return lines + [tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
+                                                 "ratio (total) [range]", "95% CI", "ratio (output tokens/s)"],
+                             tablefmt="github")]
+
+
+def _noise_floor_lines(nf: dict) -> list[str]:
+    w = nf["widest"]
+    return ["", "## Noise floor of this machine (A/A)", "",
+            f"**{nf['value']:.2%}**: the farthest any of the {nf['intervals']} A/A ratio intervals reaches from 1 "
+            f"(widest: {w['scenario']} {w['kind']} {w['workload']}, ratio {w['ratio']:.3f} "
+            f"[{w['lo']:.3f}, {w['hi']:.3f}], n={w['n']}). Give this file to `fk compare --aa` to call a "
+            "delta significant only when its interval clears it."]
 
 
 def _status_cell(row: dict) -> str:
@@ -281,7 +316,7 @@ def _ref_ratio(worst: dict) -> str:
     return f"{worst['ratio_mean_abs']:.3f} ({worst['ratio_max_abs']:.2f})"
 
 
-def _output_table(rows: list[dict], results: dict, after_tokens: bool) -> list[str]:
+def _output_table(rows: list[dict], results: RunResults, after_tokens: bool) -> list[str]:
     table = []
     for r in rows:
         c = r.get("correctness", {})
@@ -298,7 +333,7 @@ def _output_table(rows: list[dict], results: dict, after_tokens: bool) -> list[s
                                           "err_b: baseline vs fp32 ref", "err_c: candidate vs fp32 ref",
                                           "err_c / err_b: mean (max)", "baseline start s", "candidate start s"],
                           tablefmt="github"))
-    th = results.get("output_thresholds") or {r["dtype"]: r["correctness"]["thresholds"] for r in rows
+    th = results.output_thresholds or {r["dtype"]: r["correctness"]["thresholds"] for r in rows
                                                if r.get("correctness", {}).get("thresholds")}
     refs = [r["correctness"]["reference"] for r in rows if r.get("correctness", {}).get("reference")]
     if th:
@@ -309,7 +344,8 @@ def _output_table(rows: list[dict], results: dict, after_tokens: bool) -> list[s
     if refs:
         ref = refs[0]
         lines += ["", "float16/bfloat16 with the baseline's float32 reference (the stock model's float32 forward of "
-                  "the same batch): err = |output - reference| per tensor of n elements; pass when the candidate's mean "
+                  "the same batch): err = |output - reference| per tensor of n elements; "
+                  "pass when the candidate's mean "
                   f"err is at most ({ref['ratio_mean_abs']:g} + {ref.get('slack_mean_abs', 0):g}/sqrt(n)) x the "
                   f"baseline's and its max err at most {ref['ratio_max_abs']:g} x the baseline's. err_b / err_c: mean "
                   "err / mean |reference| of the tensor with the worst mean ratio; in parentheses the worst max ratio."]
@@ -322,8 +358,8 @@ def _exercised(row: dict) -> str:
     slots = row.get("evidence", {}).get("slots", {})
     if not slots:
         return "-"
-    n = sum(e["status"] == "exercised" for e in slots.values())
-    na = sum(e["status"] == "n/a" for e in slots.values())
+    n = sum(e["status"] == E.EXERCISED for e in slots.values())
+    na = sum(e["status"] == E.NOT_APPLICABLE for e in slots.values())
     return f"{n}/{len(slots) - na}" + (f" (+{na} n/a)" if na else "")
 
 
@@ -342,34 +378,35 @@ def _engine_cell(row: dict | None) -> list[str]:
 ENGINE_COLUMNS = ("status", "slots exercised", "max abs Δlogprob", "throughput ratio")
 
 
-def _plugin_code(results: dict) -> dict:
+def _plugin_code(run: RunResults) -> dict:
     out: dict = {}
-    for row in results["scenarios"]:
+    for row in run.scenarios:
         for name, c in row.get("plugin_code", {}).items():
             out.setdefault(name, c)
     return out
 
 
-def render_side_by_side(combined: dict) -> str:
+def render_side_by_side(combined: SideBySide) -> str:
     """One candidate on several engines: a summary table, then each engine's own report."""
-    runs = combined["runs"]
-    names = [f"{r['engine']} {r['engine_version']}" for r in runs]
-    by_engine = [{row["scenario"]: row for row in r["scenarios"]} for r in runs]
-    scenario_names = list(dict.fromkeys(s for r in runs for s in (row["scenario"] for row in r["scenarios"])))
+    runs = combined.runs
+    names = [f"{r.engine} {r.engine_version}" for r in runs]
+    by_engine = [{row["scenario"]: row for row in r.scenarios} for r in runs]
+    scenario_names = list(dict.fromkeys(row["scenario"] for r in runs for row in r.scenarios))
     headers = ["scenario"] + [f"{n}: {h}" for n in names for h in ENGINE_COLUMNS]
     table = [[s] + [c for rows in by_engine for c in _engine_cell(rows.get(s))] for s in scenario_names]
-    lines = [f"# fk run: {combined['candidate']} on {' and '.join(names)}", "",
-             f"**{combined['verdict']}**: " + "; ".join(f"{r['engine']} {r['verdict']}" for r in runs), "",
+    lines = [f"# fk run: {combined.candidate} on {' and '.join(names)}", "",
+             f"**{combined.verdict}**: " + "; ".join(f"{r.engine} {r.verdict}" for r in runs), "",
              tabulate(table, headers=headers, tablefmt="github")]
     lines += ["", "Plugin code loaded by each engine (sha256 of the plugin package's sources):", ""]
-    code = [[r["engine"], name, f"{c['dist']} {c['version']}", c["source_sha256"][:16] or "?"]
+    code = [[r.engine, name, f"{c['dist']} {c['version']}", c["source_sha256"][:16] or "?"]
             for r in runs for name, c in _plugin_code(r).items()]
     lines.append(tabulate(code, headers=["engine", "plugin", "distribution", "source sha256"], tablefmt="github")
                  if code else "No plugin was loaded.")
     for name in sorted({row[1] for row in code}):
         digests = {row[3] for row in code if row[1] == name}
         same = len(digests) == 1 and "?" not in digests and "mixed" not in digests
-        lines += ["", f"{name}: " + ("the same code in every engine" if same else "**NOT the same code in every engine**")]
+        verdict = "the same code in every engine" if same else "**NOT the same code in every engine**"
+        lines += ["", f"{name}: " + verdict]
     for r in runs:
-        lines += ["", "---", ""] + ["#" + ln if ln.startswith("#") else ln for ln in render(r).splitlines()]
+        lines += ["", "---", ""] + ["#" + ln if ln.startswith("#") else ln for ln in render_run(r).splitlines()]
     return "\n".join(lines) + "\n"

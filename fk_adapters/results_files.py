@@ -5,6 +5,8 @@ import json
 import os
 from collections.abc import Iterator
 
+from fk_adapters.results import Kind, Record, from_dict, kind_of
+
 
 def json_objects(roots: list[str]) -> Iterator[tuple[str, dict]]:
     """(path, object) of every readable ``*.json`` holding a JSON object under ``roots``."""
@@ -23,6 +25,13 @@ def json_objects(roots: list[str]) -> Iterator[tuple[str, dict]]:
                     yield path, obj
 
 
+def records(roots: list[str]) -> Iterator[tuple[str, Record]]:
+    """(path, record) of every fk results file under ``roots`` (other JSON files are passed over)."""
+    for path, obj in json_objects(roots):
+        if kind_of(obj) is not None:
+            yield path, from_dict(obj, path)
+
+
 def is_capture(obj: dict) -> bool:
     """A workload file of ``fk capture``."""
-    return "slots" in obj and "total_calls" in obj and "scenario" in obj
+    return kind_of(obj) is Kind.CAPTURE

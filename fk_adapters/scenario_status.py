@@ -1,9 +1,9 @@
 """What has been measured of each scenario: read back from the results fk wrote.
 
 Three kinds of file count: ``results.json`` of ``fk run`` (did the engine start and serve it, at
-what rate: tokens/s, or items/s for models without tokens, and the plugin's verdict), the workload files of ``fk capture`` (the slots its run
-exercised, with call counts) and its ``*.failed.json`` (why the engine could not serve it). The
-newest file per (scenario, engine) sets the status; each plugin's newest run gives its verdict.
+what rate: tokens/s, or items/s for models without tokens, and the plugin's verdict), the workload files of
+``fk capture`` (the slots its run exercised, with call counts) and its ``*.failed.json`` (why the engine could not
+serve it). The newest file per (scenario, engine) sets the status; each plugin's newest run gives its verdict.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from fk_adapters import aggregates, metrics, results_files
 from fk_adapters.gpu_share import disturbed
-from fk_adapters.runner.ab import NOT_PROVEN, OK_STATUSES
+from fk_adapters.results import Capture, CaptureFailure, Kind, RunResults, ScenarioStatus as S
+from fk_adapters.results.verdict import OK_STATUSES
 from fk_adapters.scenarios import requests_divisor
 
 
@@ -70,13 +71,13 @@ def _served(capture_path: str, engine: str) -> str:
     return f"{found[0]:.3g} {found[1]} ({found[2]}, {how})" if found else ""
 
 
-def _from_run(res: dict, path: str, into: dict) -> None:
-    engine, created = res.get("engine", "?"), res.get("created", "")
-    for row in res.get("scenarios", []):
+def _from_run(res: RunResults, path: str, into: dict) -> None:
+    engine, created = res.engine or "?", res.created
+    for row in res.scenarios:
         seen = into.setdefault((row.get("scenario"), engine), Seen())
-        plugin = res.get("candidate")
+        plugin = res.candidate
         if row.get("status") and plugin and created >= seen.verdicts.get(plugin, ("",))[0]:
-            seen.verdicts[plugin] = (created, f"{plugin}: {_plugin_figure(row, res.get('quick'))}")
+            seen.verdicts[plugin] = (created, f"{plugin}: {_plugin_figure(row, res.quick)}")
         if created < seen.created:
             continue
         base = row.get("baseline") or {}
@@ -86,7 +87,7 @@ def _from_run(res: dict, path: str, into: dict) -> None:
         rate = seen.rate = _rate(row) or ""
         if rate:
             shared = " (disturbed: the GPU was shared)" if disturbed(row) else ""
-            seen.figures.append(f"{rate} on {res.get('device', '?')}{shared}")
+            seen.figures.append(f"{rate} on {res.device or '?'}{shared}")
 
 
 def _plugin_figure(row: dict, quick) -> str:
@@ -98,16 +99,16 @@ def _plugin_figure(row: dict, quick) -> str:
         return f"not exercised: ran the stock model ({why})"
     one_repeat = f", 1/{requests_divisor(quick)} of the requests, one repeat" if quick else ""
     pace = f" at {per['speedup']:.3g}x the stock speed (blend{one_repeat})" if (
-        per["speedup"] is not None and row["status"] != NOT_PROVEN) else ""  # no proof it ran: no speed to credit
+        per["speedup"] is not None and row["status"] != S.NOT_PROVEN) else ""  # no proof it ran: no speed to credit
     return f"{verdict(row)}{pace}"
 
 
 def verdict(row: dict) -> str:
     """A run's status, saying what judged a bf16/fp16 pass or fail: a float32 run, or the fixed thresholds alone."""
     status, c = row["status"], row.get("correctness") or {}
-    if status == "INCONCLUSIVE":
+    if status == S.INCONCLUSIVE:
         return f"{status} (the float32 run {c.get('inconclusive', 'could not judge')})"
-    if status not in ("PASSED", "INCORRECT"):
+    if status not in (S.PASSED, S.INCORRECT):
         return status
     blind = metrics.reference_blind(c["reference"]["tokens"]) if "tokens" in c.get("reference", {}) else ""
     if blind:  # a run from before fk's reference_blind rule, judged again by it
@@ -116,39 +117,36 @@ def verdict(row: dict) -> str:
         return f"{status} (fixed thresholds; no float32 reference could be made)"
     if c.get("reference"):
         return f"{status} (against a float32 run)"
-    if status == "INCORRECT" and c.get("dtype") in ("bfloat16", "float16") and "fixed" not in c:
+    if status == S.INCORRECT and c.get("dtype") in ("bfloat16", "float16") and "fixed" not in c:
         return f"{status} (fixed thresholds; run before fk's float32 check)"
     return status
 
 
-def _from_capture(res: dict, path: str, into: dict) -> None:
-    seen = into.setdefault((res.get("scenario"), res.get("engine", "?")), Seen())
-    created = res.get("created", "")
+def _from_capture(res: Capture, path: str, into: dict) -> None:
+    seen = into.setdefault((res.scenario, res.engine or "?"), Seen())
+    created = res.created
     if created < seen.slots_created:
         return
-    seen.slots = {slot: sum(s.get("calls", 0) for s in sigs) for slot, sigs in res.get("slots", {}).items()}
+    seen.slots = {slot: sum(s.get("calls", 0) for s in sigs) for slot, sigs in res.slots.items()}
     seen.slots_created = created
-    seen.served = _served(path, res.get("engine", "?"))
+    seen.served = _served(path, res.engine or "?")
     if created >= seen.created:  # the newest file says whether it runs
         seen.status, seen.created, seen.source = "runs", created, path
 
 
-def _from_failure(res: dict, path: str, into: dict) -> None:
-    seen = into.setdefault((res.get("scenario"), res.get("engine", "?")), Seen())
-    if res.get("created", "") >= seen.created:
-        seen.status, seen.created, seen.source = f"fails: {_first_line(res.get('error'))}", res.get("created", ""), path
+def _from_failure(res: CaptureFailure, path: str, into: dict) -> None:
+    seen = into.setdefault((res.scenario, res.engine or "?"), Seen())
+    if res.created >= seen.created:
+        seen.status, seen.created, seen.source = f"fails: {_first_line(res.error)}", res.created, path
 
 
 def collect(roots: list[str]) -> dict[tuple[str, str], Seen]:
     """{(scenario, engine): Seen} from every results file under ``roots``."""
     found: dict[tuple[str, str], Seen] = {}
-    for path, res in results_files.json_objects(roots):
-        if "scenarios" in res and "verdict" in res and res.get("kind") != "check":
-            _from_run(res, path, found)
-        elif results_files.is_capture(res):
-            _from_capture(res, path, found)
-        elif res.get("kind") == "capture-failure":
-            _from_failure(res, path, found)
+    readers = {Kind.RUN: _from_run, Kind.CAPTURE: _from_capture, Kind.CAPTURE_FAILURE: _from_failure}
+    for path, rec in results_files.records(roots):
+        if rec.kind in readers:
+            readers[rec.kind](rec, path, found)
     for seen in found.values():  # a capture's rate stands in only where no run measured one
         if seen.served and not seen.rate:
             seen.figures.append(seen.served)

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import os
 import random
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 
-from fk_adapters import draft_weights
+import tomllib
+
+from fk_adapters import draft_weights, engines
 from fk_adapters.metrics import THRESHOLDS
 
 REQUIRED_MODEL_KEYS = ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
                        "num_attention_heads", "vocab_size")
-HOSTS = ("vllm", "sglang", "transformers")
+HOSTS = engines.NAMES
 ENGINE_HOSTS = ("vllm", "sglang")
 FAMILIES_OF_MODELS = ("llm", "embedding", "vision", "audio", "diffusion", "detection", "other")
 MAX_TOKENS = 1 << 20  # a sequence's length where neither [engine] max_model_len nor max_position_embeddings bounds it
@@ -57,7 +58,8 @@ class Scenario:
         """Prompt token ids are drawn from [3, this): the text vocabulary, below any placeholder ids."""
         if self.extra.get("prompt_vocab"):
             return int(self.extra["prompt_vocab"])
-        for cfg in (self.model, self.model.get("text_config", {}), self.model.get("thinker_config", {}).get("text_config", {})):
+        for cfg in (self.model, self.model.get("text_config", {}),
+                    self.model.get("thinker_config", {}).get("text_config", {})):
             if isinstance(cfg, dict) and cfg.get("vocab_size"):
                 return int(cfg["vocab_size"])
         raise ScenarioError(f"scenario {self.name!r}: no vocab_size in [model] (nor in its text_config)")
@@ -89,7 +91,8 @@ def _check(sc: Scenario) -> None:
     _check_inputs(sc, where)
     if sc.catalog and not (set(sc.hosts) & set(ENGINE_HOSTS) and sc.family == "llm"):
         return  # no token workloads: described here, run by another host or not at all
-    required = ("architectures",) if sc.catalog else REQUIRED_MODEL_KEYS  # catalog entries keep their checkpoint's layout
+    # catalog entries keep their checkpoint's layout
+    required = ("architectures",) if sc.catalog else REQUIRED_MODEL_KEYS
     missing = [k for k in required if k not in sc.model]
     if missing:
         raise ScenarioError(f"{where}: [model] lacks {', '.join(missing)}")
@@ -102,7 +105,8 @@ def _check(sc: Scenario) -> None:
             raise ScenarioError(f"{where}: [correctness] {key} must be a positive integer")
     for kind in ("throughput", "latency"):
         for wname, w in sc.perf.get(kind, {}).items():
-            need = ("requests", "input_len", "output_len") if kind == "throughput" else ("batch", "input_len", "output_len")
+            need = (("requests", "input_len", "output_len") if kind == "throughput"
+                    else ("batch", "input_len", "output_len"))
             bad = [k for k in need if not isinstance(w.get(k), int) or w[k] < 1]
             if bad:
                 raise ScenarioError(f"{where}: [perf.{kind}.{wname}] needs positive integers {', '.join(bad)}")
@@ -197,7 +201,8 @@ def check_runnable(sc: Scenario, engine: str) -> None:
     """ScenarioError unless ``engine`` can serve ``sc`` with fk's token workloads."""
     if engine not in sc.hosts:
         why = f": {sc.catalog['not_hosted']}" if sc.catalog.get("not_hosted") else ""
-        raise ScenarioError(f"scenario {sc.name!r} is not hosted by {engine} (hosts: {', '.join(sc.hosts) or 'none'}){why}")
+        raise ScenarioError(f"scenario {sc.name!r} is not hosted by {engine} "
+                            f"(hosts: {', '.join(sc.hosts) or 'none'}){why}")
     if engine == "transformers":  # token workloads, or what one item is ([inputs]) for the model's forward
         need = ("prompt_len", "output_len") if sc.family == "llm" and not sc.correctness else ()
         if not (sc.correctness or sc.inputs) or any(not isinstance(sc.inputs.get(k), int) for k in need):

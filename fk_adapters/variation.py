@@ -17,8 +17,9 @@ SINGLE_PAIR = ("one engine process per side: the variation between engine proces
                f"interval or significance (run --interleave {MIN_ROUNDS} or more)")
 
 
-def rounds(results: dict) -> int:
-    return int(results.get("interleave") or 1)
+def rounds(results) -> int:
+    """How many interleaved rounds a run ran: ``results`` is its record (``results.RunResults``) or its dict."""
+    return int((results.get("interleave") if isinstance(results, dict) else results.interleave) or 1)
 
 
 def between_processes(results: dict) -> bool:

@@ -70,7 +70,7 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     cfg = dict(config, torch_dtype=dtype)
     generic = (cfg.get("architectures") or [""])[0] not in FAMILIES
     fixes = CHECKPOINT_KEY_FIXES.get(cfg.get("model_type"))
-    made_by = [seed] + ([_transformers_version(config), device, fixes] if generic else [])  # their bytes depend on these
+    made_by = [seed] + ([_transformers_version(config), device, fixes] if generic else [])  # the bytes depend on these
     key = hashlib.sha256(json.dumps([cfg, *made_by], sort_keys=True).encode()).hexdigest()[:16]
     stamp = os.path.join(out_dir, "fk-weights.json")
     if os.path.exists(stamp):
@@ -114,7 +114,7 @@ def _builds_here(config: dict) -> bool:
     """Whether this process's transformers has the config and the class of the checkpoint."""
     from transformers import CONFIG_MAPPING
 
-    from fk_adapters.engines.transformers.colbert import model_class
+    from fk_adapters.model_classes import model_class
 
     return config.get("model_type") in CONFIG_MAPPING and model_class(config["architectures"][0]) is not None
 
@@ -180,7 +180,7 @@ def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: s
     import torch
     import transformers
 
-    from fk_adapters.engines.transformers.colbert import model_class
+    from fk_adapters.model_classes import model_class
 
     arch = config["architectures"][0]
     cls = model_class(arch)
@@ -271,7 +271,10 @@ def scenario_checkpoint(sc, cache_root: str, echo=lambda _msg: None) -> tuple[st
     if draft:
         from fk_adapters import draft_weights
 
-        draft_key = draft_weights.write_eagle3(draft, draft_weights.draft_dir(model_dir), sc.seed, sc.dtype)
+        try:
+            draft_key = draft_weights.write_eagle3(draft, draft_weights.draft_dir(model_dir), sc.seed, sc.dtype)
+        except draft_weights.DraftError as exc:
+            raise WeightsError(f"{sc.name}: [speculative.model]: {exc}") from exc
         key = hashlib.sha256(f"{key}+{draft_key}".encode()).hexdigest()[:16]
     echo(f"{sc.name}: seeded weights ready in {time.perf_counter() - t0:.0f} s")
     return model_dir, key

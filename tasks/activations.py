@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fk_adapters.tasks.slot import Slot, nbytes, acc
+from fk_adapters.tasks.slot import Slot, acc, nbytes
 
 ACT_CASES = ({"tokens": 1, "d": 128}, {"tokens": 9, "d": 352}, {"tokens": 33, "d": 2048})
 GELU_CASES = tuple(dict(c, approximate=a) for c in ACT_CASES for a in ("none", "tanh"))
@@ -46,7 +46,8 @@ SILU_AND_MUL = Slot(
     entries={
         "vllm": ("CustomOp 'SiluAndMul' (vllm.model_executor.layers.activation)",),
         "sglang": ("SiluAndMul.forward_cuda (sglang.srt.layers.activation)",),
-        "transformers": ("forward(x) of each gated MLP module (gate_proj, up_proj, down_proj, act_fn SiLU), per instance: "
+        "transformers": ("forward(x) of each gated MLP module (gate_proj, up_proj, down_proj, act_fn SiLU), "
+                         "per instance: "
                          "down_proj(op(cat(gate_proj(x), up_proj(x)))), when it agrees with the module's own forward",),
     },
 )
@@ -65,7 +66,8 @@ GELU_AND_MUL = Slot(
     entries={
         "vllm": ("CustomOp 'GeluAndMul' (vllm.model_executor.layers.activation), approximate 'none' or 'tanh'",),
         "sglang": ("GeluAndMul.forward_cuda (sglang.srt.layers.activation)",),
-        "transformers": ("forward(x) of each gated MLP module (gate_proj, up_proj, down_proj, act_fn GELU exact or tanh), "
+        "transformers": ("forward(x) of each gated MLP module "
+                         "(gate_proj, up_proj, down_proj, act_fn GELU exact or tanh), "
                          "per instance: down_proj(op(cat(gate_proj(x), up_proj(x)), approximate)), when it agrees with "
                          "the module's own forward",),
     },

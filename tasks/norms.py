@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import torch
 
-from fk_adapters.tasks.slot import Slot, nbytes as _nbytes, acc
+from fk_adapters.tasks.slot import Slot, acc, nbytes as _nbytes
 
 NORM_CASES = ({"tokens": 1, "hidden": 128}, {"tokens": 7, "hidden": 256}, {"tokens": 33, "hidden": 4096})
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """out = x / sqrt(mean(x^2, -1) + eps) * weight, computed in float32 (float64 for float64 inputs), cast back to x.dtype."""
+    """out = x / sqrt(mean(x^2, -1) + eps) * weight, computed in float32 (float64 for float64 inputs),
+    cast back to x.dtype."""
     xf = acc(x)
     y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
     return (y.to(x.dtype) * weight).to(x.dtype)
@@ -45,7 +46,8 @@ RMS_NORM = Slot(
     entries={
         "vllm": ("CustomOp 'RMSNorm' (vllm.model_executor.layers.layernorm), forward(x) without residual",),
         "sglang": ("RMSNorm.forward_cuda (sglang.srt.layers.layernorm), residual is None",),
-        "transformers": ("forward(x) of each module whose class name ends in 'RMSNorm' (1-D weight, eps), per instance, "
+        "transformers": ("forward(x) of each module whose class name ends in 'RMSNorm' (1-D weight, eps), "
+                         "per instance, "
                          "when its own forward agrees with the slot (e.g. LlamaRMSNorm, BitNetRMSNorm; not 1 + w)",),
     },
 )

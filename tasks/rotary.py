@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from fk_adapters.tasks.slot import Slot, nbytes, acc
+from fk_adapters.tasks.slot import Slot, acc, nbytes
 
 ROPE_CASES = tuple(
     dict(c, is_neox=neox)

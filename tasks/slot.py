@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -14,9 +14,9 @@ class Slot:
     ``mutates`` names the arguments it writes in place (empty: it returns a new tensor).
     ``schema`` is the same interface as a torch operator schema (how the adapters register
     a kernel as an opaque torch custom op) and ``fake`` computes a result's shape only.
-    ``reference`` is the plain-PyTorch semantics; ``traffic`` the least memory traffic of one call; ``make_inputs(case, dtype, device, gen)``
-    builds the positional arguments for one case of ``cases``. ``entries`` says, per
-    engine, where the slot enters it.
+    ``reference`` is the plain-PyTorch semantics; ``traffic`` the least memory traffic of one call;
+    ``make_inputs(case, dtype, device, gen)`` builds the positional arguments for one case of ``cases``.
+    ``entries`` says, per engine, where the slot enters it.
     """
 
     name: str

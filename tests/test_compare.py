@@ -68,7 +68,8 @@ def test_a_throughput_regression_fails_and_a_gain_passes():
     slower = compare.compare(base, results(row(tput=1.03)), threshold=0.02)  # HEAD's kernel gains 3% instead of 10%
     tp = next(p for p in slower["perf"] if p["kind"] == "throughput")
     assert tp["delta"]["ratio"] == pytest.approx(1.03 / 1.10, rel=0.005)
-    assert tp["delta"]["lo"] < tp["delta"]["ratio"] < tp["delta"]["hi"] < 0.98 and tp["verdict"] == "slower" and tp["regression"]
+    assert tp["delta"]["lo"] < tp["delta"]["ratio"] < tp["delta"]["hi"] < 0.98
+    assert tp["verdict"] == "slower" and tp["regression"]
     assert slower["verdict"] == "FAIL" and slower["summary"]["regressions"] == 1
     assert slower["verdict_line"].startswith("**FAIL**: 1 regression, 0 faster, 1 unchanged")
     assert any("throughput balanced slower" in p for p in slower["problems"])
@@ -220,7 +221,8 @@ def test_csv_has_one_row_per_scenario_workload_metric():
         ("s1", "latency", "batch1"), ("s2", "throughput", "balanced"), ("s2", "latency", "batch1")]
     s1 = rows[2]
     assert s1["metric"] == "tokens_per_s" and s1["verdict"] == "slower"
-    assert float(s1["delta"]) == pytest.approx(cmp["perf"][0]["delta"]["ratio"]) and float(s1["delta_lo"]) <= float(s1["delta"])
+    assert float(s1["delta"]) == pytest.approx(cmp["perf"][0]["delta"]["ratio"])
+    assert float(s1["delta_lo"]) <= float(s1["delta"])
     assert rows[0]["base"] == rows[0]["head"] == "PASSED" and rows[0]["verdict"] == "ok"
 
 

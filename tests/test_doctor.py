@@ -8,8 +8,7 @@ import time
 import pytest
 from fake_dist import write_dist
 
-from fk_adapters import doctor as doctor_mod
-from fk_adapters import engine_integrity
+from fk_adapters import doctor as doctor_mod, engine_integrity
 from fk_adapters.doctor import DoctorError, doctor, find_engine_dist, render, verify_record
 
 FILES = {

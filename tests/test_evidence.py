@@ -53,7 +53,7 @@ def test_worker_without_load_record_is_visible():
 
 
 def test_verdict_order_load_then_install_then_correctness_then_exercise():
-    from fk_adapters.runner.ab import _verdict
+    from fk_adapters.results.verdict import scenario as _verdict
 
     ok = {"passed": True}
     ev = evidence.judge(_result({"p:rms_norm": 7}), [LOAD], "eager")
@@ -72,7 +72,7 @@ def test_verdict_order_load_then_install_then_correctness_then_exercise():
 
 
 def test_a_model_with_no_layer_for_any_slot_is_not_applicable_and_one_with_no_call_is_not_exercised():
-    from fk_adapters.runner.ab import _verdict
+    from fk_adapters.results.verdict import scenario as _verdict
 
     no_layer = dict(LOAD, installed={"gelu_and_mul": LOAD["installed"]["gelu_and_mul"]})
     row = {"evidence": evidence.judge(_result({}), [no_layer], "eager"), "correctness": {"passed": True},

@@ -3,7 +3,7 @@ import textwrap
 import pytest
 
 from fk_adapters import evidence, kernel_names
-from fk_adapters.runner.ab import _verdict
+from fk_adapters.results.verdict import scenario as _verdict
 
 CXX = ("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
        "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8, true>(c10::BFloat16*, long, c10::BFloat16*, float, int)")

@@ -1,4 +1,5 @@
 import math
+
 import pytest
 
 from fk_adapters import metrics
@@ -103,8 +104,8 @@ def test_output_diffs_fail_on_shape_missing_tensor_and_nan(tmp_path):
     assert res["failures"][1] == "logits: shape [4, 3] != baseline [3, 4]"
     nan = x.clone()
     nan[0, 0] = float("nan")
-    res = metrics.output_correctness(base, _save(tmp_path / "n.safetensors", {"logits": nan, "pred_boxes": x[:2].clone()}),
-                                     "float32")
+    res = metrics.output_correctness(base, _save(tmp_path / "n.safetensors",
+                                                 {"logits": nan, "pred_boxes": x[:2].clone()}), "float32")
     assert res["failures"] == ["logits: non-finite differences (NaN or inf on one side only)"]
     both_nan = _save(tmp_path / "bn.safetensors", {"logits": nan})
     assert metrics.output_correctness(both_nan, both_nan, "float32")["passed"]  # NaN where the baseline has NaN
@@ -118,7 +119,8 @@ def test_performance_of_items_per_second():
     cand = {"throughput": {"batch4": [{"elapsed_s": 0.5, "items": 8, "items_per_s": 16.0}]},
             "latency": {"batch4": [{"latency_s": 0.25}]}}
     p = metrics.performance(base, cand)
-    assert set(p["throughput"]["batch4"]) == {"items_per_s"} and p["throughput"]["batch4"]["items_per_s"]["ratio"] == 2.0
+    assert set(p["throughput"]["batch4"]) == {"items_per_s"}
+    assert p["throughput"]["batch4"]["items_per_s"]["ratio"] == 2.0
     assert p["latency"]["batch4"]["latency_s"]["ratio"] == 0.5
     assert set(metrics.performance({"throughput": {"w": []}}, {})["throughput"]["w"]) == {"tokens_per_s",
                                                                                       "output_tokens_per_s"}
@@ -194,7 +196,8 @@ def test_reference_is_not_used_for_float32_nor_where_the_baseline_is_not_finite(
     res = metrics.output_correctness(base, cand, "float16", refp)
     assert "reference" in res["outputs"]["x"] and "reference" not in res["outputs"]["y"]  # y: fixed thresholds
     assert res["passed"] and res["reference"]["tensors"] == 1
-    exact = _save(tmp_path / "e.safetensors", {"x": ref, "y": ref.clone()})  # the baseline exact: only the floor is allowed
+    # the baseline exact: only the floor is allowed
+    exact = _save(tmp_path / "e.safetensors", {"x": ref, "y": ref.clone()})
     res = metrics.output_correctness(exact, _save(tmp_path / "c2.safetensors", {"x": ref + 1e-3, "y": ref.clone()}),
                                      "bfloat16", refp)
     assert res["failures"][0].startswith("x: mean |candidate - float32 reference| 0.001 > ")

@@ -1,6 +1,6 @@
 import pytest
-
 from conftest import GOOD_PLUGIN
+
 from fk_adapters.plugins import PluginLoadError, load_plugins, parse_allowlist, select_kernels
 
 BROKEN_IMPORT = "raise ImportError('missing dependency xyz')\n"
@@ -23,7 +23,17 @@ DUPLICATE = """
 
     @hookimpl
     def fk_kernels(engine, device):
-        return [Kernel(slot="rms_norm", fn=print), Kernel(slot="rms_norm", fn=repr)]
+        return [Kernel(slot="rms_norm", fn=print), Kernel(slot="rms_norm", fn=print)]
+"""
+MISMATCHED = """
+    from fk_adapters import Kernel, hookimpl
+
+    def norm_without_eps(x, weight):
+        return x
+
+    @hookimpl
+    def fk_kernels(engine, device):
+        return [Kernel(slot="rms_norm", fn=norm_without_eps), Kernel(slot="silu_and_mul", fn=lambda x: x)]
 """
 SECOND = """
     from fk_adapters import Kernel, hookimpl
@@ -57,7 +67,8 @@ def test_good_plugin_loads_with_its_distribution(make_plugin):
 
 
 @pytest.mark.parametrize("source, message", [(BROKEN_IMPORT, "missing dependency xyz"), (BROKEN_HOOK, "boom"),
-                                             (BAD_SPEC, "unknown slot"), (DUPLICATE, "two kernels for slot")])
+                                             (BAD_SPEC, "unknown slot"), (DUPLICATE, "two kernels for slot"),
+                                             (MISMATCHED, "fn norm_without_eps cannot be called as rms_norm(")])
 def test_broken_plugin_is_isolated(make_plugin, source, message):
     make_plugin("good", GOOD_PLUGIN)
     make_plugin("bad", source)
@@ -66,11 +77,24 @@ def test_broken_plugin_is_isolated(make_plugin, source, message):
     assert not loaded["good"].error and loaded["good"].kernels
 
 
-@pytest.mark.parametrize("source", [BROKEN_IMPORT, BROKEN_HOOK, BAD_SPEC])
+@pytest.mark.parametrize("source", [BROKEN_IMPORT, BROKEN_HOOK, BAD_SPEC, MISMATCHED])
 def test_strict_mode_raises_on_broken_plugin(make_plugin, source):
     make_plugin("bad", source)
     with pytest.raises(PluginLoadError, match="'bad' failed to load"):
         load_plugins(["bad"], strict=True)
+
+
+def test_a_kernel_its_slot_cannot_call_is_one_line_naming_plugin_slot_and_mismatch(make_plugin, caplog):
+    make_plugin("mismatched", MISMATCHED)
+    with pytest.raises(PluginLoadError) as strict:
+        load_plugins(["mismatched"], strict=True)
+    line = str(strict.value)
+    assert "\n" not in line and line.startswith("plugin 'mismatched' failed to load: KernelSpecError: ")
+    assert "kernel for 'rms_norm': fn norm_without_eps cannot be called as rms_norm(x: Tensor[..., H]" in line
+    assert "(x, weight): too many positional arguments" in line and "silu_and_mul" not in line
+    (p,) = load_plugins(["mismatched"])  # not strict: skipped with its error, as any broken plugin
+    assert not p.kernels and p.error == line.split("failed to load: ")[1]
+    assert "fk plugin mismatched failed to load: kernel for 'rms_norm'" in caplog.text
 
 
 def test_allowlist_selects_and_orders(make_plugin):
@@ -121,10 +145,31 @@ def test_select_first_plugin_wins_and_filters_engine_and_device(make_plugin):
     assert chosen["rms_norm"][0] == "good"
 
 
+def test_plugins_load_under_the_environment_given_and_it_is_restored(make_plugin, monkeypatch):
+    import os
+
+    make_plugin("envreader", """
+        import os
+
+        SEEN = {k: os.environ.get(k) for k in ("FK_TEST_SET", "FK_TEST_KEPT")}
+        os.environ["FK_TEST_BY_PLUGIN"] = "1"
+    """)
+    monkeypatch.setenv("FK_TEST_KEPT", "before")
+    monkeypatch.delenv("FK_TEST_SET", raising=False)
+    monkeypatch.delenv("FK_TEST_BY_PLUGIN", raising=False)
+    (p,) = load_plugins(["envreader"], env={"FK_TEST_SET": "1", "FK_TEST_KEPT": "during"})
+    assert not p.error, p.error
+    import fkplug_envreader
+
+    assert fkplug_envreader.SEEN == {"FK_TEST_SET": "1", "FK_TEST_KEPT": "during"}
+    assert "FK_TEST_SET" not in os.environ and os.environ["FK_TEST_KEPT"] == "before"
+    assert "FK_TEST_BY_PLUGIN" not in os.environ  # what its import set does not reach the engines fk starts
+
+
 def test_source_digest_is_of_the_code_not_the_install_location(tmp_path, monkeypatch):
     import importlib
 
-    from fk_adapters.plugins import source_digest
+    from fk_adapters.sources import source_digest
 
     for site in ("a", "b"):
         pkg = tmp_path / site / "fkdigest_pkg"

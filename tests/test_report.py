@@ -33,8 +33,8 @@ def test_render_shows_verdict_evidence_and_ratios():
 
 def test_the_headline_counts_scenarios_where_no_slot_applied_apart_from_passes():
     md = render(results(status="NOT_APPLICABLE"))
-    assert md.splitlines()[2] == ("**PASS**: 0/1 scenarios passed, 1 not applicable (no layer routes to a selected slot: "
-                                  "the stock model ran)")
+    assert md.splitlines()[2] == ("**PASS**: 0/1 scenarios passed, 1 not applicable "
+                                  "(no layer routes to a selected slot: the stock model ran)")
 
 
 def test_fk_report_command(tmp_path, capsys):

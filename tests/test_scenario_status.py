@@ -17,7 +17,8 @@ def test_newest_run_and_capture_per_scenario_and_engine(tmp_path):
     _write(tmp_path / "new" / "results.json", {"engine": "vllm", "created": "2026-02-01", "device": "cuda",
                                                "candidate": "triton", "verdict": "FAIL", "scenarios": [failed]})
     _write(tmp_path / "w" / "s" / "sglang.json", {"scenario": "s", "engine": "sglang", "created": "2026-01-05",
-                                                  "total_calls": {}, "slots": {"rms_norm": [{"calls": 3}, {"calls": 4}]}})
+                                                  "total_calls": {},
+                                                  "slots": {"rms_norm": [{"calls": 3}, {"calls": 4}]}})
     (tmp_path / "junk.json").write_text("[not json")
     seen = scenario_status.collect([str(tmp_path)])
     assert seen[("s", "vllm")].status == "fails: CUDA out of memory"
@@ -89,7 +90,8 @@ def test_a_float32_run_that_cannot_judge_makes_the_verdict_inconclusive_also_in_
     old = {"status": "PASSED", "correctness": {"dtype": "bfloat16", "reference": {"passed": True, "tokens": tokens}}}
     assert scenario_status.verdict(old) == (
         "INCONCLUSIVE (was PASSED; fk's later rule: the float32 run cannot judge: the stock run itself parts from it "
-        "outside a near tie in 32/32 requests, so no candidate, right or wrong, could part in more than the 40 allowed)")
+        "outside a near tie in 32/32 requests, so no candidate, right or wrong, "
+        "could part in more than the 40 allowed)")
     new = {"status": "INCONCLUSIVE", "correctness": {"inconclusive": "cannot judge: ..."}}
     assert scenario_status.verdict(new) == "INCONCLUSIVE (the float32 run cannot judge: ...)"
     judged = dict(tokens, parted_b=19, allowed_c=27)  # Mixtral in vLLM: the float32 run still judges

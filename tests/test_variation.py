@@ -18,7 +18,8 @@ def _process(rng, repeats=5, base=1000.0):
 def _row(perf):
     return {"scenario": "s", "status": "PASSED", "failures": [], "dtype": "bfloat16", "baseline": {}, "candidate": {},
             "correctness": {"passed": True, "failures": []},
-            "evidence": {"slots": {"rms_norm": {"plugin": "passthrough", "kernel": "engine:rms_norm", "entered": ["RMSNorm"],
+            "evidence": {"slots": {"rms_norm": {"plugin": "passthrough", "kernel": "engine:rms_norm",
+                                              "entered": ["RMSNorm"],
                                               "layers": 4, "calls": 9, "traced": 0, "profiler_hits": 0,
                                               "profiled": False, "status": "exercised", "proof": "9 calls"}}},
             "perf": perf}

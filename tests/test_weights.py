@@ -41,7 +41,8 @@ def test_unknown_architecture():
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(weights.__file__)))
-TINY_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
+TINY_MOE = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64,
+            "intermediate_size": 96,
             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
             "vocab_size": 128, "num_local_experts": 4, "num_experts_per_tok": 2}
 
@@ -50,7 +51,8 @@ def test_other_architectures_are_built_by_transformers_in_checkpoint_names(tmp_p
     from safetensors import safe_open
 
     a, b = tmp_path / "a", tmp_path / "b"
-    assert weights.write_checkpoint(TINY_MOE, str(a), 3, "float32") == weights.write_checkpoint(TINY_MOE, str(b), 3, "float32")
+    key = weights.write_checkpoint(TINY_MOE, str(a), 3, "float32")
+    assert weights.write_checkpoint(TINY_MOE, str(b), 3, "float32") == key
     with safe_open(str(a / "model.safetensors"), "pt") as fa, safe_open(str(b / "model.safetensors"), "pt") as fb:
         assert "model.layers.0.block_sparse_moe.experts.3.w2.weight" in fa.keys()  # per expert, as checkpoints are
         for name in fa.keys():
@@ -77,10 +79,10 @@ def test_glm4_is_built_by_transformers_with_spread_norms_and_biases(tmp_path):
 def test_an_alias_is_written_by_its_transformers_class_under_the_checkpoints_name(tmp_path, monkeypatch):
     import transformers
 
-    from fk_adapters.engines.transformers import colbert
+    from fk_adapters import model_classes
 
-    assert colbert.model_class("Qwen2_5OmniModel") is transformers.Qwen2_5OmniForConditionalGeneration
-    monkeypatch.setitem(colbert.ALIASES, "TinyMoeAlias", "MixtralForCausalLM")
+    assert model_classes.model_class("Qwen2_5OmniModel") is transformers.Qwen2_5OmniForConditionalGeneration
+    monkeypatch.setitem(model_classes.ALIASES, "TinyMoeAlias", "MixtralForCausalLM")
     weights.write_checkpoint(dict(TINY_MOE, architectures=["TinyMoeAlias"]), str(tmp_path), 0, "float32")
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["TinyMoeAlias"]
 
@@ -115,7 +117,8 @@ def test_the_writers_transformers_version_keys_its_checkpoints(tmp_path, monkeyp
     with pytest.raises(weights.WeightsError, match="writing the weights on cpu failed"):  # built there, not here
         weights.write_checkpoint(TINY_MOE, str(tmp_path / "w"), 3, "float32")
     (fake / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
-    with pytest.raises(weights.WeightsError, match="transformers does not import there: ImportError: broken on purpose"):
+    broken = "transformers does not import there: ImportError: broken on purpose"
+    with pytest.raises(weights.WeightsError, match=broken):
         weights._transformers_version(TINY_MOE)
 
 
@@ -143,8 +146,16 @@ def test_eagle3_layout_is_the_real_heads():
     assert {k: s for k, (s, _) in draft_weights.eagle3_shapes(spec).items()} == EAGLE3_8B
     full = draft_weights.eagle3_shapes(dict(spec, draft_vocab_size=None))
     assert "d2t" not in full and full["lm_head.weight"][0] == (128256, 4096)  # full vocabulary: no mapping
-    with pytest.raises(weights.WeightsError, match="EAGLE-3"):
+    with pytest.raises(draft_weights.DraftError, match="EAGLE-3"):
         draft_weights.eagle3_shapes(dict(spec, architectures=["LlamaForCausalLM"]))
+
+
+def test_a_draft_head_fk_cannot_write_is_a_weights_error_naming_the_scenario(tmp_path):
+    sc = scenarios.load("tiny-eagle-3")
+    bad = scenarios.Scenario(**dict(vars(sc), extra={"speculative": dict(
+        sc.extra["speculative"], model=dict(sc.extra["speculative"]["model"], num_hidden_layers=2))}))
+    with pytest.raises(weights.WeightsError, match=r"tiny-eagle-3: \[speculative.model\]: .*one decoder layer"):
+        weights.scenario_checkpoint(bad, str(tmp_path))
 
 
 def test_scenario_checkpoint_writes_a_seeded_draft_head(tmp_path):
@@ -154,7 +165,8 @@ def test_scenario_checkpoint_writes_a_seeded_draft_head(tmp_path):
     spec = sc.extra["speculative"]["model"]
     said = []
     model_dir, key = weights.scenario_checkpoint(sc, str(tmp_path / "a"), said.append)
-    assert said[0] == "tiny-eagle-3: writing seeded weights" and said[1].startswith("tiny-eagle-3: seeded weights ready in ")
+    assert said[0] == "tiny-eagle-3: writing seeded weights"
+    assert said[1].startswith("tiny-eagle-3: seeded weights ready in ")
     assert weights.scenario_checkpoint(sc, str(tmp_path / "b"))[1] == key
     target_key = weights.write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype)
     assert key != target_key  # the digest covers the draft: a changed head is another checkpoint

@@ -78,7 +78,8 @@ def compare(got, engine, exact, dtype: str) -> tuple[list[str], dict]:
         return [], stats
     return [f"{n_bad}/{n} elements outside (atol {atol:g}, rtol {rtol:g}) of the engine's result and farther "
             f"from the float64 reference than it, {far} of them beyond {OUTLIER_SPAN:g}x the tolerance "
-            f"(max |Δ| {stats['max_abs_vs_engine']:.3g}; up to {OUTLIER_SHARE:.2%} within {OUTLIER_SPAN:g}x pass)"], stats
+            f"(max |Δ| {stats['max_abs_vs_engine']:.3g}; "
+            f"up to {OUTLIER_SHARE:.2%} within {OUTLIER_SPAN:g}x pass)"], stats
 
 
 def unchanged(before: tuple, after: tuple, writable: set[int]) -> list[str]:

@@ -7,6 +7,7 @@ from fk_adapters import gpu_share
 from fk_adapters.check import scales, value_stats
 from fk_adapters.check.guards import OUTLIER_SHARE, OUTLIER_SPAN, TOLERANCES
 from fk_adapters.check.runner import failed_at, slot_speedup_range
+from fk_adapters.results import CheckResults, CheckStatus
 
 
 def _us(s: dict | None, spread: bool = True) -> str:
@@ -33,7 +34,9 @@ def _covered(s: dict) -> str:
         return "-"
     total = len(shapes) + s.get("shapes_skipped", 0)
     captured = s.get("calls_captured")
-    return f"{len(shapes)}/{total} ({100 * s.get('calls', 0) / captured:.0f}% of calls)" if captured else f"{len(shapes)}/{total}"
+    if not captured:
+        return f"{len(shapes)}/{total}"
+    return f"{len(shapes)}/{total} ({100 * s.get('calls', 0) / captured:.0f}% of calls)"
 
 
 def shape_label(args: list) -> str:
@@ -70,38 +73,71 @@ def _scales(row: dict) -> str:
     return ", ".join(f"{s} {'FAIL' if d['failed'] else 'ok'}" for s, d in tried.items()) or "-"
 
 
-def render_check(results: dict) -> str:
-    slots = results["slots"]
-    lines = [f"# fk check: plugin kernels vs. {results['engine']} {results.get('engine_version', '')} kernels",
-             "", f"**{results['verdict']}**" + (f": {'; '.join(results['problems'])}" if results.get("problems") else ""),
-             "", f"- device: {results['device']}, fk {results['fk_version']}, created {results['created']}",
-             f"- workloads: {', '.join(results.get('workloads', [])) or '-'}"]
-    if results.get("command"):
-        lines.append(f"- command: `{results['command']}`")
-    cfg = results.get("config", {})
-    lines += [f"- per shape: {cfg.get('rounds', 3)} correctness rounds on fresh inputs "
-              f"at the base scale (captured, where the workload has value statistics, else normal), one round at each "
-              f"edge scale ({', '.join(scales.EDGES)}: σ {scales.TINY:g}, x{scales.LARGE:g} within the dtype's range, "
-              f"one row x{scales.LARGE:g}), {cfg.get('warmup', 10)} warm-up "
-              f"+ {cfg.get('repeats', 50)} timed calls per kernel, interleaved, each from an idle device with the L2 flushed (CUDA), "
-              "inputs rotated over buffers larger than twice the L2; a last correctness round after the timing",
-              "- tolerances against the engine's kernel (atol, rtol): "
-              + ", ".join(f"{d} {a:g}/{r:g}" for d, (a, r) in TOLERANCES.items() if d != "float64")
-              + "; an element outside them is still within bounds if it is as close to the float64 reference as the "
-              f"engine's; up to {OUTLIER_SHARE:.2%} of the elements may lie outside, each within "
-              f"{OUTLIER_SPAN:g}x the tolerance (counted in the result column)",
-              "", "## Per slot", ""]
-    table = [[s["workload"], s["plugin"], s["slot"], s["status"] + failed_at(s), _covered(s),
-              _slot_speedup(s),
-              _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)] for s in slots]
-    lines.append(tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
-                                          "speedup (call-weighted geomean) [spread]", "copy ceiling GB/s", "flagged"],
-                          tablefmt="github"))
+def render_check(results) -> str:
+    """The markdown report of ``fk check`` results (its record, or the results file's content)."""
+    check = results if isinstance(results, CheckResults) else CheckResults.from_dict(results)
+    lines = _header(check) + ["", "## Per slot", "", _slot_table(check.slots)]
     shared = [f"- **{s['workload']} {s['plugin']}:{s['slot']}**: another process used the GPU during its timings "
               f"({gpu_share.describe(s['gpu_shared_with'])}): its speedups are not comparable"
-              for s in slots if s.get("gpu_shared_with")]
+              for s in check.slots if s.get("gpu_shared_with")]
     if shared:
         lines += ["", "**Disturbed timings:**", ""] + shared
+    rows, problems, flagged = _per_shape(check.slots)
+    if rows:
+        lines += ["", "## Per shape", "", PER_SHAPE_NOTE, "",
+                  tabulate(rows, headers=["plugin", "slot", "shape", "calls", "traffic MB", "candidate µs", "engine µs",
+                                          "cand. host µs", "engine host µs", "speedup",
+                                          "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "scales",
+                                          "captured values", "result"],
+                           tablefmt="github")]
+    if problems:
+        lines += ["", "## Problems", ""] + problems
+    if flagged:
+        lines += ["", "## Flagged for review", ""] + flagged
+    return "\n".join(lines) + "\n"
+
+
+PER_SHAPE_NOTE = (
+    "Times: median per call ± half the interquartile range. On CUDA: device time (the host's launch "
+    "work hidden behind a GPU spin, as under CUDA graphs), and apart from it the host time of each call "
+    "(its launch cost in eager mode). Speedup: engine over candidate device time; its spread per slot: the "
+    "call-weighted geomeans of engine q1 / candidate q3 and engine q3 / candidate q1. Bandwidth: the slot's "
+    "least memory traffic per call (traffic MB: bytes read + written) over the median time, and its "
+    "fraction of the copy ceiling measured in the same run.")
+
+
+def _header(check: CheckResults) -> list[str]:
+    lines = [f"# fk check: plugin kernels vs. {check.engine} {check.engine_version} kernels",
+             "", f"**{check.verdict}**" + (f": {'; '.join(check.problems)}" if check.problems else ""),
+             "", f"- device: {check.device}, fk {check.fk_version}, created {check.created}",
+             f"- workloads: {', '.join(check.workloads) or '-'}"]
+    if check.command:
+        lines.append(f"- command: `{check.command}`")
+    cfg = check.config
+    return lines + [
+        f"- per shape: {cfg.get('rounds', 3)} correctness rounds on fresh inputs "
+        f"at the base scale (captured, where the workload has value statistics, else normal), one round at each "
+        f"edge scale ({', '.join(scales.EDGES)}: σ {scales.TINY:g}, x{scales.LARGE:g} within the dtype's range, "
+        f"one row x{scales.LARGE:g}), {cfg.get('warmup', 10)} warm-up "
+        f"+ {cfg.get('repeats', 50)} timed calls per kernel, interleaved, each from an idle device with the L2 flushed "
+        "(CUDA), inputs rotated over buffers larger than twice the L2; a last correctness round after the timing",
+        "- tolerances against the engine's kernel (atol, rtol): "
+        + ", ".join(f"{d} {a:g}/{r:g}" for d, (a, r) in TOLERANCES.items() if d != "float64")
+        + "; an element outside them is still within bounds if it is as close to the float64 reference as the "
+        f"engine's; up to {OUTLIER_SHARE:.2%} of the elements may lie outside, each within "
+        f"{OUTLIER_SPAN:g}x the tolerance (counted in the result column)"]
+
+
+def _slot_table(slots: list[dict]) -> str:
+    table = [[s["workload"], s["plugin"], s["slot"], s["status"] + failed_at(s), _covered(s), _slot_speedup(s),
+              _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)] for s in slots]
+    return tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
+                                    "speedup (call-weighted geomean) [spread]", "copy ceiling GB/s", "flagged"],
+                    tablefmt="github")
+
+
+def _per_shape(slots: list[dict]) -> tuple[list[list], list[str], list[str]]:
+    """The per-shape table's rows, and the problem and flag lines of every shape (and of slots that crashed)."""
     rows, problems, flagged = [], [], []
     for s in slots:
         for r in s.get("shapes", []):
@@ -116,23 +152,6 @@ def render_check(results: dict) -> str:
                          _scales(r), value_stats.describe(r.get("value_stats")), _result(r)])
             problems += [f"- {s['plugin']}:{s['slot']} [{label}]: {p}" for p in r["problems"]]
             flagged += [f"- {s['plugin']}:{s['slot']} [{label}]: {f}" for f in r.get("flags", [])]
-        if s["status"] in ("RUNTIME_ERROR", "TIMEOUT"):
+        if s["status"] in (CheckStatus.RUNTIME_ERROR, CheckStatus.TIMEOUT):
             problems.append(f"- {s['plugin']}:{s['slot']}: {s['status']}: {s.get('error')} (log: {s.get('log')})")
-    if rows:
-        lines += ["", "## Per shape", "",
-                  "Times: median per call ± half the interquartile range. On CUDA: device time (the host's launch "
-                  "work hidden behind a GPU spin, as under CUDA graphs), and apart from it the host time of each call "
-                  "(its launch cost in eager mode). Speedup: engine over candidate device time; its spread per slot: the "
-                  "call-weighted geomeans of engine q1 / candidate q3 and engine q3 / candidate q1. Bandwidth: the slot's "
-                  "least memory traffic per call (traffic MB: bytes read + written) over the median time, and its "
-                  "fraction of the copy ceiling measured in the same run.", "",
-                  tabulate(rows, headers=["plugin", "slot", "shape", "calls", "traffic MB", "candidate µs", "engine µs",
-                                          "cand. host µs", "engine host µs", "speedup",
-                                          "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "scales",
-                                          "captured values", "result"],
-                           tablefmt="github")]
-    if problems:
-        lines += ["", "## Problems", ""] + problems
-    if flagged:
-        lines += ["", "## Flagged for review", ""] + flagged
-    return "\n".join(lines) + "\n"
+    return rows, problems, flagged

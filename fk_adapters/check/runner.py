@@ -8,6 +8,7 @@ import os
 import platform
 
 from fk_adapters import __version__, gpu_share
+from fk_adapters.results import CheckStatus, Kind, stamp, verdict
 from fk_adapters.runner.proc import run_job
 
 DRIVER = "fk_adapters.check.driver"
@@ -59,7 +60,7 @@ def failed_at(entry: dict) -> str:
 def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
     """Status, flags and the call-weighted geomean speedup of one slot's driver result."""
     if res.get("status") != "ok":
-        return {"status": "TIMEOUT" if res.get("status") == "timeout" else "RUNTIME_ERROR",
+        return {"status": CheckStatus.TIMEOUT if res.get("status") == "timeout" else CheckStatus.RUNTIME_ERROR,
                 "error": res.get("error", res.get("status")), "log": res.get("log"), "shapes": []}
     ceiling = res.get("copy_ceiling_Bps", 0.0)
     for row in res["shapes"]:
@@ -69,11 +70,12 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
             row["engine_frac_ceiling"] = row["engine_Bps"] / ceiling
     bad = [r for r in res["shapes"] if r["problems"]]
     failed_scales = list(dict.fromkeys(s for r in res["shapes"] for s in r.get("failed_scales", [])))
-    return {"status": "INCORRECT" if bad else "PASSED", "shapes": res["shapes"], "copy_ceiling_Bps": ceiling,
+    return {"status": verdict.check_slot(bool(bad)), "shapes": res["shapes"], "copy_ceiling_Bps": ceiling,
             "failed_scales": failed_scales,
             "device_name": res.get("device_name"), "log": res.get("log"),
             "calls": sum(r["calls"] for r in res["shapes"]),
-            "geomean_speedup": None if bad else weighted_geomean([(r.get("speedup"), r["calls"]) for r in res["shapes"]]),
+            "geomean_speedup": None if bad else weighted_geomean([(r.get("speedup"), r["calls"])
+                                                                  for r in res["shapes"]]),
             "geomean_speedup_range": None if bad else slot_speedup_range(res["shapes"]),
             "flagged": sum(bool(r["flags"]) for r in res["shapes"])}
 
@@ -83,7 +85,7 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
               echo=print) -> dict:
     """``plugin_slots``: {plugin: [slots it offers for this engine and device]}."""
     os.makedirs(out_dir, exist_ok=True)
-    results = {"kind": "check", "fk_version": __version__, "engine": spec.name, "engine_version": engine_version,
+    results = {**stamp(Kind.CHECK), "fk_version": __version__, "engine": spec.name, "engine_version": engine_version,
                "device": device, "host": platform.node(), "command": command, "config": config,
                "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "workloads": [w.get("path", "") for w in workloads], "slots": []}
@@ -99,7 +101,7 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
             for slot, sigs in wl["slots"].items():
                 entry = {"workload": wl.get("scenario", "?"), "plugin": plugin, "slot": slot}
                 if slot not in offered:
-                    results["slots"].append({**entry, "status": "NOT_OFFERED", "shapes": []})
+                    results["slots"].append({**entry, "status": CheckStatus.NOT_OFFERED, "shapes": []})
                     continue
                 chosen = sorted(sigs, key=lambda s: -s.get("calls", 1))[: max_shapes or None]
                 job = {"engine": spec.name, "plugin": plugin, "slot": slot, "device": device, "signatures": chosen,
@@ -126,11 +128,6 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
 
 
 def finish(results: dict) -> None:
-    bad = [f"{s['plugin']}:{s['slot']} ({s['workload']}): {s['status']}"
-           + failed_at(s)
-           for s in results["slots"] if s["status"] not in ("PASSED", "NOT_OFFERED")]
-    checked = [s for s in results["slots"] if s["status"] != "NOT_OFFERED"]
-    if not checked:
-        bad.append("no slot of the workloads has a kernel in the selected plugins")
-    results["problems"] = bad
-    results["verdict"] = "FAIL" if bad else "PASS"
+    """The check's problems and verdict (``results.verdict``)."""
+    results["problems"] = verdict.check_problems(results["slots"], failed_at)
+    results["verdict"] = verdict.of_problems(results["problems"])

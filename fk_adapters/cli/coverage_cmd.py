@@ -5,6 +5,7 @@ import json
 import os
 
 from fk_adapters.cli import common
+from fk_adapters.cli.errors import UsageError
 
 
 def add_parser(sub):
@@ -17,7 +18,6 @@ def add_parser(sub):
 
 def run(args) -> int:
     from fk_adapters import coverage
-    from fk_adapters.cli.main import UsageError
 
     if args.out:
         common.check_writable_dir(args.out)

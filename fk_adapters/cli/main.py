@@ -9,23 +9,22 @@ import sys
 import threading
 
 from fk_adapters import __version__
-from fk_adapters.cli import (capture_cmd, check_cmd, compare_cmd, coverage_cmd, doctor_cmd, plugins_cmd, report_cmd,
-                             run_cmd, scenarios_cmd, slots_cmd)
+from fk_adapters.cli import (
+    capture_cmd,
+    check_cmd,
+    compare_cmd,
+    coverage_cmd,
+    doctor_cmd,
+    plugins_cmd,
+    report_cmd,
+    run_cmd,
+    scenarios_cmd,
+    slots_cmd,
+)
+from fk_adapters.cli.errors import Stopped, UsageError
 
 COMMANDS = (plugins_cmd, slots_cmd, scenarios_cmd, run_cmd, capture_cmd, coverage_cmd, check_cmd, report_cmd,
             compare_cmd, doctor_cmd)
-
-
-class UsageError(Exception):
-    """Bad input the user can fix: printed as one line, exit status 2."""
-
-
-class Stopped(BaseException):
-    """fk was told to stop (SIGTERM, SIGHUP): unwinds like Ctrl-C, so every engine it started is killed on the way."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def _stop(signum, frame):
@@ -51,7 +50,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fk", description="Prove GPU kernels inside real, unmodified inference engines.")
+    parser = argparse.ArgumentParser(prog="fk",
+                                     description="Prove GPU kernels inside real, unmodified inference engines.")
     parser.add_argument("--version", action="version", version=f"fk-adapters {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for mod in COMMANDS:
@@ -104,7 +104,5 @@ def _run(args) -> int:
         return 128 + exc.signum
 
 
-if __name__ == "__main__":  # python -m: run the imported module, whose UsageError the subcommands raise
-    from fk_adapters.cli import main as cli
-
-    sys.exit(cli.main())
+if __name__ == "__main__":
+    sys.exit(main())

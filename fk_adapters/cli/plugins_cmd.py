@@ -31,7 +31,8 @@ def run(args) -> int:
         if p.error:
             rows.append([p.name, f"{p.dist} {p.version}", "-", "-", "-", f"LOAD ERROR: {p.error}"])
         for k in p.kernels:
-            flags = ", ".join(f for f, on in (("graph-safe", k.cuda_graph_safe), ("compile-safe", k.compile_safe)) if on)
+            claims = (("graph-safe", k.cuda_graph_safe), ("compile-safe", k.compile_safe))
+            flags = ", ".join(f for f, on in claims if on)
             rows.append([p.name, f"{p.dist} {p.version}", k.slot, ",".join(k.engines),
                          ",".join(k.dtypes) + " on " + ",".join(k.devices), flags or "eager only"])
         if not p.error and not p.kernels:

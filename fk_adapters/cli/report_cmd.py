@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from fk_adapters.cli.common import check_writable_file, plots_section, read_json
+from fk_adapters.cli.errors import UsageError
 
 
 def add_parser(sub):
@@ -14,12 +15,11 @@ def add_parser(sub):
 
 
 def load_results(path: str) -> dict:
-    from fk_adapters.cli.main import UsageError
+    from fk_adapters.results import Kind, kind_of
 
     data = read_json(path, "results file")
-    if not isinstance(data, dict) or not ("runs" in data or ("scenarios" in data and "engine" in data)
-                                          or data.get("kind") == "check"):
-        raise UsageError(f"{path} is not an fk results file (no 'engine'/'scenarios')")
+    if kind_of(data) not in (Kind.RUN, Kind.RUNS, Kind.CHECK):
+        raise UsageError(f"{path} is not an fk run or check results file")
     return data
 
 

@@ -6,15 +6,18 @@ import os
 
 from fk_adapters import engines
 from fk_adapters.cli import common
+from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
-from fk_adapters.variation import MIN_ROUNDS
+from fk_adapters.results import Verdict
 from fk_adapters.runner.ab import HALF_DTYPES, TRANSFORMERS, ResumeMismatch, RunConfig, run_suite
+from fk_adapters.variation import MIN_ROUNDS
 
 
 def add_parser(sub):
     p = sub.add_parser("run", help="run scenarios baseline vs. candidate and report the diff")
     p.add_argument("--engine", action="append",
-                   help=f"engine: {common.engine_names()} (default vllm); repeat for several: one report puts them side by side")
+                   help=f"engine: {common.engine_names()} (default vllm); repeat for several: one report puts them "
+                        "side by side")
     p.add_argument("--plugins", help="candidate plugins, comma separated (default: $FK_PLUGINS)")
     p.add_argument("--aa", action="store_true", help="A/A: the candidate is a second baseline (noise floor)")
     common.add_scenario_args(p)
@@ -23,14 +26,14 @@ def add_parser(sub):
     p.add_argument("--baseline-from", default="", metavar="DIR",
                    help="reuse the baseline runs of an earlier fk run's --out DIR (same scenarios and job)")
     p.add_argument("--reference-from", default="", metavar="DIR",
-                   help="reuse the float32 reference run (bf16/fp16 runs that fail the fixed thresholds need one) of an "
-                        "earlier fk run's --out DIR, when it made one for the same job (e.g. the A/A run before a "
+                   help="reuse the float32 reference run (bf16/fp16 runs that fail the fixed thresholds need one) of "
+                        "an earlier fk run's --out DIR, when it made one for the same job (e.g. the A/A run before a "
                         "series of plugin runs); otherwise it runs again")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
     p.add_argument("--interleave", type=int, default=None, metavar="N",
-                   help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the ratios "
-                        f"pair round by round, with an interval from {MIN_ROUNDS} rounds on (N >= 2; default on a GPU: "
-                        f"{MIN_ROUNDS}, without --baseline-from; elsewhere one process per side, no interval)")
+                   help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the "
+                        f"ratios pair round by round, with an interval from {MIN_ROUNDS} rounds on (N >= 2; default on "
+                        f"a GPU: {MIN_ROUNDS}, without --baseline-from; elsewhere one process per side, no interval)")
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")
     common.add_quick_args(p)
@@ -57,8 +60,7 @@ def argparse_bool():
 def _refuse_before_start(plugins: list[str], spec, device: str, mode: str, chosen_scenarios) -> None:
     """Same rules the engine adapters enforce, and what the kernels' own declarations rule out, said before any
     engine starts."""
-    from fk_adapters import safety
-    from fk_adapters.cli.main import UsageError
+    from fk_adapters import preflight, safety
 
     if not plugins:
         return
@@ -66,7 +68,9 @@ def _refuse_before_start(plugins: list[str], spec, device: str, mode: str, chose
     if not chosen:
         raise UsageError(f"the selected plugins offer no kernel for {spec.name} on {device}"
                          + (f" ({'; '.join(notes)})" if notes else ""))
-    common.refuse_kernels(chosen, chosen_scenarios)
+    unrunnable = preflight.dtype_problems(chosen, chosen_scenarios)
+    if unrunnable:
+        raise UsageError("; ".join(unrunnable))
     why = safety.refusals(chosen, *spec.modes(mode, device))
     if why:
         raise UsageError("; ".join(why) + " (use --mode eager)")
@@ -81,24 +85,9 @@ def _integrity_of(integrity: dict, engine: str, half: bool) -> dict:
 
 
 def run(args) -> int:
-    from fk_adapters.cli.main import UsageError
-    from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist, source_digest
-
     specs = [engines.get(e) for e in dict.fromkeys(args.engine or ["vllm"])]
-    if args.aa and args.plugins:
-        raise UsageError("--aa runs baseline against baseline: give no --plugins")
-    if args.interleave is not None and (args.interleave < 0 or args.interleave == 1):
-        raise UsageError("--interleave N needs N >= 2 rounds (or leave it out)")
-    if args.interleave and args.baseline_from:
-        raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
-    common.check_timeout(args.timeout)
-    common.check_writable_dir(args.out)
-    plugins = [] if args.aa else (parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env() or [])
-    if not args.aa and not plugins:
-        raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
-    loaded = load_plugins(plugins, strict=True)  # unknown or broken plugins stop here, before any engine starts
-    code = {"fk_adapters": source_digest("fk_adapters"),
-            **{p.name: {"source_sha256": p.source_sha256, "info": p.info} for p in loaded}}
+    plugins, loaded = _candidate(args)
+    code = _code_of(loaded)
     chosen = common.chosen_scenarios(args, [s.name for s in specs])
     device = common.device(args.device)
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
@@ -111,35 +100,80 @@ def run(args) -> int:
         versions[spec.name] = engines.check_installed(spec)
     half = any(sc.dtype in HALF_DTYPES for sc in chosen)  # a float32 reference run may follow
     integrity = common.verify_engines(specs, args.allow_modified_engine, reference=half)
-    multi = len(specs) > 1
     all_results = []
     for spec in specs:
-        out = os.path.join(args.out, spec.name) if multi else args.out
-        base_from, ref_from = (os.path.join(d, spec.name) if multi and d else d
-                               for d in (args.baseline_from, args.reference_from))
-        cfg = RunConfig(engine=spec, plugins=plugins, device=device, mode=mode, out_dir=out, timeout_s=args.timeout,
-                        strict=args.strict, allow_unexercised=args.allow_unexercised,
-                        allow_uncovered=args.allow_uncovered, aa=args.aa, quick=args.quick,
-                        profile=device == "cuda" if args.profile is None else args.profile,
-                        multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
-                        baseline_from=base_from, reference_from=ref_from, interleave=args.interleave, force=args.force, code=code,
-                        command=common.command_line(), engine_integrity=_integrity_of(integrity, spec.name, half))
+        cfg = _config(args, spec, len(specs) > 1, plugins=plugins, device=device, mode=mode, code=code,
+                      engine_integrity=_integrity_of(integrity, spec.name, half))
         print(f"fk run: {cfg.candidate_label} vs. {describe(spec.name, integrity[spec.name], versions[spec.name])} "
               f"on {device} ({spec.describe_mode(mode, device)}), "
-              f"{len(chosen)} scenario(s) -> {out}", flush=True)
-        try:
-            results = run_suite(cfg, chosen, versions[spec.name], echo=lambda m: print(f"  {m}", flush=True))
-        except ResumeMismatch as exc:
-            raise UsageError(str(exc)) from None
-        common.write_report(out, results)
-        all_results.append(results)
-    if multi:
-        combined = {"engines": [r["engine"] for r in all_results], "candidate": all_results[0]["candidate"],
-                    "verdict": "PASS" if all(r["verdict"] == "PASS" for r in all_results) else "FAIL",
-                    "engine_integrity": integrity, "runs": all_results}
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump(combined, f, indent=1, default=str)
-        common.write_report(args.out, combined)
-        all_results = [combined]
-    return 0 if all(r["verdict"] == "PASS" for r in all_results) else 1
+              f"{len(chosen)} scenario(s) -> {cfg.out_dir}", flush=True)
+        all_results.append(_run_suite(cfg, chosen, versions[spec.name]))
+    if len(specs) > 1:
+        all_results = [_combine(args.out, all_results, integrity)]
+    return 0 if all(r["verdict"] == Verdict.PASS for r in all_results) else 1
 
+
+def _candidate(args) -> tuple[list[str], list]:
+    """The candidate's plugins by name and loaded, after the flags are checked against each other; unknown or broken
+    plugins stop here, before any engine starts."""
+    from fk_adapters.plugins import allowlist_from_env, load_plugins, parse_allowlist
+
+    if args.aa and args.plugins:
+        raise UsageError("--aa runs baseline against baseline: give no --plugins")
+    if args.interleave is not None and (args.interleave < 0 or args.interleave == 1):
+        raise UsageError("--interleave N needs N >= 2 rounds (or leave it out)")
+    if args.interleave and args.baseline_from:
+        raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
+    common.check_timeout(args.timeout)
+    common.check_writable_dir(args.out)
+    if args.aa:
+        return [], []
+    plugins = parse_allowlist(args.plugins) if args.plugins is not None else allowlist_from_env() or []
+    if not plugins:
+        raise UsageError("no candidate: give --plugins NAME[,NAME] (see fk plugins) or --aa")
+    return plugins, load_plugins(plugins, strict=True)
+
+
+def _code_of(loaded: list) -> dict:
+    """What code runs: fk's own source digest, and each plugin's with its info."""
+    from fk_adapters.sources import source_digest
+
+    return {"fk_adapters": source_digest("fk_adapters"),
+            **{p.name: {"source_sha256": p.source_sha256, "info": p.info} for p in loaded}}
+
+
+def _config(args, spec, multi: bool, **given) -> RunConfig:
+    """One engine's RunConfig; where several engines run, each has its own subfolder of the folders given for all."""
+    def own(folder: str) -> str:
+        return os.path.join(folder, spec.name) if multi and folder else folder
+
+    return RunConfig(engine=spec, out_dir=own(args.out), timeout_s=args.timeout, strict=args.strict,
+                     allow_unexercised=args.allow_unexercised, allow_uncovered=args.allow_uncovered, aa=args.aa,
+                     quick=args.quick, profile=given["device"] == "cuda" if args.profile is None else args.profile,
+                     multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
+                     baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),
+                     interleave=args.interleave, force=args.force, command=common.command_line(), **given)
+
+
+def _run_suite(cfg: RunConfig, chosen, version: str) -> dict:
+    """One engine's run of the suite, its report written beside its results."""
+    try:
+        results = run_suite(cfg, chosen, version, echo=lambda m: print(f"  {m}", flush=True))
+    except ResumeMismatch as exc:
+        raise UsageError(str(exc)) from None
+    common.write_report(cfg.out_dir, results)
+    return results
+
+
+def _combine(out: str, all_results: list[dict], integrity: dict) -> dict:
+    """The engines' results side by side in ``out``: PASS only where every engine's run passed."""
+    from fk_adapters.results import Kind, stamp, verdict
+
+    combined = {**stamp(Kind.RUNS), "engines": [r["engine"] for r in all_results],
+                "candidate": all_results[0]["candidate"],
+                "verdict": verdict.side_by_side([r["verdict"] for r in all_results]),
+                "engine_integrity": integrity, "runs": all_results}
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(combined, f, indent=1, default=str)
+    common.write_report(out, combined)
+    return combined

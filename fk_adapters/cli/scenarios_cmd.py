@@ -6,6 +6,7 @@ import json
 
 from fk_adapters import scenarios
 from fk_adapters.cli import common
+from fk_adapters.cli.errors import UsageError
 
 
 def add_parser(sub):
@@ -13,7 +14,8 @@ def add_parser(sub):
     p.add_argument("--category", help="only categories containing this text (e.g. 'MoE', 'vision')")
     p.add_argument("--engine", help=f"only scenarios this host serves: {common.engine_names()}")
     p.add_argument("--family", help="only this family: " + ", ".join(scenarios.FAMILIES_OF_MODELS))
-    p.add_argument("--all", action="store_true", help="also the scenarios outside the 46 (tiny CPU variants, the GPU-sized Llama)")
+    p.add_argument("--all", action="store_true",
+                   help="also the scenarios outside the 46 (tiny CPU variants, the GPU-sized Llama)")
     p.add_argument("--results", action="append", default=None, metavar="DIR",
                    help="where to look for fk run / fk capture results (repeatable; default: reports)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -56,7 +58,6 @@ def run(args) -> int:
     from tabulate import tabulate
 
     from fk_adapters import scenario_status
-    from fk_adapters.cli.main import UsageError
 
     if args.engine and args.engine not in scenarios.HOSTS:
         raise UsageError(f"unknown host {args.engine!r} (hosts: {', '.join(scenarios.HOSTS)})")

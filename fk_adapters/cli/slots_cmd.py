@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from fk_adapters.cli.errors import UsageError
+
 
 def add_parser(sub):
     p = sub.add_parser("slots", help="show the slot catalog: interfaces and engine entry points")
@@ -12,7 +14,6 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from fk_adapters.cli.main import UsageError
     from fk_adapters.tasks import SLOTS
 
     unknown = [s for s in args.slot if s not in SLOTS]

@@ -106,7 +106,8 @@ ENGINES = {
                          natives_setup="sgl_kernel",
                          no_float32="sgl_kernel's rmsnorm takes no float32: 'failed to dispatch data type Float', "
                                     "SGLang 0.5.15 on an H100",
-                         compiled_label="CUDA graphs (SGLang default: decode full, prefill breakable), no torch.compile"),
+                         compiled_label="CUDA graphs (SGLang default: decode full, prefill breakable), "
+                                        "no torch.compile"),
     # HF transformers, for architectures only it implements. Always eager (fk's "compiled" included). On CPU
     # the GPUs are hidden, so a --device cpu run on a GPU host stays on the CPU (the driver uses cuda if it sees one).
     "transformers": EngineSpec(name="transformers", module="transformers",
@@ -116,6 +117,7 @@ ENGINES = {
                                compiled_label="eager (transformers runs eager here: no torch.compile, no CUDA graphs)",
                                natives="fk_adapters.engines.transformers.natives"),
 }
+NAMES = tuple(ENGINES)  # the one list of engines fk drives: plugins' Kernel.engines and scenarios' hosts name these
 
 
 def get(name: str) -> EngineSpec:
@@ -131,6 +133,7 @@ def check_installed(spec: EngineSpec) -> str:
     probe = f"import importlib.metadata as m, {spec.module} as e; print(getattr(e, '__version__', '?'))"
     p = subprocess.run([spec.python, "-c", probe], capture_output=True, text=True, env=spec.process_env())
     if p.returncode != 0:
+        last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "?"
         raise EngineError(f"engine {spec.name!r} is not installed for {spec.python} "
-                          f"(import {spec.module} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else '?'})")
+                          f"(import {spec.module} failed: {last})")
     return p.stdout.strip()

@@ -23,7 +23,7 @@ class Params:
     required: int  # how many leading names have no default
 
     @classmethod
-    def of(cls, fn, skip: int) -> "Params":
+    def of(cls, fn, skip: int) -> Params:
         """The named parameters of ``fn`` after its first ``skip`` (``*args`` and ``**kwargs`` left out)."""
         ps = [p for p in inspect.signature(fn).parameters.values() if p.kind in _NAMED][skip:]
         return cls(tuple(p.name for p in ps), sum(p.default is p.empty for p in ps))

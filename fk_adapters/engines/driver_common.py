@@ -1,7 +1,8 @@
 """What every engine driver shares: the job/result file plumbing, progress lines, timed workloads.
 
-A driver supplies ``run(job) -> result`` and, for performance, ``timed(prompts, output_len)``
-returning (seconds, input tokens, output tokens) for one batch served to completion.
+A driver supplies ``run(job) -> result`` (the engine drivers: ``skeleton.Driver.run``, the job protocol) and, for
+performance, ``timed(prompts, output_len)`` returning (seconds, input tokens, output tokens) for one batch served to
+completion.
 
 A driver registers the result it builds with ``keep(res)``: from then on every ``phase()`` line (and every finished
 timed workload) writes it to PARTIAL_FILE beside the result, so an engine process that dies (out of memory, killed

@@ -14,15 +14,12 @@ from dataclasses import dataclass, field
 from fk_adapters import __version__, engines, evidence, gpu_share, kernel_names, machine, metrics, probe
 from fk_adapters.engine_integrity import problems as engine_problems
 from fk_adapters.engines import EngineSpec
+from fk_adapters.results import Kind, ScenarioStatus, SlotEvidence, stamp, verdict
 from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
 from fk_adapters.scenarios import Scenario, build_job
 from fk_adapters.weights import scenario_checkpoint
 
-PASSED, INCORRECT, INCONCLUSIVE, NOT_EXERCISED, LOAD_ERROR, RUNTIME_ERROR, TIMEOUT = (
-    "PASSED", "INCORRECT", "INCONCLUSIVE", "NOT_EXERCISED", "LOAD_ERROR", "RUNTIME_ERROR", "TIMEOUT")
-NOT_APPLICABLE = "NOT_APPLICABLE"  # no selected slot has a layer in the model: the candidate ran the stock model
-NOT_PROVEN = "NOT_PROVEN"  # a kernel declares profiler names that cannot prove it ran (kernel_names.unproven)
-OK_STATUSES = (PASSED, NOT_APPLICABLE)  # what does not fail a suite
+S, E = ScenarioStatus, SlotEvidence
 
 
 @dataclass
@@ -45,7 +42,8 @@ class RunConfig:
     reference_from: str = ""  # an earlier fk run whose float32 reference run (same job) this run reuses
     interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
     force: bool = False  # start over even where out_dir holds finished scenarios of this same run
-    code: dict = field(default_factory=dict)  # fk's and the plugins' source digests (and plugin info): part of the run key
+    # fk's and the plugins' source digests (and plugin info): part of the run key
+    code: dict = field(default_factory=dict)
     command: str = ""
     extra_env: dict = field(default_factory=dict)
     engine_integrity: dict = field(default_factory=dict)  # {engine: engine_integrity.verify()}: "stock" only if ok
@@ -146,8 +144,8 @@ ORDER = "A B, B A, A B, ... (each side first in alternate rounds)"
 
 def _round_order(rnd: int) -> tuple[str, str]:
     """Which side runs first in round ``rnd``: baseline in odd rounds, candidate in even ones. On the H100 the second
-    process of an A/A pair ran 0.7-9.5% faster in every round of A B A B (reports/gpu/deltas-h100): alternating the order
-    spreads any such position effect over both sides instead of adding it to the ratio."""
+    process of an A/A pair ran 0.7-9.5% faster in every round of A B A B (reports/gpu/deltas-h100): alternating the
+    order spreads any such position effect over both sides instead of adding it to the ratio."""
     return ("baseline", "candidate") if rnd % 2 else ("candidate", "baseline")
 
 
@@ -235,14 +233,14 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict, native: set[str] =
     """Rounds after the first must be what they claim: stock baselines, candidates whose kernels ran where
     round 1's did."""
     out = []
-    want = {s for s, e in first_ev.get("slots", {}).items() if e["status"] == "exercised"}
+    want = {s for s, e in first_ev.get("slots", {}).items() if e["status"] == E.EXERCISED}
     for i, (b, c) in enumerate(zip(runs["baseline"][1:], runs["candidate"][1:]), 2):
         if b["loads"]:
             out.append(f"round {i}: the baseline loaded fk plugins")
         if cfg.aa:
             continue
         ev = evidence.judge(c, c["loads"], evidence_mode(cfg), native)
-        missed = sorted(s for s in want if ev["slots"].get(s, {}).get("status") != "exercised")
+        missed = sorted(s for s in want if ev["slots"].get(s, {}).get("status") != E.EXERCISED)
         if missed:
             out.append(f"round {i}: the plugin kernel did not run for {', '.join(missed)}")
     return out
@@ -268,7 +266,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if disturbed or unwatched:
         row["notes"] = disturbed + unwatched
     if bad:
-        row["status"] = TIMEOUT if any(r["status"] == "timeout" for _, r in bad) else RUNTIME_ERROR
+        row["status"] = verdict.failed_run([r["status"] for _, r in bad])
         rnd = len(runs["baseline"])
         row["failures"] += [f"{s}{f' (round {rnd})' if rnd > 1 else ''}: {r.get('error', r['status'])}" for s, r in bad]
         _measured_before_failure(cfg, sc, row, base, cand)
@@ -289,16 +287,15 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     row["failures"] += row["correctness"]["failures"]
     if cfg.aa:
         row["failures"] += _round_checks(cfg, runs, {})
-        row["status"] = PASSED if not row["failures"] else _wrong_or_unjudged(row["correctness"])
+        row["status"] = verdict.aa_status(row)
         return row
     native = native_names(cfg, base)
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
-    row["status"], more = _verdict(row, cand["loads"], cfg.allow_unexercised)
+    row["status"], more = verdict.scenario(row, cand["loads"], cfg.allow_unexercised)
     missed = _round_checks(cfg, runs, row["evidence"], native)
     row["failures"] += more + missed
-    if missed and row["status"] == PASSED:
-        row["status"] = NOT_EXERCISED
+    row["status"] = verdict.after_rounds(row["status"], missed)
     notes = _notes(row["evidence"], cand)
     if notes:
         row["notes"] = row.get("notes", []) + notes
@@ -321,7 +318,7 @@ def _measured_before_failure(cfg: RunConfig, sc: Scenario, row: dict, base: dict
         proc["installed"] = sorted(rec.get("installed", {}))
     if not kept:  # no worker reported: the slots' layers and calls are unknown, not absent
         for e in row["evidence"]["slots"].values():
-            e["status"], e["proof"] = "not judged", f"no worker probe was kept: {NO_PROBE}"
+            e["status"], e["proof"] = E.NOT_JUDGED, f"no worker probe was kept: {NO_PROBE}"
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
 
 
@@ -452,16 +449,11 @@ def correctness(base: dict, cand: dict, dtype: str) -> dict:
     return {"dtype": dtype, "passed": False, "failures": ["the runs carry neither tokens nor saved outputs to compare"]}
 
 
-def _no_slot_applies(slots: dict) -> bool:
-    """No selected slot has a layer that routes to the plugin: the candidate ran the stock model."""
-    return bool(slots) and all(e["status"] == "n/a" for e in slots.values())
-
-
 def _notes(ev: dict, cand: dict) -> list[str]:
     """Why a candidate may have run stock: no selected slot applies to the model; modules left stock, and why."""
     notes = []
     slots = ev["slots"]
-    if _no_slot_applies(slots):
+    if verdict.no_slot_applies(slots):
         notes.append(f"no selected slot applies to this model (no layer it built routes to {', '.join(slots)}): "
                      "the candidate ran the stock model")
     left = probe.merged(cand.get("probe"), "not_routed")
@@ -473,54 +465,6 @@ def _notes(ev: dict, cand: dict) -> list[str]:
 def evidence_mode(cfg: RunConfig) -> str:
     traced, graphs = cfg.engine.modes(cfg.mode, cfg.device)
     return "compiled" if traced else "graphs" if graphs else "eager"
-
-
-def _wrong_or_unjudged(correctness: dict) -> str:
-    """A failed correctness verdict: INCORRECT, or INCONCLUSIVE where its float32 reference could not judge."""
-    return INCONCLUSIVE if correctness.get("inconclusive") else INCORRECT
-
-
-def _verdict(row: dict, loads: list[dict], allow_unexercised: bool) -> tuple[str, list[str]]:
-    """Status of a candidate that ran: loaded everywhere, kernels ran, outputs agree. NOT_APPLICABLE: outputs
-    agree, but no layer the model built routes to a selected slot, so the candidate ran the stock model."""
-    ev = row["evidence"]
-    unloaded = [w["pid"] for w in ev["workers"] if not w["plugins_loaded"]]
-    if ev["load_errors"]:
-        return LOAD_ERROR, ev["load_errors"]
-    if not loads:
-        return LOAD_ERROR, ["no engine process reported loading the plugins"]
-    if unloaded:
-        return LOAD_ERROR, [f"worker process(es) {unloaded} did not record loading the plugins"]
-    if not ev["slots"]:
-        notes = sorted({n for rec in loads for n in rec.get("notes", [])})
-        return NOT_EXERCISED, ["no kernel of the selected plugins was installed" + (f" ({'; '.join(notes)})" if notes else "")]
-    if not row["correctness"]["passed"]:
-        return _wrong_or_unjudged(row["correctness"]), []
-    unproven = [f"{s}: {e['proof']}" for s, e in ev["slots"].items() if e["status"] == "not proven"]
-    if unproven:
-        return NOT_PROVEN, [f"kernel names that cannot prove the kernel ran: {'; '.join(unproven)}"]
-    if _no_slot_applies(ev["slots"]):
-        return NOT_APPLICABLE, []
-    unexercised = [s for s, e in ev["slots"].items() if e["status"] == "not exercised"]
-    if not any(e["status"] == "exercised" for e in ev["slots"].values()):
-        return NOT_EXERCISED, [f"none of the plugin's kernels ran (hooked, never called: {', '.join(unexercised)})"]
-    if unexercised and not allow_unexercised:
-        return NOT_EXERCISED, [f"not exercised: {', '.join(unexercised)}"]
-    return (INCORRECT if row["failures"] else PASSED), []
-
-
-def coverage(rows: list[dict]) -> dict:
-    """Per slot over the suite: in how many scenarios it was exercised (of those whose runs finished)."""
-    cov: dict[str, dict] = {}
-    for r in rows:
-        if r["status"] in (RUNTIME_ERROR, TIMEOUT):  # evidence as of a failure: no conclusion about the suite
-            continue
-        for slot, e in r.get("evidence", {}).get("slots", {}).items():
-            c = cov.setdefault(slot, {"plugin": e["plugin"], "exercised_in": [], "not_exercised_in": [], "n/a_in": []})
-            key = {"exercised": "exercised_in", "not exercised": "not_exercised_in",
-                   "not proven": "not_exercised_in"}.get(e["status"], "n/a_in")
-            c[key].append(r["scenario"])
-    return cov
 
 
 class ResumeMismatch(ValueError):
@@ -560,7 +504,7 @@ def finished_rows(cfg: RunConfig, path: str, echo=print) -> dict:
                              "give --force to replace it, or another --out")
     rows = {r["scenario"]: r for r in prev.get("scenarios", [])}
     retry = {n: r.get("timeout_s") for n, r in rows.items()
-             if r["status"] == TIMEOUT and r.get("timeout_s") != cfg.timeout_s}
+             if r["status"] == S.TIMEOUT and r.get("timeout_s") != cfg.timeout_s}
     if retry:
         echo(f"running again {len(retry)} scenario(s) that timed out under another time limit ("
              + ", ".join(f"{n}: {'?' if t is None else f'{t:.0f}'} s" for n, t in retry.items())
@@ -585,7 +529,8 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     os.makedirs(cfg.out_dir, exist_ok=True)
     path = os.path.join(cfg.out_dir, "results.json")
     done = finished_rows(cfg, path, echo)
-    results = {"fk_version": __version__, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    results = {**stamp(Kind.RUN), "fk_version": __version__,
+               "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
                "device": cfg.device, "host": platform.node(), "machine": machine.identity(),
                "python": sys.version.split()[0], "mode": cfg.mode,
@@ -630,20 +575,12 @@ def _write_atomic(path: str, data: dict) -> None:
 
 
 def finish(results: dict, cfg: RunConfig) -> None:
+    """The suite's coverage, problems and verdict (``results.verdict``); an A/A run's noise floor."""
     rows = results["scenarios"]
-    cov = coverage(rows)
-    results["coverage"] = cov
-    never = sorted(s for s, c in cov.items() if not c["exercised_in"])
-    uncovered = [s for s in never if not cov[s]["not_exercised_in"]]  # no scenario's model has a layer for it
-    unexercised = [s for s in never if s not in uncovered]
-    problems = [f"{r['scenario']}: {r['status']}" for r in rows if r["status"] not in OK_STATUSES]
-    problems += engine_problems(cfg.engine_integrity)  # engines run with --allow-modified-engine
-    if unexercised and not cfg.allow_unexercised and not cfg.aa:
-        problems.append(f"slots never exercised in this suite: {', '.join(unexercised)}")
-    if uncovered and not cfg.allow_uncovered and not cfg.aa:
-        problems.append(f"slots no scenario of this suite has a layer for: {', '.join(uncovered)} "
-                        "(add a scenario that uses them, or --allow-uncovered)")
-    results["verdict"] = "PASS" if not problems else "FAIL"
+    cov = results["coverage"] = verdict.coverage(rows)
+    problems = verdict.suite_problems(rows, cov, engine_problems(cfg.engine_integrity), cfg.allow_unexercised,
+                                      cfg.allow_uncovered, cfg.aa)  # engines run with --allow-modified-engine
+    results["verdict"] = verdict.of_problems(problems)
     results["problems"] = problems
     if cfg.aa:
         results["noise_floor"] = measured_noise_floor(results)
@@ -659,5 +596,6 @@ def measured_noise_floor(results: dict) -> dict | None:
     except CompareError:
         return None
     widest = max(nf["intervals"], key=lambda iv: iv["half_width"])
-    return {"value": nf["value"], "intervals": len(nf["intervals"]), "paired": all(iv.get("paired") for iv in nf["intervals"]),
+    return {"value": nf["value"], "intervals": len(nf["intervals"]),
+            "paired": all(iv.get("paired") for iv in nf["intervals"]),
             "widest": {k: widest.get(k) for k in ("scenario", "kind", "workload", "metric", "ratio", "lo", "hi", "n")}}

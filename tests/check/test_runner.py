@@ -1,11 +1,10 @@
 """fk check's summaries and CLI without an engine; the whole command on CPU vLLM (marked engine)."""
+import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
-
-import importlib.util
 
 import pytest
 import torch
@@ -26,11 +25,13 @@ def test_call_weighted_geomean():
 def _shape(speedup, bps, problems=()):
     return {"args": [{"shape": [4, 8], "dtype": "bfloat16", "stride": [8, 1]}, {"value": 1e-6}], "calls": 2,
             "problems": list(problems), "speedup": speedup, "candidate_Bps": bps, "engine_Bps": bps / speedup,
-            "candidate": {"n": 3, "median_s": 1e-6, "rel_iqr": 0.1}, "engine": {"n": 3, "median_s": 1e-6, "rel_iqr": 0.1}}
+            "candidate": {"n": 3, "median_s": 1e-6, "rel_iqr": 0.1},
+            "engine": {"n": 3, "median_s": 1e-6, "rel_iqr": 0.1}}
 
 
 def test_big_speedups_and_impossible_bandwidth_are_flagged_not_celebrated():
-    res = {"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [_shape(1.1, 5e11), _shape(3.0, 5e11), _shape(1.2, 2e12)]}
+    res = {"status": "ok", "copy_ceiling_Bps": 1e12,
+           "shapes": [_shape(1.1, 5e11), _shape(3.0, 5e11), _shape(1.2, 2e12)]}
     s = runner.summarise(res)
     assert s["status"] == "PASSED" and s["flagged"] == 2
     assert "review" in s["shapes"][1]["flags"][0] and "impossible" in s["shapes"][2]["flags"][0]
@@ -54,7 +55,8 @@ def _workload(tmp_path, slots=("rms_norm",), dtype=torch.float32):
     wl = {"scenario": "synthetic", "engine": "vllm", "slots": {}}
     for name in slots:
         s = SLOTS[name]
-        wl["slots"][name] = [{"args": describe(s.make_inputs(s.cases[i], dtype, "cpu", torch.Generator().manual_seed(0))),
+        wl["slots"][name] = [{"args": describe(s.make_inputs(s.cases[i], dtype, "cpu",
+                                                             torch.Generator().manual_seed(0))),
                               "calls": 2 - i} for i in range(2)]
     path = tmp_path / "wl.json"
     path.write_text(json.dumps(wl))
@@ -68,7 +70,8 @@ def test_bad_workloads_are_one_clear_line(tmp_path, capsys):
     broken = tmp_path / "broken.json"
     broken.write_text('{"slots": {"rms_norm": [{"args": [1, 2]}]}}')
     for argv, message in ((["check", "--plugins", "passthrough"], "give --workload"),
-                          (["check", "--plugins", "passthrough", "--workload", str(tmp_path / "none.json")], "cannot read"),
+                          (["check", "--plugins", "passthrough", "--workload", str(tmp_path / "none.json")],
+                           "cannot read"),
                           (["check", "--plugins", "passthrough", "--workload", str(bad)], "unknown slot"),
                           (["check", "--plugins", "passthrough", "--workload", str(broken)], "bad signature"),
                           (["check", "--plugins", "nope", "--workload", good, "--device", "cpu"], "nope"),
@@ -87,8 +90,9 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
     wl = _workload(tmp_path, slots=tuple(SLOTS))
 
     def check(out, *args):
-        p = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--device", "cpu",
-                            "--workload", wl, "--rounds", "2", "--warmup", "2", "--repeats", "30", "--out", out, *args],
+        p = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm",
+                            "--device", "cpu", "--workload", wl, "--rounds", "2", "--warmup", "2", "--repeats", "30",
+                            "--out", out, *args],
                            capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=900)
         return p, json.loads((tmp_path / out / "results.json").read_text())
 
@@ -201,7 +205,9 @@ def test_report_says_how_much_of_the_captured_calls_was_checked():
 
 def test_speedup_spread_brackets_the_median_and_is_call_weighted():
     def row(c, e, calls):
-        summ = lambda m: {"n": 50, "median_s": m, "q1_s": 0.98 * m, "q3_s": 1.02 * m, "rel_iqr": 0.04}
+        def summ(m):
+            return {"n": 50, "median_s": m, "q1_s": 0.98 * m, "q3_s": 1.02 * m, "rel_iqr": 0.04}
+
         return {"candidate": summ(c), "engine": summ(e), "calls": calls}
 
     lo, hi = runner.speedup_range(row(1.0, 1.0, 1))

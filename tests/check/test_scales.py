@@ -1,13 +1,13 @@
 """fk check's input scales: captured and edge scales drawn as described, and what they catch that N(0, 1) cannot."""
 import pytest
 import torch
+from fk_wrong.eps import fused_add_rms_norm_no_eps, rms_norm_no_eps
 
 from fk_adapters.check import driver, guards, scales, timing
 from fk_adapters.check.report import render_check
 from fk_adapters.check.runner import finish, summarise
 from fk_adapters.check.signature import describe, make_inputs
 from fk_adapters.tasks import SLOTS
-from fk_wrong.eps import fused_add_rms_norm_no_eps, rms_norm_no_eps
 
 RMS, ADD_RMS, SILU, ROPE = (SLOTS[s] for s in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"))
 NO_EPS = ((RMS, rms_norm_no_eps), (ADD_RMS, fused_add_rms_norm_no_eps))

@@ -40,7 +40,7 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["run", "--suite", "tiny"], "no candidate"),
         (["run", "--aa", "--plugins", "passthrough", "--suite", "tiny"], "give no --plugins"),
         (["report", str(tmp_path / "missing.json")], "no such file"),
-        (["report", str(not_results)], "not an fk results file"),
+        (["report", str(not_results)], "not an fk run or check results file"),
         (["doctor", "--engine", "trt"], "unknown engine"),
         (["run", "--engine", "vllm", "--engine", "sglang", "--plugins", "passthrough", "--suite", "tiny",
           "--device", "cpu"], "engine sglang does not run on cpu"),
@@ -187,7 +187,8 @@ def test_fk_scenarios_shows_the_rate_a_capture_served_at_only_where_no_run_measu
                                                   "candidate": "triton", "verdict": "PASS", "scenarios": [row]}))
     assert main(["scenarios", "--json", "--results", str(tmp_path)]) == 0
     figures = {r["scenario"]: r["figures"] for r in json.loads(capsys.readouterr().out)}
-    assert "sglang: 200 tok/s (prefill-heavy, served in fk capture: eager, every slot call recorded)" in figures["fk46-mixtral"]
+    said = "sglang: 200 tok/s (prefill-heavy, served in fk capture: eager, every slot call recorded)"
+    assert said in figures["fk46-mixtral"]
     assert "sglang slots: rms_norm x5" in figures["fk46-mixtral"]
     llama = figures["fk46-llama-3.1"]
     assert any("999 tok/s" in f for f in llama) and not any("served in fk capture" in f for f in llama)

@@ -37,7 +37,8 @@ def test_an_engine_site_brings_the_folders_its_pth_files_name(tmp_path, monkeypa
     assert spec.pythonpath.split(os.pathsep) == [str(site), str(tmp_path / "plain"), named]
     env = spec.process_env()
     assert env["PYTHONPATH"] == spec.env("cuda")["PYTHONPATH"] == spec.pythonpath
-    out = subprocess.run([sys.executable, "-c", "import cutlass_like, os; print(cutlass_like.OK, os.environ.get('FK_PTH_RAN'))"],
+    out = subprocess.run([sys.executable, "-c",
+                          "import cutlass_like, os; print(cutlass_like.OK, os.environ.get('FK_PTH_RAN'))"],
                          env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["1", "None"]  # a .pth import line is never run for an engine site
     monkeypatch.setenv("FK_SGLANG_PYTHONPATH", str(tmp_path / "plain"))

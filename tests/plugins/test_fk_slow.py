@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _cuda_graph import capture_and_replay, clone_args  # noqa: E402
 
 from fk_adapters.tasks import SLOTS
-
-from _cuda_graph import capture_and_replay, clone_args  # noqa: E402
 
 _PLUGIN_SRC = Path(__file__).resolve().parents[2] / "plugins" / "fk-slow"
 if importlib.util.find_spec("fk_slow") is None:  # not installed: use the source tree

@@ -18,9 +18,9 @@ if not torch.cuda.is_available():
 
 triton = pytest.importorskip("triton")
 
-from fk_adapters.tasks import SLOTS  # noqa: E402
-
 from _cuda_graph import capture_and_replay, clone_args  # noqa: E402
+
+from fk_adapters.tasks import SLOTS  # noqa: E402
 
 _PLUGIN_SRC = Path(__file__).resolve().parents[2] / "plugins" / "fk-triton"
 if importlib.util.find_spec("fk_triton_kernels") is None:  # not installed: use the source tree
@@ -51,7 +51,10 @@ def _run_both(slot, fn, args):
     want = slot.reference(*ref)
     if slot.in_place:
         assert got is None, f"{slot.name} is in place and must return None"
-    pick = lambda out, a: ((out,) if out is not None else ()) + tuple(t for t in a if isinstance(t, torch.Tensor))
+
+    def pick(out, a):
+        return ((out,) if out is not None else ()) + tuple(t for t in a if isinstance(t, torch.Tensor))
+
     return pick(got, mine), pick(want, ref)
 
 
@@ -258,9 +261,9 @@ def test_devices_follow_triton_interpret(monkeypatch):
 
 def test_hooks_through_pluggy():
     import pluggy
+    from fk_triton_kernels import plugin
 
     from fk_adapters import hookspec
-    from fk_triton_kernels import plugin
 
     pm = pluggy.PluginManager(hookspec.PROJECT)
     pm.add_hookspecs(hookspec)
@@ -314,9 +317,8 @@ def test_cuda_graph_capture_and_replay(name):
 @pytest.mark.gpu
 @gpu
 def test_profiler_shows_declared_kernel_names():
-    from torch.profiler import ProfilerActivity, profile
-
     from fk_triton_kernels import plugin
+    from torch.profiler import ProfilerActivity, profile
 
     for kern in plugin.fk_kernels(engine="vllm", device="cuda"):
         slot = SLOTS[kern.slot]

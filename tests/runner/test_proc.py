@@ -83,7 +83,7 @@ ENGINE_CORE_LOG = """\
 (EngineCore pid=5166) ERROR 11-22 22:22:00 [core.py:1332] AssertionError: ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16.
 RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
 vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
-"""
+"""  # noqa: E501 (log lines kept as the engine wrote them)
 
 
 def test_the_first_logged_error_names_the_root_cause():
@@ -102,7 +102,7 @@ SCHEDULER_LOG = """\
 RuntimeError: rmsnorm(at::Tensor&, at::Tensor&, at::Tensor&, double, bool)::<lambda()> failed to dispatch data type Float
 
 RuntimeError: a later, generic failure
-"""
+"""  # noqa: E501 (log lines kept as the engine wrote them)
 
 
 def test_without_an_error_level_line_the_first_traceback_names_the_root_cause():

@@ -8,9 +8,9 @@ import textwrap
 import time
 
 import pytest
+from procs import processes_of, wait_for
 
 from fk_adapters.runner import reaper
-from procs import processes_of, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 

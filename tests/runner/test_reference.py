@@ -74,7 +74,8 @@ def test_a_candidate_farther_from_float32_stays_incorrect(fake, tmp_path):
 
 def test_a_float32_run_that_the_stock_run_itself_parts_from_everywhere_leaves_the_verdict_inconclusive(fake, tmp_path):
     fake.base, fake.cand = 0.3, -0.3
-    fake.tokens = {"baseline": [[7, 2, 3]] * 4, "candidate": [[8, 2, 3]] * 4}  # neither side keeps float32's first token
+    # neither side keeps float32's first token
+    fake.tokens = {"baseline": [[7, 2, 3]] * 4, "candidate": [[8, 2, 3]] * 4}
     row = _run(tmp_path)
     c = row["correctness"]
     assert row["status"] == "INCONCLUSIVE" and not c["passed"] and c["reference"]["tokens"]["parted_b"] == 4
@@ -116,7 +117,8 @@ def test_where_the_engine_has_no_float32_path_transformers_makes_the_reference(f
     assert [c[:3] for c in fake.calls[2:]] == [("reference", "float32", ""), ("reference-transformers", "float32", "")]
     driver, job = fake.jobs["reference-transformers"]
     assert driver == engines.get("transformers").driver and job["architectures"] == ["LlamaForCausalLM"]
-    assert "perf" not in job and "engine_args" not in job and job["correctness"] == fake.jobs["reference"][1]["correctness"]
+    assert "perf" not in job and "engine_args" not in job
+    assert job["correctness"] == fake.jobs["reference"][1]["correctness"]
     made_by = "HF transformers 5.19.0, as vllm's float32 run ended error: no float32 attention backend"
     assert row["status"] == "PASSED" and row["correctness"]["reference"]["made_by"] == made_by
     assert row["notes"][0].endswith(f"(made by {made_by})")
@@ -169,8 +171,9 @@ def test_reference_from_reuses_an_earlier_runs_reference_and_runs_one_when_it_ha
     _run(tmp_path / "aa")
     fake.calls.clear()
     seen = []
-    cfg = ab.RunConfig(engine=engines.get("vllm"), plugins=["p"], device="cpu", mode="eager", out_dir=str(tmp_path / "o"),
-                       profile=True, allow_uncovered=True, reference_from=str(tmp_path / "aa" / "out"))
+    cfg = ab.RunConfig(engine=engines.get("vllm"), plugins=["p"], device="cpu", mode="eager",
+                       out_dir=str(tmp_path / "o"), profile=True, allow_uncovered=True,
+                       reference_from=str(tmp_path / "aa" / "out"))
     row = ab.run_scenario(cfg, dataclasses.replace(scenarios.load("tiny-llama"), dtype="bfloat16"), echo=seen.append)
     assert [c[0] for c in fake.calls] == ["baseline", "candidate"] and row["status"] == "PASSED"
     assert row["reference"]["reused_from"] == str(tmp_path / "aa" / "out" / "logs" / "tiny-llama" / "reference")

@@ -64,7 +64,10 @@ def test_gated_activations_semantics():
     torch.testing.assert_close(silu, torch.tensor([[1 / (1 + math.exp(-1)) * 3.0, -2 / (1 + math.exp(2)) * 0.5]]))
     erf = SLOTS["gelu_and_mul"].reference(x, "none")
     tanh = SLOTS["gelu_and_mul"].reference(x, "tanh")
-    gelu = lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+
+    def gelu(v):
+        return 0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+
     torch.testing.assert_close(erf, torch.tensor([[gelu(1.0) * 3.0, gelu(-2.0) * 0.5]]))
     assert not torch.equal(erf, tanh) and torch.allclose(erf, tanh, atol=1e-2)
     with pytest.raises(ValueError):

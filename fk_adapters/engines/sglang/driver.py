@@ -19,12 +19,10 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 from fk_adapters import op_families
-from fk_adapters.engines.driver_common import keep, main, measure, phase
-
-TOP_K = 5
+from fk_adapters.engines import skeleton
+from fk_adapters.engines.driver_common import main, phase
 
 # vLLM-named scenario engine args and their SGLang ServerArgs names (unverified on GPU);
 # keys under engine_args["sglang"] are passed to sgl.Engine as they are.
@@ -76,11 +74,7 @@ def _params(max_new_tokens: int) -> dict:
 
 def top_ids(steps) -> list[list[int]]:
     """Per generated step, the ids of the TOP_K most likely tokens; entries are (logprob, id, text)."""
-    out = []
-    for step in steps:
-        ranked = sorted((e for e in (step or []) if e[0] is not None), key=lambda e: -e[0])
-        out.append([int(e[1]) for e in ranked[:TOP_K]])
-    return out
+    return [skeleton.top_ids((e[0], e[1]) for e in (step or []) if e[0] is not None) for step in steps]
 
 
 def chosen_logprobs(entries, ids) -> list[float | None]:
@@ -150,65 +144,64 @@ def runtime(sa) -> dict:
     return out
 
 
-def run(job: dict) -> dict:
-    import sglang as sgl
-    import torch
+class SGLangDriver(skeleton.Driver):
+    """``sgl.Engine`` in this process; evidence from its scheduler subprocesses (``fk_probe_dump``)."""
 
-    res = keep({"engine": "sglang", "engine_version": getattr(sgl, "__version__", "?"), "torch": torch.__version__,
-                "pid": os.getpid()})
-    run_dir = os.environ.get("FK_RUN_DIR") or tempfile.mkdtemp(prefix="fk-sglang-")
-    probe_dir = os.path.join(run_dir, "probe")
-    os.makedirs(probe_dir, exist_ok=True)
-    kw, res["ignored_engine_args"] = engine_kwargs(job)
-    phase("starting engine")
-    t0 = time.perf_counter()
-    engine = sgl.Engine(**kw)
-    try:
-        res["startup_s"] = time.perf_counter() - t0
-        res["runtime"] = runtime(engine.server_args)
-        _body(engine, job, res, run_dir, probe_dir)
-    finally:
-        engine.shutdown()
-    res["status"] = "ok"
-    return res
+    name = "sglang"
 
+    def import_engine(self) -> str:
+        import sglang as sgl
 
-def _body(engine, job: dict, res: dict, run_dir: str, probe_dir: str) -> None:
-    res["probe_after_start"] = _probe(engine, probe_dir, "start")
-    corr = job["correctness"]
-    phase("correctness: greedy generation")
-    outs = _generate(engine, corr["prompts"], corr["max_tokens"], return_logprob=True, top_logprobs_num=TOP_K,
-                     logprob_start_len=-1)  # -1: no prompt logprobs (unverified on GPU)
-    res["tokens"] = [list(o["output_ids"]) for o in outs]
-    res["token_top_ids"] = [top_ids(o["meta_info"].get("output_top_logprobs") or []) for o in outs]
-    res["token_logprobs"] = [chosen_logprobs(o["meta_info"].get("output_token_logprobs") or [], o["output_ids"])
-                             for o in outs]
-    phase("correctness: teacher-forced logprobs")
-    outs = _generate(engine, corr["teacher"], 1, return_logprob=True, logprob_start_len=0)
-    res["teacher_logprobs"] = [chosen_logprobs((o["meta_info"].get("input_token_logprobs") or [])[1:], seq[1:])
-                               for o, seq in zip(outs, corr["teacher"])]
-    res["probe_after_correctness"] = _probe(engine, probe_dir, "correctness")
+        return getattr(sgl, "__version__", "?")
 
-    if job.get("perf"):
-        res["perf"] = measure(job["perf"], lambda prompts, n: _timed(engine, prompts, n))
-    if job.get("profile"):
-        phase("profiling a few steps")
-        trace_dir = os.path.join(run_dir, "profile")
+    def prepare(self, job: dict, res: dict) -> None:
+        self.run_dir = os.environ.get("FK_RUN_DIR") or tempfile.mkdtemp(prefix="fk-sglang-")
+        self.probe_dir = os.path.join(self.run_dir, "probe")
+        os.makedirs(self.probe_dir, exist_ok=True)
+        self.kw, res["ignored_engine_args"] = engine_kwargs(job)
+
+    def start(self, job: dict, res: dict) -> None:
+        import sglang as sgl
+
+        self.engine = sgl.Engine(**self.kw)
+
+    def close(self) -> None:
+        self.engine.shutdown()
+
+    def runtime(self) -> dict | None:
+        return runtime(self.engine.server_args)
+
+    def probe(self, tag: str) -> list[dict]:
+        return _probe(self.engine, self.probe_dir, tag)
+
+    def greedy(self, prompts: list, max_tokens: int) -> tuple[list, list, list]:
+        outs = _generate(self.engine, prompts, max_tokens, return_logprob=True, top_logprobs_num=skeleton.TOP_K,
+                         logprob_start_len=-1)  # -1: no prompt logprobs (unverified on GPU)
+        return ([list(o["output_ids"]) for o in outs],
+                [top_ids(o["meta_info"].get("output_top_logprobs") or []) for o in outs],
+                [chosen_logprobs(o["meta_info"].get("output_token_logprobs") or [], o["output_ids"]) for o in outs])
+
+    def teacher(self, seqs: list) -> list:
+        outs = _generate(self.engine, seqs, 1, return_logprob=True, logprob_start_len=0)
+        return [chosen_logprobs((o["meta_info"].get("input_token_logprobs") or [])[1:], seq[1:])
+                for o, seq in zip(outs, seqs)]
+
+    def timed(self, prompts: list, output_len: int) -> tuple[float, int, int]:
+        dt, outs = self.clocked(_generate, self.engine, prompts, output_len)
+        return dt, sum(len(p) for p in prompts), sum(len(o["output_ids"]) for o in outs)
+
+    def profile_steps(self, prompts: list, max_tokens: int) -> list[dict]:
+        trace_dir = os.path.join(self.run_dir, "profile")
         os.makedirs(trace_dir, exist_ok=True)
-        engine.start_profile(output_dir=trace_dir, activities=["GPU"], with_stack=False,  # unverified on GPU
-                             record_shapes=False)
-        batch = corr["prompts"][: job["profile"].get("requests", 4)]
-        _generate(engine, batch, job["profile"].get("max_tokens", 8))
-        engine.stop_profile()
-        res["profile"] = kernel_counts(trace_dir)
-    res["probe"] = _probe(engine, probe_dir, "final")
+        self.engine.start_profile(output_dir=trace_dir, activities=["GPU"], with_stack=False,  # unverified on GPU
+                                  record_shapes=False)
+        _generate(self.engine, prompts, max_tokens)
+        self.engine.stop_profile()
+        return kernel_counts(trace_dir)
 
 
-def _timed(engine, prompts, max_new_tokens: int) -> tuple[float, int, int]:
-    t0 = time.perf_counter()
-    outs = _generate(engine, prompts, max_new_tokens)
-    dt = time.perf_counter() - t0
-    return dt, sum(len(p) for p in prompts), sum(len(o["output_ids"]) for o in outs)
+def run(job: dict) -> dict:
+    return SGLangDriver().run(job)
 
 
 if __name__ == "__main__":

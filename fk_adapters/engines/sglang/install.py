@@ -8,13 +8,10 @@ from __future__ import annotations
 import logging
 import pkgutil
 
-from fk_adapters import ops
-from fk_adapters.engines import calls
+from fk_adapters.engines import install_common
 from fk_adapters.engines.sglang import targets
-from fk_adapters.engines.loading import kernel_callable
 from fk_adapters.engines.sglang.natives import NATIVES
 from fk_adapters.kernel import Kernel
-from fk_adapters.tasks import SLOTS
 
 log = logging.getLogger("fk_adapters.sglang")
 
@@ -58,7 +55,7 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     layer stays stock (counted, with why); parameters the adapter does not know are noted on the path
     entered (calls passing them stay stock). Returns {slot: [hooked method paths]}.
     """
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins import hook_registry
 
     try:
         import sglang.srt.batch_invariant_ops  # noqa: F401
@@ -67,20 +64,19 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     except ImportError:
         pass
     guard = targets.ModeGuard(chosen, engine_modes, _capturing)
-    wrapped = {slot: guard.wrap(slot, ops.wrap(plugin, SLOTS[slot], kernel_callable(k, NATIVES), k.dtypes))
-               for slot, (plugin, k) in chosen.items()}
-    entered: dict[str, list[str]] = {s: [] for s in chosen}
-    for t in targets.TARGETS:
-        mine = {s: wrapped[s] for s in t.slots if s in wrapped}
-        if not mine:
-            continue
-        drift, note = _drift(t)
-        HookRegistry.register(t.path, targets.make_hook(t, mine, drift), HookType.AROUND)
-        HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls), drift),
-                              HookType.AROUND)
-        for s in mine:
-            entered[s].append(t.path + (f" ({note})" if note else ""))
-    return entered
+    wrapped = {s: guard.wrap(s, op) for s, op in install_common.wrap_chosen(chosen, NATIVES).items()}
+    return install_common.enter(chosen, wrapped, ((t, t.slots) for t in targets.TARGETS),
+                                lambda t, mine: _register(hook_registry, t, mine))
+
+
+def _register(hooks, t: targets.Target, mine: dict) -> str:
+    """One AROUND hook (``hooks``: SGLang's hook_registry) on the method ``t`` names and one on its ``__init__``;
+    the path entered, for the report."""
+    around = hooks.HookType.AROUND
+    drift, note = _drift(t)
+    hooks.HookRegistry.register(t.path, targets.make_hook(t, mine, drift), around)
+    hooks.HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls), drift), around)
+    return install_common.where(t.path, note)
 
 
 def _host(path: str):
@@ -95,7 +91,4 @@ def _drift(t: targets.Target) -> tuple[str, str]:
     except (ImportError, AttributeError) as exc:
         log.warning("fk-adapters: cannot read %s to check its signature: %s", t.cls, exc)
         return "", ""
-    drift, note = calls.drift(t.params, cls, (t.method,))
-    for why in filter(None, (drift, note)):
-        log.warning("fk-adapters: %s", why)
-    return drift, note
+    return install_common.checked_drift(t.params, cls, (t.method,), log)

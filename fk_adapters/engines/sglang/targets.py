@@ -13,8 +13,8 @@ rebinds every module attribute that *is* the patched object.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fk_adapters import probe, safety
 from fk_adapters.engines import calls

@@ -18,25 +18,17 @@ import sys
 import time
 
 from fk_adapters import op_families
-from fk_adapters.engines.driver_common import checkpoint, keep, main, measure, phase, unfinished_perf
+from fk_adapters.engines import skeleton
+from fk_adapters.engines.driver_common import checkpoint, main, phase, unfinished_perf
 
-TOP_K = 5
 OUTPUTS_FILE = "outputs.safetensors"
 REFERENCE_FILE = "reference.safetensors"
 
 
-def _sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def load_model(job: dict, device: str):
-    import torch
     import transformers
 
-    from fk_adapters.engines.transformers.colbert import model_class
+    from fk_adapters.model_classes import model_class
 
     arch = job["architectures"][0]
     cls = model_class(arch)
@@ -56,42 +48,6 @@ def load_kwargs(cls, dtype: str) -> dict:
     return kw
 
 
-def run(job: dict) -> dict:
-    import torch
-    import transformers
-
-    from fk_adapters import probe
-    from fk_adapters.engines.loading import load_and_install
-    from fk_adapters.engines.transformers import install
-    from fk_adapters.plugins import any_selected_in_env
-
-    transformers.utils.logging.disable_progress_bar()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    res = keep({"engine": "transformers", "engine_version": transformers.__version__, "torch": torch.__version__,
-                "pid": os.getpid()})
-    phase(f"loading {job['architectures'][0]} on {device}")
-    t0 = time.perf_counter()
-    model = load_model(job, device)
-    startup = time.perf_counter() - t0
-    if not probe.capturing() and not job.get("correctness") and job["dtype"] != "float32":
-        res.update(_reference(model, job, device))  # the stock model, before any plugin enters it
-    t0 = time.perf_counter()
-    if any_selected_in_env():  # none selected: stock transformers, no fk code in the model
-        load_and_install("transformers", device, lambda chosen: install.install(model, chosen), {})
-    res["startup_s"] = startup + time.perf_counter() - t0
-    res["runtime"] = {"device": device, "mode": "eager",
-                      "attention": getattr(model.config, "_attn_implementation", None) or "?"}
-    res["probe_after_start"] = [probe.snapshot()]
-    torch.manual_seed(job.get("seed", 0))  # models that draw at forward time (masks, noise) draw alike on both sides
-    with torch.inference_mode():
-        (_llm if job.get("correctness") else _items)(model, job, device, res)
-    res["probe"] = [probe.snapshot()]
-    res["status"] = "ok"
-    return res
-
-
-# ----------------------------------------------------------------------------- LLMs
-
 def _generate(model, prompts, n: int, device: str, scores: bool = False):
     import torch
 
@@ -104,43 +60,94 @@ def _generate(model, prompts, n: int, device: str, scores: bool = False):
     return ids.shape[1], out
 
 
-def _llm(model, job: dict, device: str, out: dict) -> None:
-    """Correctness, then perf and profile as the job asks, into ``out`` (the driver's kept result)."""
-    import torch
+class TransformersDriver(skeleton.Driver):
+    """An LLM built with ``from_pretrained`` in this process, the selected plugins routed into its modules."""
 
-    from fk_adapters import probe
+    name = "transformers"
+    profile_phase = "profiling a batch"
 
-    corr = job["correctness"]
-    phase("correctness: greedy generation")
-    n_in, gen = _generate(model, corr["prompts"], corr["max_tokens"], device, scores=True)
-    out["tokens"] = gen.sequences[:, n_in:].tolist()
-    steps = len(gen.scores)
-    top = torch.stack([s.float().topk(TOP_K, dim=-1).indices for s in gen.scores], dim=1)  # [B, steps, k]
-    out["token_top_ids"] = top.tolist()
-    lp = torch.stack([torch.log_softmax(x.float(), dim=-1) for x in gen.logits], dim=1)  # raw logits, [B, steps, V]
-    chosen = gen.sequences[:, n_in:n_in + steps]
-    out["token_logprobs"] = lp.gather(-1, chosen[..., None]).squeeze(-1).tolist()
-    phase("correctness: teacher-forced logprobs")
-    seqs = torch.tensor(corr["teacher"], dtype=torch.long, device=device)
-    lp = torch.log_softmax(model(seqs).logits.float(), dim=-1)
-    out["teacher_logprobs"] = lp[:, :-1].gather(-1, seqs[:, 1:, None]).squeeze(-1).tolist()
-    out["probe_after_correctness"] = [probe.snapshot()]
+    def import_engine(self) -> str:
+        import torch
+        import transformers
 
-    def timed(prompts, n):
-        _sync(device)
-        t0 = time.perf_counter()
-        n_in, gen = _generate(model, prompts, n, device)
-        _sync(device)
-        dt = time.perf_counter() - t0
+        transformers.utils.logging.disable_progress_bar()
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        return transformers.__version__
+
+    def start_phase(self, job: dict) -> str:
+        return f"loading {job['architectures'][0]} on {self.device}"
+
+    def start(self, job: dict, res: dict) -> None:
+        from fk_adapters import probe
+        from fk_adapters.engines.loading import load_and_install
+        from fk_adapters.engines.transformers import install
+        from fk_adapters.plugins import any_selected_in_env
+
+        self.model = model = load_model(job, self.device)
+        if not probe.capturing() and not job.get("correctness") and job["dtype"] != "float32":
+            with self.off_clock():
+                res.update(_reference(model, job, self.device))  # the stock model, before any plugin enters it
+        if any_selected_in_env():  # none selected: stock transformers, no fk code in the model
+            load_and_install("transformers", self.device, lambda chosen: install.install(model, chosen), {})
+
+    def runtime(self) -> dict | None:
+        return {"device": self.device, "mode": "eager",
+                "attention": getattr(self.model.config, "_attn_implementation", None) or "?"}
+
+    def probe(self, tag: str) -> list[dict]:
+        from fk_adapters import probe
+
+        return [probe.snapshot()]
+
+    def serving(self, job: dict):
+        import torch
+
+        torch.manual_seed(job.get("seed", 0))  # models that draw at forward time (masks, noise) draw alike on each side
+        return torch.inference_mode()
+
+    def sync(self) -> None:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def greedy(self, prompts: list, max_tokens: int) -> tuple[list, list, list]:
+        import torch
+
+        n_in, gen = _generate(self.model, prompts, max_tokens, self.device, scores=True)
+        steps = len(gen.scores)
+        top = torch.stack([s.float().topk(skeleton.TOP_K, dim=-1).indices for s in gen.scores], dim=1)  # [B, steps, k]
+        lp = torch.stack([torch.log_softmax(x.float(), dim=-1) for x in gen.logits], dim=1)  # raw logits, [B, steps, V]
+        chosen = gen.sequences[:, n_in:n_in + steps]
+        return (gen.sequences[:, n_in:].tolist(), top.tolist(),
+                lp.gather(-1, chosen[..., None]).squeeze(-1).tolist())
+
+    def teacher(self, seqs: list) -> list:
+        import torch
+
+        ids = torch.tensor(seqs, dtype=torch.long, device=self.device)
+        lp = torch.log_softmax(self.model(ids).logits.float(), dim=-1)
+        return lp[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1).tolist()
+
+    def timed(self, prompts: list, output_len: int) -> tuple[float, int, int]:
+        dt, (n_in, gen) = self.clocked(_generate, self.model, prompts, output_len, self.device)
         return dt, len(prompts) * n_in, gen.sequences[:, n_in:].numel()
 
-    if job.get("perf"):
-        out["perf"] = measure(job["perf"], timed)
-    if job.get("profile"):
-        phase("profiling a batch")
-        p = job["profile"]
-        out["profile"] = _profile(lambda: _generate(model, corr["prompts"][: p.get("requests", 4)],
-                                                    p.get("max_tokens", 8), device), device)
+    def profile_steps(self, prompts: list, max_tokens: int) -> list[dict]:
+        return self.profiled(lambda: _generate(self.model, prompts, max_tokens, self.device))
+
+    def profiled(self, step) -> list[dict]:
+        """Device kernels (names, counts, microseconds) of one step, as the vLLM worker extension reports them."""
+        import torch
+
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self.device == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as prof:
+            step()
+            self.sync()
+        kernels, kernel_us = op_families.kernel_times(prof)
+        return [{"pid": os.getpid(), "kernels": kernels, "kernel_us": kernel_us}]
 
 
 # ----------------------------------------------------------------------------- other families
@@ -242,66 +249,52 @@ def _reference(model, job: dict, device: str) -> dict:
     return out
 
 
-def _items(model, job: dict, device: str, out: dict) -> None:
-    """The seeded forward's outputs, then perf and profile as the job asks, into ``out`` (the driver's kept result)."""
-    import torch
+class ItemsDriver(TransformersDriver):
+    """A model of another family: one forward on a seeded batch (its outputs saved for the runner), items/s."""
 
-    from fk_adapters import probe
+    def correctness(self, job: dict, res: dict) -> None:
+        phase(f"correctness: one forward on a seeded batch of {job['correctness_batch']}")
+        self.x = _correctness_batch(self.model, job, self.device)
+        tensors = _outputs(self.model, self.x)
+        res.update(outputs_file=_save(tensors, OUTPUTS_FILE), outputs={k: list(v.shape) for k, v in tensors.items()})
 
-    spec, seed, dtype = job["inputs"], job.get("seed", 0), getattr(torch, job["dtype"])
-    phase(f"correctness: one forward on a seeded batch of {job['correctness_batch']}")
-    x = _correctness_batch(model, job, device)
-    tensors = _outputs(model, x)
-    out.update(outputs_file=_save(tensors, OUTPUTS_FILE), outputs={k: list(v.shape) for k, v in tensors.items()},
-               probe_after_correctness=[probe.snapshot()])
-    perf = job.get("perf")
-    if perf:
-        out["perf"] = _items_perf(model, spec, seed, perf, device, dtype)
-    if job.get("profile"):
-        phase("profiling a batch")
-        out["profile"] = _profile(lambda: model(**x), device)
+    def perf(self, job: dict) -> dict:
+        """Per batch size: items/s over ``iters`` forwards per repeat, and the latency of one forward."""
+        import torch
 
+        from fk_adapters.engines.transformers import inputs
 
-def _items_perf(model, spec: dict, seed: int, perf: dict, device: str, dtype) -> dict:
-    """Per batch size: items/s over ``iters`` forwards per repeat, and the latency of one forward."""
-    from fk_adapters.engines.transformers import inputs
+        perf, seed, dtype = job["perf"], job.get("seed", 0), getattr(torch, job["dtype"])
+        reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
+        with unfinished_perf() as out:
+            for b in perf["batches"]:
+                x = inputs.batch(self.model, job["inputs"], b, seed, self.device, dtype)
+                for _ in range(warm):
+                    self._forwards(x, 1)
+                rows = []
+                for i in range(reps):
+                    phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
+                    dt = self._forwards(x, iters)
+                    rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
+                out["throughput"][f"batch{b}"] = rows
+                out["latency"][f"batch{b}"] = [{"latency_s": self._forwards(x, 1)} for _ in range(reps)]
+                checkpoint()
+        return out
 
-    reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
+    def _forwards(self, x: dict, n: int) -> float:
+        def forwards():
+            for _ in range(n):
+                self.model(**x)
 
-    def forwards(x, n: int) -> float:
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            model(**x)
-        _sync(device)
-        return time.perf_counter() - t0
+        return self.clocked(forwards)[0]
 
-    with unfinished_perf() as out:
-        for b in perf["batches"]:
-            x = inputs.batch(model, spec, b, seed, device, dtype)
-            for _ in range(warm):
-                forwards(x, 1)
-            rows = []
-            for i in range(reps):
-                phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
-                dt = forwards(x, iters)
-                rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
-            out["throughput"][f"batch{b}"] = rows
-            out["latency"][f"batch{b}"] = [{"latency_s": forwards(x, 1)} for _ in range(reps)]
-            checkpoint()
-    return out
+    def profile(self, job: dict) -> list[dict]:
+        return self.profiled(lambda: self.model(**self.x))
 
 
-def _profile(step, device: str) -> list[dict]:
-    """Device kernels (names, counts, microseconds) of one step, as the vLLM worker extension reports them."""
-    import torch
-
-    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
-    with torch.profiler.profile(activities=acts) as prof:
-        step()
-        _sync(device)
-    kernels, kernel_us = op_families.kernel_times(prof)
-    return [{"pid": os.getpid(), "kernels": kernels, "kernel_us": kernel_us}]
+def run(job: dict) -> dict:
+    """LLMs (the job has ``correctness``) generate tokens; other families run seeded forwards."""
+    return (TransformersDriver if job.get("correctness") else ItemsDriver)().run(job)
 
 
 if __name__ == "__main__":

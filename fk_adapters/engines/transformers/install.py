@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from fk_adapters import ops, probe
-from fk_adapters.engines import calls
-from fk_adapters.engines.loading import kernel_callable
+from fk_adapters import probe
+from fk_adapters.engines import calls, install_common
 from fk_adapters.engines.transformers.natives import NATIVES
-from fk_adapters.tasks import SLOTS
 
 # (atol, rtol) within which a module's own forward counts as the slot's math
 AGREE = {torch.float32: (1e-5, 1e-4), torch.float16: (1e-3, 1e-2), torch.bfloat16: (1e-2, 2e-2)}
@@ -164,6 +162,5 @@ def install(model, chosen: dict) -> dict[str, list[str]]:
     A chosen slot transformers does not host (fused_add_rms_norm, rotary_embedding: HF has no such
     modules) enters nothing: [] (the runner reports it n/a)."""
     hosted = {s: v for s, v in chosen.items() if s in NATIVES}
-    wrapped = {s: ops.wrap(p, SLOTS[s], kernel_callable(k, NATIVES), k.dtypes) for s, (p, k) in hosted.items()}
-    entered = route(model, wrapped)
+    entered = route(model, install_common.wrap_chosen(hosted, NATIVES))
     return {s: entered.get(s, []) for s in chosen}

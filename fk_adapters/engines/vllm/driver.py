@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
-from fk_adapters.engines.driver_common import keep, main, measure, phase
+from fk_adapters.engines import skeleton
+from fk_adapters.engines.driver_common import main
 from fk_adapters.engines.vllm import compat
 
 
-def _params(SamplingParams, max_tokens: int, **kw):
+def _params(max_tokens: int, **kw):
+    from vllm import SamplingParams
+
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False, **kw)
 
 
@@ -25,16 +27,9 @@ def _prompts(batch):
     return [{"prompt_token_ids": list(p)} for p in batch]
 
 
-TOP_K = 5
-
-
 def _top_ids(step_dicts):
     """Per generated step, the ids of the TOP_K most likely tokens (best first)."""
-    out = []
-    for d in step_dicts:
-        ranked = sorted((d or {}).items(), key=lambda kv: -kv[1].logprob)
-        out.append([int(t) for t, _ in ranked[:TOP_K]])
-    return out
+    return [skeleton.top_ids((lp.logprob, t) for t, lp in (d or {}).items()) for d in step_dicts]
 
 
 def _chosen_logprobs(step_dicts, ids):
@@ -104,58 +99,57 @@ def speculative_runtime(llm) -> dict:
     return out
 
 
+class VllmDriver(skeleton.Driver):
+    """``vllm.LLM`` in this process; evidence from its workers through fk's worker extension (``fk_*`` RPCs)."""
+
+    name = "vllm"
+
+    def import_engine(self) -> str:
+        import vllm
+
+        return vllm.__version__
+
+    def prepare(self, job: dict, res: dict) -> None:
+        self.args, self.speculative = engine_args(job), bool(job.get("speculative"))
+
+    def start(self, job: dict, res: dict) -> None:
+        from vllm import LLM
+
+        self.llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"], seed=job.get("seed", 0),
+                       worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
+
+    def runtime(self) -> dict | None:
+        return {"speculative": speculative_runtime(self.llm)} if self.speculative else None
+
+    runtime_at_end = runtime  # the speculative counts after every workload
+
+    def probe(self, tag: str) -> list[dict]:
+        return self.llm.collective_rpc("fk_probe")
+
+    def _generate(self, prompts, params):
+        return self.llm.generate(_prompts(prompts), params, use_tqdm=False)
+
+    def greedy(self, prompts: list, max_tokens: int) -> tuple[list, list, list]:
+        outs = [o.outputs[0] for o in self._generate(prompts, _params(max_tokens, logprobs=skeleton.TOP_K))]
+        return ([list(o.token_ids) for o in outs], [_top_ids(o.logprobs or []) for o in outs],
+                [_chosen_logprobs(o.logprobs or [], o.token_ids) for o in outs])
+
+    def teacher(self, seqs: list) -> list:
+        outs = self._generate(seqs, _params(1, prompt_logprobs=0))
+        return [_chosen_logprobs((o.prompt_logprobs or [])[1:], seq[1:]) for o, seq in zip(outs, seqs)]
+
+    def timed(self, prompts: list, output_len: int) -> tuple[float, int, int]:
+        dt, outs = self.clocked(self.llm.generate, _prompts(prompts), _params(output_len), use_tqdm=False)
+        return dt, sum(len(o.prompt_token_ids) for o in outs), sum(len(o.outputs[0].token_ids) for o in outs)
+
+    def profile_steps(self, prompts: list, max_tokens: int) -> list[dict]:
+        self.llm.collective_rpc("fk_profile_start")
+        self._generate(prompts, _params(max_tokens))
+        return self.llm.collective_rpc("fk_profile_stop")
+
+
 def run(job: dict) -> dict:
-    import torch
-    import vllm
-    from vllm import LLM, SamplingParams
-
-    res = keep({"engine": "vllm", "engine_version": vllm.__version__, "torch": torch.__version__, "pid": os.getpid()})
-    args = engine_args(job)
-    phase("starting engine")
-    t0 = time.perf_counter()
-    llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"], seed=job.get("seed", 0),
-              worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **args)
-    res["startup_s"] = time.perf_counter() - t0
-    if job.get("speculative"):
-        res["runtime"] = {"speculative": speculative_runtime(llm)}
-    res["probe_after_start"] = llm.collective_rpc("fk_probe")
-
-    corr = job["correctness"]
-    phase("correctness: greedy generation")
-    outs = llm.generate(_prompts(corr["prompts"]), _params(SamplingParams, corr["max_tokens"], logprobs=TOP_K),
-                        use_tqdm=False)
-    res["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
-    res["token_top_ids"] = [_top_ids(o.outputs[0].logprobs or []) for o in outs]
-    res["token_logprobs"] = [_chosen_logprobs(o.outputs[0].logprobs or [], o.outputs[0].token_ids) for o in outs]
-    phase("correctness: teacher-forced logprobs")
-    outs = llm.generate(_prompts(corr["teacher"]), _params(SamplingParams, 1, prompt_logprobs=0), use_tqdm=False)
-    res["teacher_logprobs"] = [_chosen_logprobs((o.prompt_logprobs or [])[1:], seq[1:])
-                               for o, seq in zip(outs, corr["teacher"])]
-    res["probe_after_correctness"] = llm.collective_rpc("fk_probe")
-
-    perf = job.get("perf")
-    if perf:
-        res["perf"] = measure(perf, lambda prompts, n: _timed(llm, _prompts(prompts), _params(SamplingParams, n)))
-    if job.get("profile"):
-        phase("profiling a few steps")
-        llm.collective_rpc("fk_profile_start")
-        batch = corr["prompts"][: job["profile"].get("requests", 4)]
-        llm.generate(_prompts(batch), _params(SamplingParams, job["profile"].get("max_tokens", 8)), use_tqdm=False)
-        res["profile"] = llm.collective_rpc("fk_profile_stop")
-    res["probe"] = llm.collective_rpc("fk_probe")
-    if job.get("speculative"):  # the counts after every workload
-        res["runtime"] = {"speculative": speculative_runtime(llm)}
-    res["status"] = "ok"
-    return res
-
-
-def _timed(llm, prompts, params) -> tuple[float, int, int]:
-    t0 = time.perf_counter()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    dt = time.perf_counter() - t0
-    n_in = sum(len(o.prompt_token_ids) for o in outs)
-    n_out = sum(len(o.outputs[0].token_ids) for o in outs)
-    return dt, n_in, n_out
+    return VllmDriver().run(job)
 
 
 if __name__ == "__main__":

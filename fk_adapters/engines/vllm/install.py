@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import logging
 
-from fk_adapters import ops, safety
-from fk_adapters.engines import calls
+from fk_adapters import safety
+from fk_adapters.engines import install_common
 from fk_adapters.engines.vllm import layers
-from fk_adapters.engines.loading import kernel_callable
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
-from fk_adapters.tasks import SLOTS
 
 log = logging.getLogger("fk_adapters.vllm")
 
@@ -71,25 +69,20 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     parameters it does not know are noted on the class entered (calls passing them stay stock).
     Returns {slot: [in-tree class names it entered through]}.
     """
+    wrapped = install_common.wrap_chosen(chosen, NATIVES)
+    hosts = [((base, build), slots) for classes, slots, build in _targets() for base in classes]
+    return install_common.enter(chosen, wrapped, hosts, lambda host, mine: _register(*host, mine, chosen))
+
+
+def _register(base, build, mine: dict, chosen: dict) -> str:
+    """Register the replacement of in-tree class ``base`` with the ops ``mine``; its entry for the report."""
     from vllm.model_executor.custom_op import CustomOp, op_registry_oot
 
-    wrapped = {slot: ops.wrap(plugin, SLOTS[slot], kernel_callable(k, NATIVES), k.dtypes)
-               for slot, (plugin, k) in chosen.items()}
-    entered: dict[str, list[str]] = {s: [] for s in chosen}
-    for classes, slots, build in _targets():
-        mine = {s: wrapped[s] for s in slots if s in wrapped}
-        if not mine:
-            continue
-        for base in classes:
-            if base.__name__ in op_registry_oot:
-                raise RuntimeError(f"vLLM class {base.__name__} already has an out-of-tree replacement "
-                                   f"({op_registry_oot[base.__name__].__qualname__}); refusing to stack another")
-            cls = _guarded(build(base, mine), {s: chosen[s] for s in mine})
-            cls.__name__ = cls.__qualname__ = f"Fk{base.__name__}"
-            cls._fk_drift, note = calls.drift(cls._fk_params, base, layers.IN_TREE_METHODS)
-            for why in filter(None, (cls._fk_drift, note)):
-                log.warning("fk-adapters: %s", why)
-            CustomOp.register_oot(_decorated_op_cls=cls, name=base.__name__)
-            for s in mine:
-                entered[s].append(base.__name__ + (f" ({note})" if note else ""))
-    return entered
+    if base.__name__ in op_registry_oot:
+        raise RuntimeError(f"vLLM class {base.__name__} already has an out-of-tree replacement "
+                           f"({op_registry_oot[base.__name__].__qualname__}); refusing to stack another")
+    cls = _guarded(build(base, mine), {s: chosen[s] for s in mine})
+    cls.__name__ = cls.__qualname__ = f"Fk{base.__name__}"
+    cls._fk_drift, note = install_common.checked_drift(cls._fk_params, base, layers.IN_TREE_METHODS, log)
+    CustomOp.register_oot(_decorated_op_cls=cls, name=base.__name__)
+    return install_common.where(base.__name__, note)

@@ -35,8 +35,9 @@ def fk_kernels(engine: str, device: str) -> list:
 
     devices = ("cuda", "cpu") if os.environ.get("TRITON_INTERPRET") == "1" else ("cuda",)
     return [
-        Kernel(slot=slot, fn=getattr(kernels, fn_name), name=f"triton_{slot}", engines=("vllm", "sglang", "transformers"),
-               dtypes=("float32", "float16", "bfloat16"), devices=devices, cuda_graph_safe=True,
+        Kernel(slot=slot, fn=getattr(kernels, fn_name), name=f"triton_{slot}",
+               engines=("vllm", "sglang", "transformers"), dtypes=("float32", "float16", "bfloat16"), devices=devices,
+               cuda_graph_safe=True,
                compile_safe=True, kernel_names=(kernel_name,),
                description=f"Triton kernel {kernel_name} (fk-triton-kernels)")
         for slot, (fn_name, kernel_name) in SLOT_KERNELS.items()

@@ -414,7 +414,8 @@ def test_driver_logprob_parsing():
 
 
 def test_driver_kernel_counts_from_chrome_trace(tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": "fk_rms", "dur": 2.5}, {"ph": "X", "cat": "kernel", "name": "fk_rms", "dur": 3},
+    events = [{"ph": "X", "cat": "kernel", "name": "fk_rms", "dur": 2.5},
+              {"ph": "X", "cat": "kernel", "name": "fk_rms", "dur": 3},
               {"ph": "X", "cat": "cpu_op", "name": "aten::add", "dur": 9}]
     with gzip.open(tmp_path / "x-TP-0.trace.json.gz", "wt") as f:
         json.dump({"traceEvents": events}, f)
@@ -518,7 +519,8 @@ def test_register_hooks_through_sglang_registry(make_plugin, monkeypatch, tmp_pa
 
 def test_driver_reports_the_runtime_it_resolved():
     phase = types.SimpleNamespace
-    sa = types.SimpleNamespace(cuda_graph_config=phase(decode=phase(backend="full"), prefill=phase(backend="breakable")),
+    sa = types.SimpleNamespace(cuda_graph_config=phase(decode=phase(backend="full"),
+                                                       prefill=phase(backend="breakable")),
                                enable_torch_compile=False, attention_backend="fa3")
     assert driver.runtime(sa) == {"cuda_graphs": {"decode": "full", "prefill": "breakable"}, "torch_compile": False,
                                   "attention_backend": "fa3"}

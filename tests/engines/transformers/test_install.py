@@ -98,7 +98,8 @@ def test_look_alikes_stay_stock_with_the_reason():
     assert entered["rms_norm"] == ["BitNetRMSNorm"] and probe.constructed["rms_norm"] == 9  # incl. the sub-norms
     assert probe.not_routed == {"silu_and_mul/gelu_and_mul (BitNetMLP: activation ReLUSquaredActivation is "
                                 "neither SiLU nor GELU)": 2}
-    assert probe.stock_layers == {"rms_norm": 5, "silu_and_mul": 2, "gelu_and_mul": 2}  # Gemma's norms, then BitNet's MLPs
+    # Gemma's norms, then BitNet's MLPs
+    assert probe.stock_layers == {"rms_norm": 5, "silu_and_mul": 2, "gelu_and_mul": 2}
     probe.not_routed.clear()
     silu_bitnet = build("BitNetForCausalLM", transformers.BitNetConfig(**LLAMA, hidden_act="silu"))
     install.route(silu_bitnet, ops_for("tfx_native", dict(natives.NATIVES)))
@@ -189,13 +190,13 @@ def test_install_enters_nothing_for_slots_transformers_does_not_host():
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None or importlib.util.find_spec("fk_wrong") is None,
                     reason="needs triton and the fk-wrong plugin")
 def test_output_diffs_pass_triton_and_catch_the_wrong_kernel(tmp_path):
-    from safetensors.torch import save_file
-
     from fk_triton_kernels import kernels
     from fk_wrong import wrong_rms_norm
+    from safetensors.torch import save_file
 
     save_file({"last_hidden_state": forward(llama(), ids())}, str(tmp_path / "base.safetensors"))
-    for plugin, fns, passed in (("tfx_triton", {"rms_norm": kernels.rms_norm, "silu_and_mul": kernels.silu_and_mul}, True),
+    for plugin, fns, passed in (("tfx_triton", {"rms_norm": kernels.rms_norm, "silu_and_mul": kernels.silu_and_mul},
+                                 True),
                                 ("tfx_wrong", {"rms_norm": wrong_rms_norm}, False)):
         model = llama()
         install.route(model, ops_for(plugin, fns))
@@ -207,8 +208,9 @@ def test_output_diffs_pass_triton_and_catch_the_wrong_kernel(tmp_path):
 
 
 def test_seeded_inputs_follow_the_forward_signature():
-    vit = build("DINOv3ViTModel", transformers.DINOv3ViTConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                                               num_attention_heads=2, patch_size=16, image_size=32))
+    vit = build("DINOv3ViTModel", transformers.DINOv3ViTConfig(hidden_size=64, intermediate_size=128,
+                                                               num_hidden_layers=1, num_attention_heads=2,
+                                                               patch_size=16, image_size=32))
     spec = {"image_size": 32, "channels": 3}
     a, b = inputs.batch(vit, spec, 2, 7, "cpu", torch.float32), inputs.batch(vit, spec, 2, 7, "cpu", torch.float32)
     assert list(a) == ["pixel_values"] and a["pixel_values"].shape == (2, 3, 32, 32)
@@ -231,7 +233,8 @@ def test_transformers_jobs_are_built_from_the_inputs_table():
     assert (job["engine"], job["mode"], job["architectures"], job["family"]) == (
         "transformers", "eager", ["BitNetForCausalLM"], "llm")
     c = job["correctness"]
-    assert [len(p) for p in c["prompts"]] == [16] * 4 and c["max_tokens"] == 8 and [len(t) for t in c["teacher"]] == [24] * 2
+    assert [len(p) for p in c["prompts"]] == [16] * 4 and c["max_tokens"] == 8
+    assert [len(t) for t in c["teacher"]] == [24] * 2
     assert {k: len(w["prompts"]) for k, w in job["perf"]["throughput"].items()} == {"batch1": 1, "batch4": 4}
     assert list(job["perf"]["latency"]) == ["batch1"] and job["perf"]["repeats"] == 3
     assert scenarios.build_job(bitnet, "/m", "eager", quick=4, engine="transformers")["perf"]["repeats"] == 1

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-
 pytestmark = [pytest.mark.engine,
-              pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")]
+              pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                 reason="transformers is not installed")]
 
 
 def fk(tmp_path, command, *args, env=None):
@@ -73,15 +73,16 @@ def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tm
 
 
 def test_passthrough_gives_the_stock_outputs_bit_for_bit(tmp_path):
-    p, res, _ = fk(tmp_path, "run", "--plugins", "passthrough", "--scenario", "tiny-dinov3", "--scenario", "tiny-bitnet",
-                   "--scenario", "tiny-dinov3-bf16", "--allow-uncovered")
+    p, res, _ = fk(tmp_path, "run", "--plugins", "passthrough", "--scenario", "tiny-dinov3",
+                   "--scenario", "tiny-bitnet", "--scenario", "tiny-dinov3-bf16", "--allow-uncovered")
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     rows = {r["scenario"]: r for r in res["scenarios"]}
     dino, bitnet = rows["tiny-dinov3"], rows["tiny-bitnet"]
     assert dino["correctness"]["worst"]["max_abs"] == 0.0 and dino["evidence"]["slots"]["silu_and_mul"]["calls"] > 0
     bf16 = rows["tiny-dinov3-bf16"]["correctness"]
     assert bf16["worst"]["max_abs"] == 0.0 and bf16["worst"]["ratio_mean_abs"] == bf16["worst"]["ratio_max_abs"] == 1.0
-    assert all(r["reference"]["err_c_mean_abs"] == r["reference"]["err_b_mean_abs"] > 0 for r in bf16["outputs"].values())
+    assert all(r["reference"]["err_c_mean_abs"] == r["reference"]["err_b_mean_abs"] > 0
+               for r in bf16["outputs"].values())
     assert bitnet["correctness"]["teacher_forced"]["max_abs"] == 0.0
     assert bitnet["correctness"]["tokens"]["identical"] == bitnet["correctness"]["tokens"]["requests"]
     assert bitnet["evidence"]["slots"]["rms_norm"]["calls"] > 0

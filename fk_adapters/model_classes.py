@@ -1,8 +1,9 @@
-"""ColBERTv2 (``HF_ColBERT``): a BERT body and a bias-free linear head to ``dim`` per token, L2-normalised.
+"""The class that builds a checkpoint's architecture: transformers' own, or one fk defines where the checkpoint's class
+is not in transformers. The weights writer seeds and saves with it; the transformers engine loads and serves with it.
 
-It is the checkpoint's own class (``colbert-ir/colbertv2.0``, tensors ``bert.*`` and ``linear.weight``), not
-a transformers class, so fk builds it here from transformers' ``BertModel``: the weights writer seeds and
-saves it, the transformers host loads and serves it like any other model.
+fk's own: ColBERTv2 (``HF_ColBERT``), a BERT body and a bias-free linear head to ``dim`` per token, L2-normalised.
+It is the checkpoint's own class (``colbert-ir/colbertv2.0``, tensors ``bert.*`` and ``linear.weight``), built here
+from transformers' ``BertModel``.
 """
 from __future__ import annotations
 
