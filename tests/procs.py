@@ -1,5 +1,6 @@
 """Test helpers: the processes of an engine run, and waiting for a condition."""
 import os
+import signal
 import time
 
 
@@ -28,3 +29,11 @@ def wait_for(cond, timeout: float, what: str):
             return got
         time.sleep(0.1)
     raise AssertionError(f"not within {timeout:.0f} s: {what}")
+
+
+def as_from_a_terminal():
+    """``preexec_fn`` for a process under test: SIGINT, SIGTERM and SIGHUP as a terminal's shell leaves them (a
+    background job of a script, or anything under nohup, such as CI, inherits some ignored, and fk keeps a signal it
+    was started with ignored)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)

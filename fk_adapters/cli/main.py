@@ -67,11 +67,12 @@ def main(argv: list[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _stopping_on(signals):
-    """Turn ``signals`` into ``Stopped`` while fk runs (main thread only), then restore their handlers."""
+    """Turn ``signals`` into ``Stopped`` while fk runs (main thread only), then restore their handlers. A signal fk
+    was started with ignored stays ignored (``nohup fk run ...`` outlives its terminal's SIGHUP)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = {sig: signal.signal(sig, _stop) for sig in signals}
+    before = {sig: signal.signal(sig, _stop) for sig in signals if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:

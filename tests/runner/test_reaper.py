@@ -8,7 +8,7 @@ import textwrap
 import time
 
 import pytest
-from procs import processes_of, wait_for
+from procs import as_from_a_terminal, processes_of, wait_for
 
 from fk_adapters.runner import reaper
 
@@ -40,7 +40,7 @@ def test_no_engine_process_survives_fk(tmp_path, sig):
     (tmp_path / "fk_like.py").write_text(textwrap.dedent(FK))
     run_dir = str(tmp_path / "run")
     fk = subprocess.Popen([sys.executable, str(tmp_path / "fk_like.py"), run_dir, str(tmp_path)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=as_from_a_terminal)
     try:
         wait_for(lambda: len(processes_of(run_dir)) >= 3, 60, "the engine and its two helpers")
         time.sleep(0.5)  # the reaper has seen them
@@ -58,3 +58,22 @@ def test_the_reaper_ends_with_the_engine(tmp_path):
     r = reaper.start(engine.pid)
     engine.wait()
     assert r.wait(10) == 0
+
+
+def test_a_signal_fk_was_started_with_ignored_stays_ignored(tmp_path):
+    """``nohup fk run ...``: the terminal's SIGHUP must not stop fk, nor its engine."""
+    (tmp_path / "hanging_engine.py").write_text(textwrap.dedent(HANGING_ENGINE))
+    (tmp_path / "fk_like.py").write_text(textwrap.dedent(FK))
+    run_dir = str(tmp_path / "run")
+    fk = subprocess.Popen([sys.executable, str(tmp_path / "fk_like.py"), run_dir, str(tmp_path)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        wait_for(lambda: len(processes_of(run_dir)) >= 3, 60, "the engine and its two helpers")
+        fk.send_signal(signal.SIGHUP)
+        time.sleep(2)
+        assert fk.poll() is None and len(processes_of(run_dir)) >= 3
+    finally:
+        fk.kill()
+        fk.wait()
+        wait_for(lambda: not processes_of(run_dir), 10, "the engine gone with fk (the reaper)")

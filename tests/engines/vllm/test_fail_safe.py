@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from procs import processes_of, wait_for
+from procs import as_from_a_terminal, processes_of, wait_for
 
 pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
@@ -28,7 +28,8 @@ def test_no_engine_process_survives_fk_while_a_kernel_hangs(tmp_path, sig):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "fk_adapters.cli.main", "run", "--plugins", "hang", "--scenario", "tiny-llama",
            "--quick", "--out", str(out), "--model-cache", str(tmp_path / "models"), "--timeout", "900"]
-    fk = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    fk = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=as_from_a_terminal)
     candidate = out / "logs" / "tiny-llama" / "candidate"
     try:
         # the plugin installed in the candidate's driver and EngineCore processes, whose first forward then hangs
