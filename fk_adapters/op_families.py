@@ -1,6 +1,6 @@
 """GPU kernel names sorted into op families, and each family's share of device time.
 
-The families name what a slot would have to cover: three are the catalog's (``SLOT_FAMILIES``),
+The families name what a slot would have to cover: five are the catalog's (``SLOT_FAMILIES``),
 the rest are where the catalog could grow. A kernel is put in the first family whose pattern
 its name matches (case-insensitive), so the more specific patterns come first.
 """
@@ -25,7 +25,7 @@ FAMILIES: list[tuple[str, str]] = [
     ("copy / elementwise", r"copy|memcpy|memset|fill|elementwise|vectorized|unrolled|cat_|transpose|cast"),
 ]
 SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "activation": ("silu_and_mul", "gelu_and_mul"),
-                 "rotary": ("rotary_embedding",)}
+                 "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",)}
 OTHER = "other"
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES]
 

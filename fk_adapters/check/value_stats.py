@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 
 FIRST, EVERY = 8, 64
-FIXED = ("positions", "cos_sin_cache")  # tables and indices, not activations: neither recorded nor rescaled
+# Tables, indices and expert weight stacks, not activations: neither recorded (a sampled call would copy a whole
+# expert stack to float32) nor rescaled.
+FIXED = ("positions", "cos_sin_cache", "topk_ids", "topk_weights", "w13", "w2")
 # The device vector of one argument: sums first (added), then maxima (kept).
 _SUMS = ("sum", "sumsq", "zeros")
 _MAXES = ("abs_max", "rms_max", "neg_rms_min")

@@ -144,7 +144,7 @@ def _call_for(slot):
     return rms_layer(), (x, torch.randn(3, 8) if slot == "fused_add_rms_norm" else None, None)
 
 
-@pytest.mark.parametrize("slot", sorted(SLOTS))
+@pytest.mark.parametrize("slot", sorted(targets.by_slot()))
 @pytest.mark.parametrize("extra_args, extra_kwargs, why", [
     ((), {"quant_linear": object()}, "unknown argument 'quant_linear'"),  # SGLang 0.5.23's RMSNorm.forward_cuda
     ((object(),), {}, "positional arguments, knows"),
@@ -453,7 +453,7 @@ def _ref_layer(slot, case_args):
     return layer, (pos, q, k), {}
 
 
-@pytest.mark.parametrize("slot", sorted(SLOTS))
+@pytest.mark.parametrize("slot", sorted(targets.by_slot()))
 def test_hooked_call_through_a_real_op_matches_the_reference(slot):
     """The reference kernel behind ops.wrap, entered through the hook, gives the reference result."""
     from fk_adapters import ops
