@@ -121,7 +121,8 @@ def linear_class(base, ops: dict):
                 return super().process_weights_after_loading(layer)
             # the slot takes the weight: keep it next to the engine's packed handle (2x weights, CPU only)
             compat.keep_weight_cpu_linear(layer)
-            natives.remember((layer.weight,), layer.cpu_linear)
+            if hasattr(layer, "cpu_linear"):  # none for a 3-D weight (Mamba's conv1d): not a GEMM, never applied
+                natives.remember((layer.weight,), layer.cpu_linear)
 
         def apply(self, layer, x, bias=None):  # traced under torch.compile: no Python side effects here
             y = op(x.reshape(-1, x.shape[-1]), layer.weight, bias)
