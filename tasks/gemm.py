@@ -51,6 +51,9 @@ GEMM = Slot(
                  "QKVParallelLinear, RowParallelLinear; vllm.model_executor.layers.linear) through "
                  "PluggableLayer.register_oot, where quant_method is exactly UnquantizedLinearMethod "
                  "(a quantized layer stays stock); leading dims of x flattened to T",),
+        "sglang": ("UnquantizedLinearMethod.apply (sglang.srt.layers.quantization.unquant), AROUND hook: every "
+                   "LinearBase layer built with the unquantized method; lm_head (LogitsProcessor's own matmul) and "
+                   "quantized layers stay stock",),
         "transformers": ("forward(x) of each module whose type is exactly torch.nn.Linear, per instance; "
                          "leading dims of x flattened to T",),
     },

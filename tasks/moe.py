@@ -118,6 +118,9 @@ FUSED_MOE = Slot(
         "vllm": ("CustomOp 'unquantized_fused_moe' (UnquantizedFusedMoEMethod, vllm.model_executor.layers.fused_moe) "
                  "through CustomOp.register_oot, its forward after routing (non-monolithic paths; monolithic ones "
                  "stay stock)",),
+        "sglang": ("UnquantizedFusedMoEMethod.forward_cuda (sglang.srt.layers.quantization.unquant), AROUND hook, "
+                   "on the Triton runner backend with standard top-k output (triton_kernels, FlashInfer, DeepGEMM, "
+                   "aiter backends and expert parallel stay stock); routed_scaling_factor passed to the slot",),
         "transformers": ("forward of each experts module decorated with @use_experts_implementation (MixtralExperts, "
                          "Qwen3MoeExperts, Qwen3NextExperts, DeepseekV3Experts, GptOssExperts), per instance, "
                          "when the slot agrees with the module's own forward on a seeded input",),

@@ -8,7 +8,6 @@ from fk_adapters import op_families
 from fk_adapters.tasks import SLOTS
 
 EXPECTED = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe"}
-NOT_YET_IN_SGLANG = {"gemm", "fused_moe"}  # issue 29: their SGLang entries come in a later step
 
 
 def test_catalog_has_the_required_slots_with_engine_entries():
@@ -16,7 +15,7 @@ def test_catalog_has_the_required_slots_with_engine_entries():
     for s in SLOTS.values():
         assert s.signature.startswith(s.name + "(") and s.schema and s.cases
         assert "vllm" in s.entries and set(s.entries) <= {"vllm", "sglang", "transformers"} and all(s.entries.values())
-        assert ("sglang" in s.entries) == (s.name not in NOT_YET_IN_SGLANG)
+        assert "sglang" in s.entries
 
 
 def test_every_slot_covers_an_op_family():
