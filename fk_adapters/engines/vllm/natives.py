@@ -90,6 +90,7 @@ def _cpu_moe_pack(w13, w2, activation):
     from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts as cls
 
     pad = 0 if activation.startswith("swigluoai") else -(w13.shape[1] // 2) % cls._intermediate_alignment()
+    w13, w2 = w13.contiguous(), w2.contiguous()  # the transformers host hands GPT-OSS's experts over transposed
     if pad:
         w13, w2 = _padded(w13, w2, pad)
     return ops.cpu_prepack_moe_weight(w13, cls.isa), ops.cpu_prepack_moe_weight(w2, cls.isa), cls.isa, pad
@@ -105,6 +106,19 @@ def _padded_bias(b13, pad: int):
 
 def fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weight_on_input, w13_bias, w2_bias,
               alpha, limit, routed_scaling_factor):
+    # ids outside [0, E) (padded rows) route nowhere: vLLM's kernels would read out of bounds; on device, no sync
+    valid = (topk_ids >= 0) & (topk_ids < w13.shape[0])
+    topk_ids = torch.where(valid, topk_ids, 0)
+    topk_weights = torch.where(valid, topk_weights, 0)
+    out = _fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weight_on_input, w13_bias,
+                     w2_bias, alpha, limit)
+    if apply_router_weight_on_input:  # k == 1: a row routed nowhere gets 0, not its expert's response to 0
+        out = torch.where(valid.any(-1, keepdim=True), out, 0)
+    return out if routed_scaling_factor == 1.0 else out * routed_scaling_factor
+
+
+def _fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weight_on_input, w13_bias, w2_bias,
+               alpha, limit):
     if apply_router_weight_on_input:  # vLLM's prepare step scales the input (k == 1), the kernel then skips it
         x = (x * topk_weights.to(x.dtype)).contiguous()
     if x.device.type == "cpu":
@@ -112,6 +126,7 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weigh
 
         p13, p2, isa, pad = _state_for((w13, w2), lambda: _cpu_moe_pack(w13, w2, activation))
         out = torch.empty_like(x)
+        topk_ids = topk_ids.to(torch.int32)  # the kernel's ids (the slot's may be int64, as HF's router gives)
         if apply_router_weight_on_input:  # the kernel then writes to topk_weights: the slot's inputs stay as given
             topk_weights = topk_weights.clone()
         ops.cpu_fused_moe(out, x, p13, p2, _padded_bias(w13_bias, pad), w2_bias, topk_weights, topk_ids, activation,
@@ -126,7 +141,7 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weigh
             config = biased_moe_quant_config(w13_bias, w2_bias, gemm1_alpha=alpha, gemm1_clamp_limit=limit)
         out = fused_experts(x, w13, w2, topk_weights, topk_ids, activation=MoEActivation(activation),
                             apply_router_weight_on_input=apply_router_weight_on_input, quant_config=config)
-    return out if routed_scaling_factor == 1.0 else out * routed_scaling_factor
+    return out
 
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
                                          gemm, fused_moe)}
