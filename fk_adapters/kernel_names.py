@@ -1,12 +1,12 @@
 """Which profiler kernel names can prove that a plugin's kernel ran.
 
 A declared name counts only when (a) the plugin's own distribution defines it (a ``@triton.jit`` function in its
-Python modules, or a symbol in one of its shared libraries), or the published library the kernel names as its
-``kernel_library`` does and the plugin's distribution requires that library, (b) the stock engine does not launch a kernel of that
-name (the baseline's own profile of the same job, and the names committed in ``native_kernels.json``), and (c) no
-other installed slot declares it too. A profiled kernel matches a name exactly: its qualified name
-(``vllm::rms_norm_kernel``) or that name's last part (``rms_norm_kernel``), never a substring, so
-``rms_norm_kernel`` cannot match ``fused_add_rms_norm_kernel``.
+Python modules, or a symbol in one of its shared libraries), or the published library named as the kernel's
+``kernel_library`` does and the plugin's distribution requires that library, (b) the stock engine does not
+launch a kernel of that name (the baseline's own profile of the same job, and the names committed in
+``native_kernels.json``), and (c) no other installed slot declares it too. A profiled kernel matches a name exactly:
+its qualified name (``vllm::rms_norm_kernel``) or that name's last part (``rms_norm_kernel``), never a substring,
+so ``rms_norm_kernel`` cannot match ``fused_add_rms_norm_kernel``.
 """
 from __future__ import annotations
 
