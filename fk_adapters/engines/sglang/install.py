@@ -83,6 +83,15 @@ def _linear_backend_why() -> str:
         return ""
 
 
+def _lm_head_why() -> str:
+    from sglang.srt.server_args import get_global_server_args
+
+    try:
+        return "rl_on_policy_target" if get_global_server_args().rl_on_policy_target is not None else ""
+    except ValueError:  # not published: not a server
+        return ""
+
+
 def _point_runtime() -> None:
     try:
         from sglang.srt.layers.moe.token_dispatcher.standard import StandardCombineInput
@@ -91,6 +100,7 @@ def _point_runtime() -> None:
         return
     targets.Runtime.combine = staticmethod(StandardCombineInput)
     targets.Runtime.linear_backend_why = staticmethod(_linear_backend_why)
+    targets.Runtime.lm_head_why = staticmethod(_lm_head_why)
 
 
 def _register(hooks, t: targets.Target, mine: dict) -> str:

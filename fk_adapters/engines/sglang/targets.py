@@ -63,6 +63,7 @@ class Runtime:
 
     batch_invariant: Callable[[], bool] = staticmethod(lambda: False)
     linear_backend_why: Callable[[], str] = staticmethod(lambda: "")  # a non-default GEMM backend (aiter, cutedsl)
+    lm_head_why: Callable[[], str] = staticmethod(lambda: "")  # a server arg that changes the head's GEMM
     combine: Callable = staticmethod(lambda hidden_states: (hidden_states,))  # SGLang's StandardCombineInput
 
 
@@ -199,6 +200,35 @@ def gemm(ops, method, layer, x, bias=None):
     return y.reshape(x.shape[:-1] + y.shape[-1:])
 
 
+_PLAIN_HEAD_METHODS = ("UnquantizedEmbeddingMethod", "UnquantizedLinearMethod")
+
+
+def lm_head(ops, processor, hidden_states, lm_head, embedding_bias=None):
+    """LogitsProcessor._compute_lm_head(hidden_states, lm_head, embedding_bias=None) -> logits [T, V_padded].
+
+    Only its plain branch routes (an unquantized head's ``hidden_states @ lm_head.weight.T``, which ignores
+    ``embedding_bias`` as stock does); LoRA, fp32 heads, quantized heads and the RL on-policy cast stay stock."""
+    op = ops.get("gemm")
+    if op is None:
+        return Stock("gemm")
+    method = type(getattr(lm_head, "quant_method", None)).__name__
+    w = getattr(lm_head, "weight", None)
+    why = (("LoRA head" if hasattr(lm_head, "set_lora") else "")
+           or ("" if method in _PLAIN_HEAD_METHODS else f"lm_head quant_method {method}")
+           or ("no weight" if w is None else "")
+           or ("fp32 lm_head" if getattr(processor, "use_fp32_lm_head", False) else "")
+           or ("Intel AMX" if getattr(lm_head, "use_intel_amx_backend", False) else "")
+           or Runtime.lm_head_why())
+    if not why:
+        w = getattr(w, "data", w)
+        why = (("empty input" if hidden_states.numel() == 0 else "")
+               or ("" if hidden_states.dim() == 2 else "hidden_states not [T, H]")
+               or ("" if str(w.dtype) in _FLOATS and w.dtype == hidden_states.dtype
+                   else f"hidden {hidden_states.dtype}, weight {w.dtype}")
+               or ("batch-invariant mode" if Runtime.batch_invariant() else ""))
+    return Stock("gemm", why) if why else op(hidden_states, w, None)
+
+
 # ------------------------------------------------------------------------------------------------------ fused_moe
 def moe_method_why(method, layer) -> str:
     """Why an ``UnquantizedFusedMoEMethod`` layer's forward cannot take the slot ("" if it can)."""
@@ -263,6 +293,8 @@ TARGETS: tuple[Target, ...] = (
     Target(_L + "rotary_embedding.base.RotaryEmbedding", ("rotary_embedding",), rotary_embedding, rotary_layer_check),
     Target(_L + "quantization.unquant.UnquantizedLinearMethod", ("gemm",), gemm, method="apply",
            init_cls=_L + "linear.LinearBase", built=linear_built),
+    Target(_L + "logits_processor.LogitsProcessor", ("gemm",), lm_head, method="_compute_lm_head",
+           built=lambda processor: ""),
     Target(_L + "quantization.unquant.UnquantizedFusedMoEMethod", ("fused_moe",), fused_moe,
            init_cls=_L + "moe.fused_moe_triton.layer.FusedMoE", built=moe_built),
 )
@@ -280,13 +312,17 @@ KNOWN_NOT_ROUTED: dict[str, str] = {
     _L + "rotary_embedding.rope_variant.Phi3LongRoPEScaledRotaryEmbedding": "plain nn.Module",
     "sglang.srt.models.glm4v.Glm4vRMSNorm": "overrides forward",
     "sglang.srt.models.gemma3n_causal.Gemma3nRMSNorm": "overrides forward",
-    _L + "logits_processor.LogitsProcessor": "lm_head: a plain matmul in _compute_lm_head, not the linear method",
     _L + "moe.ep_moe.layer.DeepEPMoE": "all-to-all expert parallel: its own forward",
 }
 
 
 def by_slot() -> dict[str, Target]:
-    return {s: t for t in TARGETS for s in t.slots}
+    """The first target of each slot (gemm has a second one: the logits processor's lm_head)."""
+    out: dict[str, Target] = {}
+    for t in TARGETS:
+        for s in t.slots:
+            out.setdefault(s, t)
+    return out
 
 
 def layer_reason(target: Target, layer, hooked: Callable, host_forward: Callable) -> str:

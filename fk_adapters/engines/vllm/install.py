@@ -34,12 +34,14 @@ def _targets():
     from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
     return [([RMSNorm], ("rms_norm", "fused_add_rms_norm"), layers.rms_norm_class),
             ([SiluAndMul], ("silu_and_mul",), layers.silu_and_mul_class),
             ([GeluAndMul], ("gelu_and_mul",), layers.gelu_and_mul_class),
             (_rotary_classes(), ("rotary_embedding",), layers.rotary_class),
             ([getattr(linear, name) for name in LINEAR_CLASSES], ("gemm",), layers.linear_class),
+            ([ParallelLMHead], ("gemm",), layers.lm_head_class),
             ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class)]
 
 

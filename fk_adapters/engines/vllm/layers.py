@@ -103,6 +103,35 @@ def rotary_class(base, ops: dict):
 
 
 # ----------------------------------------------------------------------------------------------------------- gemm
+def _gemm_apply(op):
+    def apply(self, layer, x, bias=None):  # traced under torch.compile: no Python side effects here
+        y = op(x.reshape(-1, x.shape[-1]), layer.weight, bias)
+        return y.reshape(x.shape[:-1] + y.shape[-1:])
+
+    return apply
+
+
+def _method_swapping_layer(base, stock_method, fk_method):
+    """A ``base`` subclass whose layers built with exactly ``stock_method`` get ``fk_method`` (its GEMM in the slot);
+    any other method (a quantized layer) stays, counted as left stock with its class name."""
+
+    class FkLayer(base):
+        _fk_drift = ""  # set by install: why no layer of this vLLM can route
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)  # 0.32's method reads the vLLM config: build ours here, not earlier
+            method = type(self.quant_method)
+            why = self._fk_drift or ("" if method is stock_method else f"quant_method {method.__name__}")
+            if not why:
+                self.quant_method = fk_method()
+            probe.layer_built(("gemm",), why or None)
+
+    FkLayer._fk_params = calls.Params.of(fk_method.apply, skip=1)
+    FkLayer._fk_drift_of = (stock_method, ("apply",))  # where the GEMM is: the method, not forward
+    FkLayer._fk_pluggable = True  # a PluggableLayer, not a CustomOp
+    return FkLayer
+
+
 def linear_class(base, ops: dict):
     """A linear layer class whose unquantized layers run their GEMM through the 'gemm' op.
 
@@ -110,8 +139,6 @@ def linear_class(base, ops: dict):
     one whose ``apply`` calls the op); a quantized layer keeps its method and is counted as left stock. vLLM's TP
     logic, bias handling and weight loading stay the layer's own."""
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
-
-    op = ops["gemm"]
 
     class FkUnquantizedLinearMethod(UnquantizedLinearMethod):
         def process_weights_after_loading(self, layer):
@@ -124,25 +151,25 @@ def linear_class(base, ops: dict):
             if hasattr(layer, "cpu_linear"):  # none for a 3-D weight (Mamba's conv1d): not a GEMM, never applied
                 natives.remember((layer.weight,), layer.cpu_linear)
 
-        def apply(self, layer, x, bias=None):  # traced under torch.compile: no Python side effects here
-            y = op(x.reshape(-1, x.shape[-1]), layer.weight, bias)
-            return y.reshape(x.shape[:-1] + y.shape[-1:])
+        apply = _gemm_apply(ops["gemm"])
 
-    class FkLinear(base):
-        _fk_drift = ""  # set by install: why no layer of this vLLM can route
+    return _method_swapping_layer(base, UnquantizedLinearMethod, FkUnquantizedLinearMethod)
 
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)  # 0.32's method reads the vLLM config: build ours here, not earlier
-            method = type(self.quant_method)
-            why = self._fk_drift or ("" if method is UnquantizedLinearMethod else f"quant_method {method.__name__}")
-            if not why:
-                self.quant_method = FkUnquantizedLinearMethod()
-            probe.layer_built(("gemm",), why or None)
 
-    FkLinear._fk_params = calls.Params.of(FkUnquantizedLinearMethod.apply, skip=1)
-    FkLinear._fk_drift_of = (UnquantizedLinearMethod, ("apply",))  # where the GEMM is: the method, not forward
-    FkLinear._fk_pluggable = True  # a PluggableLayer, not a CustomOp
-    return FkLinear
+def lm_head_class(base, ops: dict):
+    """``ParallelLMHead`` whose logits GEMM (``UnquantizedEmbeddingMethod.apply``, called by the logits processor)
+    runs through the 'gemm' op; the weight is the padded vocab's, as stock's."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    class FkUnquantizedEmbeddingMethod(UnquantizedEmbeddingMethod):
+        def process_weights_after_loading(self, layer):
+            super().process_weights_after_loading(layer)  # on a CPU: the packed handle, the weight kept
+            if hasattr(layer, "cpu_linear"):
+                natives.remember((layer.weight,), layer.cpu_linear)
+
+        apply = _gemm_apply(ops["gemm"])
+
+    return _method_swapping_layer(base, UnquantizedEmbeddingMethod, FkUnquantizedEmbeddingMethod)
 
 
 # ------------------------------------------------------------------------------------------------------ fused_moe

@@ -63,6 +63,40 @@ def test_gemm_a_non_default_backend_goes_stock():
     assert list(probe.not_routed) == ["gemm (call: bf16 GEMM backend cutedsl)"]
 
 
+def _head_target():
+    (t,) = [t for t in targets.TARGETS if t.method == "_compute_lm_head"]
+    return t
+
+
+def _head(method="UnquantizedEmbeddingMethod", **kw):
+    cls = type(method, (), {})
+    return types.SimpleNamespace(weight=torch.nn.Parameter(torch.randn(10, 8)), quant_method=cls(), **kw)
+
+
+def test_lm_head_routes_the_plain_head_through_gemm_without_the_bias():
+    seen = []
+    hook = targets.make_hook(_head_target(), {"gemm": lambda x, w, b: seen.append((x, w, b)) or x @ w.T})
+    head, h = _head(), torch.randn(3, 8)
+    logits = hook(_stock, types.SimpleNamespace(use_fp32_lm_head=False), h, head, torch.randn(10))
+    torch.testing.assert_close(logits, h @ head.weight.T)
+    assert seen[0][2] is None  # stock's plain branch ignores embedding_bias too
+
+
+@pytest.mark.parametrize("head_kw, proc_kw, h, why", [
+    ({"method": "Fp8LinearMethod"}, {}, torch.randn(3, 8), "lm_head quant_method Fp8LinearMethod"),
+    ({"set_lora": True}, {}, torch.randn(3, 8), "LoRA head"),
+    ({}, {"use_fp32_lm_head": True}, torch.randn(3, 8), "fp32 lm_head"),
+    ({"use_intel_amx_backend": True}, {}, torch.randn(3, 8), "Intel AMX"),
+    ({}, {}, torch.randn(3, 8, dtype=torch.float16), "hidden torch.float16, weight torch.float32"),
+    ({}, {}, torch.randn(2, 3, 8), "hidden_states not [T, H]"),
+])
+def test_lm_head_other_branches_stay_stock(head_kw, proc_kw, h, why):
+    method = head_kw.pop("method", "UnquantizedEmbeddingMethod")
+    hook = targets.make_hook(_head_target(), {"gemm": lambda *a: pytest.fail("routed")})
+    assert hook(_stock, types.SimpleNamespace(**proc_kw), h, _head(method, **head_kw)) == "stock"
+    assert any(why in k for k in probe.not_routed), probe.not_routed
+
+
 def test_linear_layers_are_counted_by_their_method():
     t = targets.by_slot()["gemm"]
     hook = targets.make_init_hook(t, ("gemm",), lambda: pytest.fail("not a layer class"))
