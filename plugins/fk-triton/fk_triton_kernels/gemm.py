@@ -15,7 +15,6 @@ import torch
 import triton
 import triton.language as tl
 
-
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per token-count bucket: few rows -> narrow, deep tiles, so that the
 # weight (the traffic of a decode step) streams through every SM; many rows -> wide tiles for the tensor cores.
