@@ -70,7 +70,8 @@ def test_every_slot_has_a_target_or_a_documented_reason():
     covered = set(targets.by_slot())
     assert covered | set(targets.UNCOVERED_SLOTS) == set(SLOTS)
     for t in targets.TARGETS:
-        assert t.path.startswith("sglang.srt.layers.") and t.path.endswith((".forward_cuda", ".apply", "._compute_lm_head"))
+        assert t.path.startswith("sglang.srt.layers.")
+        assert t.path.endswith((".forward_cuda", ".apply", "._compute_lm_head"))
         assert t.init_path.endswith(".__init__")
     assert targets.by_slot()["gemm"].path == "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
     assert targets.by_slot()["gemm"].init_path == "sglang.srt.layers.linear.LinearBase.__init__"

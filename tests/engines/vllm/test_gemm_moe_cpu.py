@@ -72,8 +72,9 @@ def test_capture_records_gemm_and_fused_moe(tmp_path):
     wl = json.loads((out / "tiny-mixtral" / "vllm.json").read_text())
     gemm, moe = wl["slots"]["gemm"], wl["slots"]["fused_moe"]
     assert all(r["calls"] > 0 for r in gemm + moe)
-    # tiny-mixtral: hidden 128, 4 heads + 2 kv heads of 32 (qkv N 256), 4 experts of intermediate 128, top-2
-    assert {tuple(r["args"][1]["shape"]) for r in gemm} == {(256, 128), (128, 128)}
+    # tiny-mixtral: hidden 128, 4 heads + 2 kv heads of 32 (qkv N 256), 4 experts of intermediate 128, top-2;
+    # the lm_head's vocab padded to 1024
+    assert {tuple(r["args"][1]["shape"]) for r in gemm} == {(256, 128), (128, 128), (1024, 128)}
     assert all(r["args"][0]["shape"][1] == 128 and r["args"][2] is None for r in gemm)
     for r in moe:
         x, w13, w2, tw, ti, act, on_input, b13, b2, alpha, limit, scale = r["args"]
