@@ -83,6 +83,26 @@ def test_recorder_samples_the_value_statistics_of_each_signature(monkeypatch):
     assert probe.snapshot()["value_stats"] == {}
 
 
+def test_no_values_are_recorded_while_the_driver_profiles(monkeypatch, tmp_path):
+    """The profiled steps' device time must be the engine's own: the driver's pause file stops the recording in
+    every process of the run, and only while it exists."""
+    from fk_adapters.engines.skeleton import Driver
+
+    monkeypatch.setenv(probe.ENV_RUN_DIR, str(tmp_path))
+    slot = SLOTS["silu_and_mul"]
+    args, names, seen = (torch.randn(3, 8),), slot.param_names(), {}
+
+    class Profiling(Driver):
+        def profile_steps(self, prompts, max_tokens):
+            value_stats.record(seen, "during", names, args, 1)
+            return [{"steps": len(prompts)}]
+
+    job = {"profile": {"requests": 2}, "correctness": {"prompts": [[1], [2], [3]]}}
+    assert Profiling.__new__(Profiling).profile(job) == [{"steps": 2}]
+    value_stats.record(seen, "after", names, args, 1)
+    assert list(seen) == ["after"] and not (tmp_path / value_stats.PAUSE_FILE).exists()
+
+
 def test_recorder_skips_the_rotary_tables():
     assert {"positions", "cos_sin_cache"} <= set(value_stats.FIXED)
     store = {}

@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 
 FIRST, EVERY = 8, 64
+# While this file exists in the run folder ($FK_RUN_DIR), no call is recorded: the driver's profiled steps, whose
+# device time must be the engine's own, not these reductions' (seen on an H100: a third of a capture's profile).
+PAUSE_FILE = "values-paused"
 # Tables, indices and expert weight stacks, not activations: neither recorded (a sampled call would copy a whole
 # expert stack to float32) nor rescaled.
 FIXED = ("positions", "cos_sin_cache", "topk_ids", "topk_weights", "w13", "w2")
@@ -35,6 +38,15 @@ def _vector(t):
                         (xf == 0).sum().double(), xf.abs().max().double(), rms.max(), -rms.min()])
 
 
+def paused() -> bool:
+    import os
+
+    from fk_adapters.probe import ENV_RUN_DIR
+
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    return bool(run_dir) and os.path.exists(os.path.join(run_dir, PAUSE_FILE))
+
+
 def _capturing_graph(t) -> bool:
     import torch
 
@@ -48,7 +60,7 @@ def record(store: dict, key: str, names: list[str], args, calls: int) -> None:
     """
     import torch
 
-    if not sampled(calls):
+    if not sampled(calls) or paused():
         return
     tensors = [(n, a) for n, a in zip(names, args) if n not in FIXED and isinstance(a, torch.Tensor)
                and a.is_floating_point() and a.numel()]

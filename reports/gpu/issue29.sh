@@ -31,8 +31,8 @@ case $1 in
       echo "=== $step $(date -u +%H:%M:%S)"
       case $step in
         gputests)
-          (cd /tmp && python3 -m pytest -q -p no:cacheprovider -m gpu "$REPO/tests/plugins/test_triton_gemm_moe.py" \
-            "$REPO/tests/engines/$ENGINE" 2>&1 | tail -30) > "$W/gputests.txt"; tail -3 "$W/gputests.txt" ;;
+          (cd "$REPO" && python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_gemm_moe.py \
+            "tests/engines/$ENGINE" 2>&1 | tail -30) > "$W/gputests.txt"; tail -3 "$W/gputests.txt" ;;
         tiny)
           $RUN --plugins triton --scenario tiny-llama --dtype bfloat16 --quick --interleave 0 --allow-uncovered \
             --out "$W/tiny" ;;
@@ -43,7 +43,7 @@ case $1 in
           $FK check --engine "$ENGINE" --plugins triton,passthrough --slots gemm,fused_moe \
             --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
         ab)
-          $RUN --plugins triton --scenario $SC --smoke --interleave 2 --out "$W/ab-triton" ;;
+          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --out "$W/ab-triton" ;;
         wrong)
           for p in wrong-moe wrong-gemm; do
             $RUN --plugins $p --scenario $SC --smoke --baseline-from "$W/ab-triton" --allow-uncovered --out "$W/ab-$p"
