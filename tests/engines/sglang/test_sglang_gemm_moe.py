@@ -135,6 +135,16 @@ def test_fused_moe_passes_sglangs_routing_and_config_and_returns_a_combine_input
     assert args[5:] == ("silu", True, b13, b2, 1.702, float("inf"), 2.5)
 
 
+def test_fused_moe_called_by_keyword_as_run_moe_core_does():
+    """FusedMoE.run_moe_core -> quant_method.apply(layer=..., dispatch_output=...) -> self.forward(layer=...,
+    dispatch_output=...): the hooked forward_cuda gets its arguments by keyword."""
+    seen = []
+    layer, d = fakes.moe_layer(), fakes.dispatch(torch.randn(3, 8))
+    out = _hook("fused_moe", lambda *a: seen.append(a) or a[0])(_stock, fakes.moe_method(), layer=layer,
+                                                                dispatch_output=d)
+    assert out[0] is d.hidden_states and seen[0][1] is layer.w13_weight and not probe.not_routed
+
+
 def test_fused_moe_gpt_oss_swiglu_is_the_swigluoai_activation():
     seen = []
     method = fakes.moe_method(gemm1_alpha=1.702, gemm1_clamp_limit=7.0)
