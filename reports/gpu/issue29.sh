@@ -7,10 +7,11 @@
 # Steps ($STEPS, in this order by default, each independent of a failed one before it):
 #   gputests  the GPU tests of the new slots (Triton kernels, the engine's natives) -> gputests.txt
 #   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: does every slot enter and run
-#   capture   fk46-mixtral served eagerly with --smoke workloads and --profile: each slot's calls and shapes, and
-#             device time per op family (coverage)
+#   capture   $CAPTURE (default fk46-mixtral fk46-llama-3.1) served eagerly with --smoke workloads and --profile:
+#             each slot's calls and shapes, and device time per op family (coverage)
 #   check     the Triton and passthrough gemm / fused_moe against the engine's own kernels on those shapes
-#   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, 2 engine processes a side)
+#   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, $AB_INTERLEAVE rounds: default
+#             2; 0: one engine process a side)
 #   wrong     fk-wrong's wrong-moe, then wrong-gemm, against ab's baseline runs: both must FAIL
 #   tfx       (vllm's site only) fk-vllm-moe, vLLM's Triton fused MoE, in the transformers host on tiny-mixtral
 set -u
@@ -37,8 +38,10 @@ case $1 in
           $RUN --plugins triton --scenario tiny-llama --dtype bfloat16 --quick --interleave 0 --allow-uncovered \
             --out "$W/tiny" ;;
         capture)
-          $FK capture --engine "$ENGINE" --scenario $SC --profile --smoke --model-cache $MODELS --timeout 900 \
-            --out "$W/fk46" ;;
+          for s in ${CAPTURE:-$SC fk46-llama-3.1}; do
+            $FK capture --engine "$ENGINE" --scenario "$s" --profile --smoke --model-cache $MODELS --timeout 900 \
+              --out "$W/fk46"
+          done ;;
         check)
           $FK check --engine "$ENGINE" --plugins triton,passthrough --slots gemm,fused_moe \
             --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
