@@ -65,23 +65,15 @@ _MOE_ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "swigluoai": "silu"}  # swig
 
 
 def _server_args_published() -> None:
-    """SGLang's Triton MoE reads the server args; outside a server (``fk check``) publish the defaults."""
-    import dataclasses
-
+    """SGLang's Triton MoE reads the server args; outside a server (``fk check``) publish a bare ``ServerArgs``
+    (no ``__post_init__``, which would resolve a model), which SGLang takes as a sentinel: reads see the class
+    defaults, as its own test kits do."""
     from sglang.srt.server_args import ServerArgs, get_global_server_args, set_global_server_args_for_scheduler
 
     try:
         get_global_server_args()
-        return
     except ValueError:
-        pass
-    defaults = ServerArgs.__new__(ServerArgs)  # no __post_init__: it would resolve a model
-    for f in dataclasses.fields(ServerArgs):
-        if f.default is not dataclasses.MISSING:
-            setattr(defaults, f.name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            setattr(defaults, f.name, f.default_factory())
-    set_global_server_args_for_scheduler(defaults)
+        set_global_server_args_for_scheduler(ServerArgs.__new__(ServerArgs))
 
 
 def fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weight_on_input, w13_bias, w2_bias,
