@@ -129,7 +129,8 @@ PAGED_ATTENTION = Slot(
     name="paged_attention",
     summary="causal GQA over the engine's paged KV cache (prefill, extend and decode rows in one call), into out",
     signature=("paged_attention(q: Tensor[T, Hq, D], k_cache: Tensor[NB, BS, Hkv, D], "
-               "v_cache: Tensor[NB, BS, Hkv, Dv], block_table: Tensor[B, MB] int32, seq_lens: Tensor[B] int32, query_start_loc: Tensor[B+1] int32, "
+               "v_cache: Tensor[NB, BS, Hkv, Dv], block_table: Tensor[B, MB] int32, seq_lens: Tensor[B] int32, "
+               "query_start_loc: Tensor[B+1] int32, "
                "max_query_len: int, scale: float, window_left: int, softcap: float, out: Tensor[T, Hq, Dv]) -> None"),
     schema=("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, Tensor query_start_loc, "
             "int max_query_len, float scale, int window_left, float softcap, Tensor(a!) out) -> ()"),
