@@ -88,3 +88,19 @@ def test_entry_points_when_installed():
         pytest.skip("fk-wrong is not installed (tested from the source tree)")
     eps = {ep.name: ep.value for ep in dist.entry_points if ep.group == "fk_adapters"}
     assert eps["wrong-gemm"] == "fk_wrong.gemm" and eps["wrong-moe"] == "fk_wrong.moe"
+
+
+def test_wrong_attention_is_off_everywhere_by_a_little():
+    from fk_wrong import attention as wrong_attention
+
+    from fk_adapters.tasks.attention import PAGED_ATTENTION
+
+    for index, case in enumerate(PAGED_ATTENTION.cases):
+        args = PAGED_ATTENTION.make_inputs(case, torch.float32, "cpu", torch.Generator().manual_seed(index))
+        (want,) = PAGED_ATTENTION.run_reference(args)
+        got = args[-1].clone()
+        wrong_attention.hot_attention(*args[:-1], got)
+        owned = int(args[5][-1])
+        assert torch.equal(got[owned:], want[owned:])  # rows no request owns: untouched by both
+        _plausible(got[:owned], want[:owned], 0.5)
+        assert (got[:owned] - want[:owned]).abs().amax() > 1e-3
