@@ -13,7 +13,9 @@ FAMILIES: list[tuple[str, str]] = [
     ("rms_norm", r"rms_?norm"),
     ("layer_norm", r"layer_?norm|layernorm|group_?norm|ln_fwd"),
     ("rotary", r"rotary|rope"),
-    ("moe", r"moe|expert|topk_?gating|router|grouped_?gemm|matmul_ogs"),  # ogs: triton_kernels' MoE matmul
+    # routing (top-k, grouped top-k, the fused gate) stays the engine's: its own family, outside the fused_moe slot
+    ("moe routing", r"topk_?gating|topk_?softmax|moe_?fused_?gate|grouped_?topk|router"),
+    ("moe", r"moe|expert|grouped_?gemm|matmul_ogs"),  # ogs: triton_kernels' MoE matmul
     ("ssm / linear attention", r"mamba|ssd_|selective|_scan|causal_conv|gated_delta|chunk_gla|kda|linear_attn|fla_"),
     ("attention", r"flash|fmha|attn|attention|mla_|paged|sdpa|merge_state"),
     ("activation", r"silu|gelu|swiglu|geglu|act_and_mul|relu|sigmoid|tanh"),
