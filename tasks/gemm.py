@@ -50,10 +50,12 @@ GEMM = Slot(
         "vllm": ("the unquantized linear layers (ReplicatedLinear, ColumnParallelLinear, MergedColumnParallelLinear, "
                  "QKVParallelLinear, RowParallelLinear; vllm.model_executor.layers.linear) through "
                  "PluggableLayer.register_oot, where quant_method is exactly UnquantizedLinearMethod "
-                 "(a quantized layer stays stock); leading dims of x flattened to T",),
+                 "(a quantized layer stays stock), and the lm_head (ParallelLMHead, its UnquantizedEmbeddingMethod."
+                 "apply, padded vocab); leading dims of x flattened to T",),
         "sglang": ("UnquantizedLinearMethod.apply (sglang.srt.layers.quantization.unquant), AROUND hook: every "
-                   "LinearBase layer built with the unquantized method; lm_head (LogitsProcessor's own matmul) and "
-                   "quantized layers stay stock",),
+                   "LinearBase layer built with the unquantized method (quantized layers stay stock)",
+                   "LogitsProcessor._compute_lm_head (sglang.srt.layers.logits_processor), AROUND hook: the lm_head's "
+                   "plain matmul (LoRA, fp32 and quantized heads stay stock)"),
         "transformers": ("forward(x) of each module whose type is exactly torch.nn.Linear, per instance; "
                          "leading dims of x flattened to T",),
     },
