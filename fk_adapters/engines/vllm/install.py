@@ -82,7 +82,28 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     """
     wrapped = install_common.wrap_chosen(chosen, NATIVES)
     hosts = [((base, build), slots) for classes, slots, build in _targets() for base in classes]
-    return install_common.enter(chosen, wrapped, hosts, lambda host, mine: _register(*host, mine, chosen))
+    entered = install_common.enter(chosen, {s: op for s, op in wrapped.items() if s != "paged_attention"}, hosts,
+                                   lambda host, mine: _register(*host, mine, chosen))
+    if "paged_attention" in wrapped:
+        entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen)]
+    return entered
+
+
+def _register_attention(op, chosen: dict) -> str:
+    """The attention backend whose impl calls ``op``: in CPU_ATTN's place on a CPU build (which ignores a selected
+    backend), else as CUSTOM, which the candidate's driver selects for full-attention layers."""
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    from fk_adapters.engines.vllm import attention
+
+    attention.OPS[attention.SLOT] = op
+    attention.CHECK[0] = lambda: safety.check({attention.SLOT: chosen[attention.SLOT]}, *engine_modes())
+    cpu = current_platform.is_cpu()
+    name = "FkCPUAttentionBackend" if cpu else "FkFlashAttentionBackend"
+    register_backend(AttentionBackendEnum.CPU_ATTN if cpu else AttentionBackendEnum.CUSTOM,
+                     f"{attention.__name__}.{name}")
+    return f"{'CPU_ATTN' if cpu else 'CUSTOM'} attention backend ({name}: the in-tree one, its impl's forward)"
 
 
 def _register(base, build, mine: dict, chosen: dict) -> str:
