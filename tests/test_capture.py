@@ -94,12 +94,12 @@ def test_no_values_are_recorded_while_the_driver_profiles(monkeypatch, tmp_path)
 
     class Profiling(Driver):
         def profile_steps(self, prompts, max_tokens):
-            value_stats.record(seen, "during", names, args, 1)
+            value_stats.record(seen, "during", names, args, 1, probe.run_dir())
             return [{"steps": len(prompts)}]
 
     job = {"profile": {"requests": 2}, "correctness": {"prompts": [[1], [2], [3]]}}
     assert Profiling.__new__(Profiling).profile(job) == [{"steps": 2}]
-    value_stats.record(seen, "after", names, args, 1)
+    value_stats.record(seen, "after", names, args, 1, probe.run_dir())
     assert list(seen) == ["after"] and not (tmp_path / value_stats.PAUSE_FILE).exists()
 
 

@@ -38,12 +38,10 @@ def _vector(t):
                         (xf == 0).sum().double(), xf.abs().max().double(), rms.max(), -rms.min()])
 
 
-def paused() -> bool:
+def paused(run_dir: str | None) -> bool:
+    """Whether the driver of the run in ``run_dir`` ($FK_RUN_DIR) has paused the recording."""
     import os
 
-    from fk_adapters.probe import ENV_RUN_DIR
-
-    run_dir = os.environ.get(ENV_RUN_DIR)
     return bool(run_dir) and os.path.exists(os.path.join(run_dir, PAUSE_FILE))
 
 
@@ -53,14 +51,14 @@ def _capturing_graph(t) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def record(store: dict, key: str, names: list[str], args, calls: int) -> None:
+def record(store: dict, key: str, names: list[str], args, calls: int, run_dir: str | None = None) -> None:
     """Add the floating tensors of one call to ``store[key][name]`` if this call is sampled.
 
     ``store[key][name]`` is ``[elements, sampled calls, device vector]``.
     """
     import torch
 
-    if not sampled(calls) or paused():
+    if not sampled(calls) or paused(run_dir):
         return
     tensors = [(n, a) for n, a in zip(names, args) if n not in FIXED and isinstance(a, torch.Tensor)
                and a.is_floating_point() and a.numel()]

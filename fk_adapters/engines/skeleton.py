@@ -101,11 +101,11 @@ class Driver:
 
     def profile(self, job: dict) -> list[dict]:
         """The profiled steps, with fk capture's value statistics paused in every engine process meanwhile."""
+        from fk_adapters import probe
         from fk_adapters.check.value_stats import PAUSE_FILE
-        from fk_adapters.probe import ENV_RUN_DIR
 
         p = job["profile"]
-        marker = os.path.join(os.environ[ENV_RUN_DIR], PAUSE_FILE) if os.environ.get(ENV_RUN_DIR) else ""
+        marker = os.path.join(probe.run_dir(), PAUSE_FILE) if probe.run_dir() else ""
         if marker:
             open(marker, "w").close()
         try:
