@@ -124,3 +124,31 @@ def weight(shape, gen, device, stats: dict | None):
 
     w = torch.randn(tuple(shape), generator=gen, dtype=torch.float64, device=device)
     return stats["mean"] + stats["std"] * w if stats else 1.0 + 0.2 * w
+
+
+def attention_metadata(sig: dict, gen, device) -> dict:
+    """A block table, key counts and query starts that agree with each other and with the captured shapes
+    (``sig``: the signature by argument name): the T query rows shared by the B requests, none over max_query_len,
+    each request's keys within its block-table row and the cache, distinct blocks, block 0 left as the null block."""
+    import torch
+
+    b, t = sig["seq_lens"]["shape"][0], sig["q"]["shape"][0]
+    rows_per_table, (n_blocks, bs) = sig["block_table"]["shape"][1], sig["k_cache"]["shape"][:2]
+    max_q = max(int(sig["max_query_len"]["value"]), 1)
+    rows = min(t, b * max_q)
+    q_lens = [rows // b + (i < rows % b) for i in range(b)]
+    blocks_each = max(min(rows_per_table, (n_blocks - 1) // max(b, 1)), 1)
+    spare = torch.rand(b, generator=gen, device=device).tolist()
+    lens = [n + int(r * max(blocks_each * bs - n, 0)) for n, r in zip(q_lens, spare)]
+    order = (torch.randperm(n_blocks - 1, generator=gen, device=device) + 1).tolist()
+    table = torch.zeros(b, rows_per_table, dtype=torch.int64)
+    used = 0
+    for i, n in enumerate(lens):
+        need = -(-n // bs)
+        table[i, :need] = torch.tensor(order[used:used + need], dtype=torch.int64)
+        used += need
+    starts = [0]
+    for n in q_lens:
+        starts.append(starts[-1] + n)
+    return {"block_table": table.to(device), "seq_lens": torch.tensor(lens, device=device),
+            "query_start_loc": torch.tensor(starts, device=device)}

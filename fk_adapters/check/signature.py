@@ -51,6 +51,10 @@ def _values(name: str, shape, dtype, gen, sig_by_name, device, draw: dict):
         return scales.expert_ids(shape, sig_by_name["w13"]["shape"][0], gen, device).to(dtype)
     if name == "topk_weights":
         return scales.router_weights(shape, gen, device).to(dtype)
+    if name in ("block_table", "seq_lens", "query_start_loc"):  # drawn together, consistent with each other
+        if "attention" not in draw:
+            draw["attention"] = scales.attention_metadata(sig_by_name, gen, device)
+        return draw["attention"][name].to(dtype)
     return scales.activation(shape, dtype, draw["scale"], gen, device, stats, draw["growth"], draw["row"]).to(dtype)
 
 

@@ -142,3 +142,23 @@ def test_signature_and_schema_agree():
     assert SLOT.param_names() == ["q", "k_cache", "v_cache", "block_table", "seq_lens", "query_start_loc",
                                   "max_query_len", "scale", "window_left", "softcap", "out"]
     assert SLOT.mutated_positions() == (10,) and "Tensor(a!) out" in SLOT.schema
+
+
+@pytest.mark.parametrize("index", CASES)
+def test_fk_check_draws_consistent_metadata_from_a_captured_signature(index):
+    """fk check makes fresh inputs from a capture's shapes: the block table, lengths and query starts it draws
+    must make sense together (the reference runs, every request's keys sit in distinct blocks of the cache)."""
+    from fk_adapters.call_signature import describe
+    from fk_adapters.check import signature
+
+    sig = describe(_inputs(index))
+    args = signature.make_inputs(SLOT, sig, "cpu", seed=3)
+    q, k_cache, _, table, lens, qsl, max_q = args[:7]
+    bs = k_cache.shape[1]
+    q_lens = (qsl[1:] - qsl[:-1]).tolist()
+    assert max(q_lens) <= max_q and int(qsl[-1]) <= q.shape[0] and all(n >= 0 for n in q_lens)
+    used = [b for i, n in enumerate(lens.tolist()) for b in table[i, : -(-n // bs)].tolist()]
+    assert len(used) == len(set(used)) and 0 not in used and max(used, default=0) < k_cache.shape[0]
+    assert all(n >= m for n, m in zip(lens.tolist(), q_lens))
+    (out,) = SLOT.run_reference(args)
+    assert torch.isfinite(out[: int(qsl[-1])]).all()
