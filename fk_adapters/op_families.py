@@ -1,6 +1,6 @@
 """GPU kernel names sorted into op families, and each family's share of device time.
 
-The families name what a slot would have to cover: three are the catalog's (``SLOT_FAMILIES``),
+The families name what a slot would have to cover: five are the catalog's (``SLOT_FAMILIES``),
 the rest are where the catalog could grow. A kernel is put in the first family whose pattern
 its name matches (case-insensitive), so the more specific patterns come first.
 """
@@ -13,7 +13,9 @@ FAMILIES: list[tuple[str, str]] = [
     ("rms_norm", r"rms_?norm"),
     ("layer_norm", r"layer_?norm|layernorm|group_?norm|ln_fwd"),
     ("rotary", r"rotary|rope"),
-    ("moe", r"moe|expert|topk_?gating|router|grouped_?gemm|matmul_ogs"),  # ogs: triton_kernels' MoE matmul
+    # routing (top-k, grouped top-k, the fused gate) stays the engine's: its own family, outside the fused_moe slot
+    ("moe routing", r"topk_?gating|topk_?softmax|moe_?fused_?gate|grouped_?topk|router"),
+    ("moe", r"moe|expert|grouped_?gemm|matmul_ogs"),  # ogs: triton_kernels' MoE matmul
     ("ssm / linear attention", r"mamba|ssd_|selective|_scan|causal_conv|gated_delta|chunk_gla|kda|linear_attn|fla_"),
     ("attention", r"flash|fmha|attn|attention|mla_|paged|sdpa|merge_state"),
     ("activation", r"silu|gelu|swiglu|geglu|act_and_mul|relu|sigmoid|tanh"),
@@ -25,7 +27,7 @@ FAMILIES: list[tuple[str, str]] = [
     ("copy / elementwise", r"copy|memcpy|memset|fill|elementwise|vectorized|unrolled|cat_|transpose|cast"),
 ]
 SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "activation": ("silu_and_mul", "gelu_and_mul"),
-                 "rotary": ("rotary_embedding",)}
+                 "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",)}
 OTHER = "other"
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES]
 

@@ -72,6 +72,6 @@ def _recorder(slot):
         key = call_signature.key(call_signature.describe(args))
         counts = probe.signatures[slot.name]
         counts[key] += 1
-        value_stats.record(probe.value_stats[slot.name], key, names, args, counts[key])
+        value_stats.record(probe.value_stats[slot.name], key, names, args, counts[key], probe.run_dir())
 
     return record

@@ -98,7 +98,8 @@ def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin
     kernels = [k for answer in pm.hook.fk_kernels(engine=engine, device=device) for k in (answer or [])]
     _check_kernels(kernels)
     plugin.kernels = kernels
-    plugin.names_defined = {k.slot: kernel_names.defined(ep.module, ep.dist, k.kernel_names)
+    plugin.names_defined = {k.slot: (kernel_names.defined_by_library(ep.dist, k.kernel_library, k.kernel_names)
+                                     if k.kernel_library else kernel_names.defined(ep.module, ep.dist, k.kernel_names))
                             for k in kernels if k.kernel_names}
     return plugin
 

@@ -100,6 +100,11 @@ def process_role() -> str:
     return title or " ".join(sys.argv[:2])
 
 
+def run_dir() -> str | None:
+    """The folder of the engine run this process belongs to ($FK_RUN_DIR), None outside fk's runner."""
+    return os.environ.get(ENV_RUN_DIR) or None
+
+
 def record_load(engine: str, detail: dict) -> None:
     """Write this process's load record, if the runner asked for records."""
     run_dir = os.environ.get(ENV_RUN_DIR)

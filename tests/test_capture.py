@@ -83,6 +83,26 @@ def test_recorder_samples_the_value_statistics_of_each_signature(monkeypatch):
     assert probe.snapshot()["value_stats"] == {}
 
 
+def test_no_values_are_recorded_while_the_driver_profiles(monkeypatch, tmp_path):
+    """The profiled steps' device time must be the engine's own: the driver's pause file stops the recording in
+    every process of the run, and only while it exists."""
+    from fk_adapters.engines.skeleton import Driver
+
+    monkeypatch.setenv(probe.ENV_RUN_DIR, str(tmp_path))
+    slot = SLOTS["silu_and_mul"]
+    args, names, seen = (torch.randn(3, 8),), slot.param_names(), {}
+
+    class Profiling(Driver):
+        def profile_steps(self, prompts, max_tokens):
+            value_stats.record(seen, "during", names, args, 1, probe.run_dir())
+            return [{"steps": len(prompts)}]
+
+    job = {"profile": {"requests": 2}, "correctness": {"prompts": [[1], [2], [3]]}}
+    assert Profiling.__new__(Profiling).profile(job) == [{"steps": 2}]
+    value_stats.record(seen, "after", names, args, 1, probe.run_dir())
+    assert list(seen) == ["after"] and not (tmp_path / value_stats.PAUSE_FILE).exists()
+
+
 def test_recorder_skips_the_rotary_tables():
     assert {"positions", "cos_sin_cache"} <= set(value_stats.FIXED)
     store = {}
@@ -106,7 +126,8 @@ def test_capture_mode_installs_the_recorder_in_every_slot(monkeypatch, tmp_path)
     for engine, device in (("vllm", "cpu"), ("sglang", "cuda")):
         seen.clear()
         detail = load_and_install(engine, device, install, {})
-        assert set(seen) == set(SLOTS) and {p for p, _ in seen.values()} == {CAPTURE_PLUGIN}
+        assert set(seen) == {s for s in SLOTS if engine in SLOTS[s].entries}
+        assert {p for p, _ in seen.values()} == {CAPTURE_PLUGIN}
         for slot, (_, kernel) in seen.items():
             assert kernel_callable(kernel, natives) is natives[slot]  # the engine's own kernel runs
             assert kernel.cuda_graph_safe and kernel.compile_safe and set(kernel.dtypes) == {"float32", "float16",
@@ -114,7 +135,8 @@ def test_capture_mode_installs_the_recorder_in_every_slot(monkeypatch, tmp_path)
         assert detail["capture"] and detail["installed"]["rms_norm"]["entered"] == ["Fakerms_norm"]
     recs = probe.read_loads(str(tmp_path))  # the load record evidence reads, one per engine here
     assert sorted(r["engine"] for r in recs) == ["sglang", "vllm"]
-    assert all(r["plugins"][0]["name"] == CAPTURE_PLUGIN and set(r["installed"]) == set(SLOTS) for r in recs)
+    assert all(r["plugins"][0]["name"] == CAPTURE_PLUGIN
+               and set(r["installed"]) == {s for s in SLOTS if r["engine"] in SLOTS[s].entries} for r in recs)
 
 
 def _sig(rows):
@@ -140,7 +162,7 @@ def test_workload_merges_workers_and_separates_engine_start(tmp_path):
     assert [(e["args"][0]["shape"][0], e["calls"], e.get("startup_calls")) for e in wl["slots"]["rms_norm"]] == [
         (4, 12, None), (1, 10, None), (8192, 0, 1)]
     assert wl["total_calls"] == {"rms_norm": 22, "fused_add_rms_norm": 0, "silu_and_mul": 5, "gelu_and_mul": 0,
-                                 "rotary_embedding": 0}
+                                 "rotary_embedding": 0, "gemm": 0, "fused_moe": 0}
     assert set(wl["slots"]) == {"rms_norm", "silu_and_mul"} and wl["workers"] == 2  # slots with calls
     assert wl["not_routed"] == {"rms_norm (call: x)": 3}
     assert (wl["scenario"], wl["engine"], wl["engine_version"], wl["mode"], wl["dtype"]) == (

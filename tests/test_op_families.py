@@ -12,6 +12,9 @@ from fk_adapters import op_families
     ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "gemm"),
     ("fused_moe_kernel", "moe"),
     ("_p_matmul_ogs_NNN_bf16xbf16xbf16_16x256x64x1_swiglu", "moe"),  # GPT-OSS's experts, SwiGLU fused in
+    ("void vllm::moe::topkGatingSoftmax<8, 8, 4, 16, 64, int>(...)", "moe routing"),  # the engine's routing,
+    ("void moe_fused_gate_kernel<float>(...)", "moe routing"),  # not the fused_moe slot's experts
+    ("void vllm::moe::moe_align_block_size_kernel<int>", "moe"),
     ("_chunk_scan_fwd_kernel", "ssm / linear attention"),
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float>", "layer_norm"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "copy / elementwise"),

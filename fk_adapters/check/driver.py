@@ -110,7 +110,7 @@ def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None
         return row
     base = scales.base(values)
     sets0 = signature.make_inputs(slot, sig, device, seed + 100, scale=base, stats=values)
-    traffic = slot.traffic(*sets0) if slot.traffic else 0
+    traffic = slot.traffic(*sets0) if slot.traffic else 0  # before the timing: it may read the inputs (a sync)
     n = timing.buffer_sets(sum(a.numel() * a.element_size() for a in sets0 if hasattr(a, "numel")), clock.flush_bytes)
     sets = [sets0] + [signature.make_inputs(slot, sig, device, seed + 101 + k, scale=base, stats=values)
                       for k in range(n - 1)]
@@ -130,7 +130,10 @@ def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None
     c, e = row["candidate"]["median_s"], row["engine"]["median_s"]
     row["speedup"] = e / c if c > 0 else math.inf
     row["traffic_bytes"] = traffic
-    row["candidate_Bps"], row["engine_Bps"] = traffic / c if c > 0 else math.inf, traffic / e if e > 0 else 0.0
+    row["candidate_Bps"], row["engine_Bps"] = timing.rates(traffic, c, e)
+    if slot.flops:
+        row["flops"] = slot.flops(*sets0)
+        row["candidate_flops_per_s"], row["engine_flops_per_s"] = timing.rates(row["flops"], c, e)
     return row
 
 

@@ -24,6 +24,11 @@ def _gbs(x) -> str:
     return "-" if x is None else f"{x / 1e9:.3g}"
 
 
+def _tflops(candidate, engine) -> str:
+    """``candidate / engine`` in TFLOP/s, or - for a slot without an operation count."""
+    return "-" if candidate is None else f"{candidate / 1e12:.3g} / {engine / 1e12:.3g}"
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
@@ -87,7 +92,8 @@ def render_check(results) -> str:
         lines += ["", "## Per shape", "", PER_SHAPE_NOTE, "",
                   tabulate(rows, headers=["plugin", "slot", "shape", "calls", "traffic MB", "candidate µs", "engine µs",
                                           "cand. host µs", "engine host µs", "speedup",
-                                          "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling", "scales",
+                                          "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling",
+                                          "TFLOP/s cand. / engine", "scales",
                                           "captured values", "result"],
                            tablefmt="github")]
     if problems:
@@ -103,7 +109,8 @@ PER_SHAPE_NOTE = (
     "(its launch cost in eager mode). Speedup: engine over candidate device time; its spread per slot: the "
     "call-weighted geomeans of engine q1 / candidate q3 and engine q3 / candidate q1. Bandwidth: the slot's "
     "least memory traffic per call (traffic MB: bytes read + written) over the median time, and its "
-    "fraction of the copy ceiling measured in the same run.")
+    "fraction of the copy ceiling measured in the same run. TFLOP/s (slots that count their floating-point "
+    "operations, e.g. gemm, fused_moe): the operations per call over the median time.")
 
 
 def _header(check: CheckResults) -> list[str]:
@@ -130,9 +137,11 @@ def _header(check: CheckResults) -> list[str]:
 
 def _slot_table(slots: list[dict]) -> str:
     table = [[s["workload"], s["plugin"], s["slot"], s["status"] + failed_at(s), _covered(s), _slot_speedup(s),
-              _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)] for s in slots]
+              _tflops(*(s.get("flops_per_s") or (None, None))), _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)]
+             for s in slots]
     return tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
-                                    "speedup (call-weighted geomean) [spread]", "copy ceiling GB/s", "flagged"],
+                                    "speedup (call-weighted geomean) [spread]",
+                                    "TFLOP/s cand. / engine (all calls)", "copy ceiling GB/s", "flagged"],
                     tablefmt="github")
 
 
@@ -149,6 +158,7 @@ def _per_shape(slots: list[dict]) -> tuple[list[list], list[str], list[str]]:
                          "-" if r.get("speedup") is None else f"{r['speedup']:.3f}",
                          _gbs(r.get("candidate_Bps")), _pct(r.get("candidate_frac_ceiling")),
                          _gbs(r.get("engine_Bps")), _pct(r.get("engine_frac_ceiling")),
+                         _tflops(r.get("candidate_flops_per_s"), r.get("engine_flops_per_s")),
                          _scales(r), value_stats.describe(r.get("value_stats")), _result(r)])
             problems += [f"- {s['plugin']}:{s['slot']} [{label}]: {p}" for p in r["problems"]]
             flagged += [f"- {s['plugin']}:{s['slot']} [{label}]: {f}" for f in r.get("flags", [])]

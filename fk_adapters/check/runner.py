@@ -8,6 +8,7 @@ import os
 import platform
 
 from fk_adapters import __version__, gpu_share
+from fk_adapters.check import timing
 from fk_adapters.results import CheckStatus, Kind, stamp, verdict
 from fk_adapters.runner.proc import run_job
 
@@ -41,6 +42,15 @@ def slot_speedup_range(shapes: list[dict]) -> tuple[float, float] | None:
     lo = weighted_geomean([(r[0], w) for r, w in ranges])
     hi = weighted_geomean([(r[1], w) for r, w in ranges])
     return None if lo is None or hi is None else (lo, hi)
+
+
+def slot_flop_rates(shapes: list[dict]) -> tuple[float, float] | None:
+    """(candidate, engine) floating-point operations per second over all of a slot's calls: the call-weighted
+    operations over the call-weighted median times; None where a shape has no operation count."""
+    if not shapes or any(r.get("flops") is None or not (r.get("candidate") or {}).get("n") for r in shapes):
+        return None
+    ops = sum(r["calls"] * r["flops"] for r in shapes)
+    return timing.rates(ops, *(sum(r["calls"] * r[n]["median_s"] for r in shapes) for n in ("candidate", "engine")))
 
 
 def flags(row: dict, ceiling: float, flag_speedup: float) -> list[str]:
@@ -77,6 +87,7 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
             "geomean_speedup": None if bad else weighted_geomean([(r.get("speedup"), r["calls"])
                                                                   for r in res["shapes"]]),
             "geomean_speedup_range": None if bad else slot_speedup_range(res["shapes"]),
+            "flops_per_s": None if bad else slot_flop_rates(res["shapes"]),
             "flagged": sum(bool(r["flags"]) for r in res["shapes"])}
 
 

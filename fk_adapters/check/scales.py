@@ -1,7 +1,8 @@
 """The value scales ``fk check`` draws a slot's activation arguments at, one correctness round each.
 
-Activation arguments are every floating tensor but the weight and the tables of ``value_stats.FIXED``
-(rotary positions and cos/sin cache keep their own values). The scales:
+Activation arguments are every floating tensor but the weights and the tables of ``value_stats.FIXED``
+(rotary positions and cos/sin cache, a MoE layer's routing keep their own values; weight matrices are drawn at
+a trained layer's scale, ``matrix``). The scales:
 
 - ``captured``: the engine's real inputs, from the signature's ``value_stats`` (``fk capture``):
   N(mean, std), each row then rescaled to an RMS within the recorded row RMS range, the first row
@@ -90,6 +91,31 @@ def activation(shape, dtype, scale: str, gen, device, stats: dict | None, growth
         rows[r] = _amplify(rows[r], dtype, growth)
         v = rows.reshape(v.shape)
     return v
+
+
+def matrix(shape, gen, device, stats: dict | None):
+    """A layer's weight matrix (or a stack of them), fan-in last: N(mean, std) of the recorded weight, else
+    N(0, 1 / fan-in), a trained layer's scale: x @ w.T keeps x's magnitude, as ``Slot.growth`` assumes."""
+    import torch
+
+    w = torch.randn(tuple(shape), generator=gen, dtype=torch.float64, device=device)
+    return stats["mean"] + stats["std"] * w if stats else w / math.sqrt(max(shape[-1], 1))
+
+
+def expert_ids(shape, experts: int, gen, device):
+    """A router's choice: ``shape[-1]`` distinct experts in [0, ``experts``) per token, uniformly (int64)."""
+    import torch
+
+    scores = torch.rand((math.prod(shape[:-1]), experts), generator=gen, dtype=torch.float64, device=device)
+    return scores.topk(min(shape[-1], experts), dim=-1).indices.reshape(tuple(shape))
+
+
+def router_weights(shape, gen, device):
+    """A router's top-k weights: positive, each token's summing to 1 (renormalised)."""
+    import torch
+
+    w = 0.05 + torch.rand(tuple(shape), generator=gen, dtype=torch.float64, device=device)
+    return w / w.sum(dim=-1, keepdim=True)
 
 
 def weight(shape, gen, device, stats: dict | None):

@@ -9,6 +9,7 @@ import math
 from fk_adapters.check import scales
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32")
+MATRICES = ("w13", "w2")  # weight stacks, drawn at a trained layer's scale like a 2-D ``weight``
 
 
 def validate(slot, sig: list) -> None:
@@ -41,8 +42,14 @@ def _values(name: str, shape, dtype, gen, sig_by_name, device, draw: dict):
         rows, width = shape
         ang = torch.rand((rows, width // 2), generator=gen, dtype=torch.float64, device=device) * 2 * math.pi
         return torch.cat([ang.cos(), ang.sin()], dim=-1).to(dtype)
+    if name in MATRICES or (name == "weight" and len(shape) > 1):
+        return scales.matrix(shape, gen, device, stats).to(dtype)
     if name == "weight":
         return scales.weight(shape, gen, device, stats).to(dtype)
+    if name == "topk_ids":
+        return scales.expert_ids(shape, sig_by_name["w13"]["shape"][0], gen, device).to(dtype)
+    if name == "topk_weights":
+        return scales.router_weights(shape, gen, device).to(dtype)
     return scales.activation(shape, dtype, draw["scale"], gen, device, stats, draw["growth"], draw["row"]).to(dtype)
 
 

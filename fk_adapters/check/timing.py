@@ -9,6 +9,7 @@ plugin was imported.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 
@@ -120,6 +121,11 @@ def summary(times: list[float]) -> dict:
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [med, med, med]
     return {"n": len(times), "median_s": med, "q1_s": q[0], "q3_s": q[2],
             "rel_iqr": (q[2] - q[0]) / med if med else 0.0}
+
+
+def rates(amount: float, candidate_s: float, engine_s: float) -> tuple[float, float]:
+    """``amount`` (bytes, operations) per second in ``candidate_s`` and in ``engine_s`` (inf and 0 at no time)."""
+    return amount / candidate_s if candidate_s > 0 else math.inf, amount / engine_s if engine_s > 0 else 0.0
 
 
 def copy_ceiling(clock: Clock, repeats: int = 10) -> float:

@@ -11,7 +11,12 @@ from __future__ import annotations
 import math
 
 FIRST, EVERY = 8, 64
-FIXED = ("positions", "cos_sin_cache")  # tables and indices, not activations: neither recorded nor rescaled
+# While this file exists in the run folder ($FK_RUN_DIR), no call is recorded: the driver's profiled steps, whose
+# device time must be the engine's own, not these reductions' (seen on an H100: a third of a capture's profile).
+PAUSE_FILE = "values-paused"
+# Tables, indices and expert weight stacks, not activations: neither recorded (a sampled call would copy a whole
+# expert stack to float32) nor rescaled.
+FIXED = ("positions", "cos_sin_cache", "topk_ids", "topk_weights", "w13", "w2")
 # The device vector of one argument: sums first (added), then maxima (kept).
 _SUMS = ("sum", "sumsq", "zeros")
 _MAXES = ("abs_max", "rms_max", "neg_rms_min")
@@ -33,20 +38,27 @@ def _vector(t):
                         (xf == 0).sum().double(), xf.abs().max().double(), rms.max(), -rms.min()])
 
 
+def paused(run_dir: str | None) -> bool:
+    """Whether the driver of the run in ``run_dir`` ($FK_RUN_DIR) has paused the recording."""
+    import os
+
+    return bool(run_dir) and os.path.exists(os.path.join(run_dir, PAUSE_FILE))
+
+
 def _capturing_graph(t) -> bool:
     import torch
 
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def record(store: dict, key: str, names: list[str], args, calls: int) -> None:
+def record(store: dict, key: str, names: list[str], args, calls: int, run_dir: str | None = None) -> None:
     """Add the floating tensors of one call to ``store[key][name]`` if this call is sampled.
 
     ``store[key][name]`` is ``[elements, sampled calls, device vector]``.
     """
     import torch
 
-    if not sampled(calls):
+    if not sampled(calls) or paused(run_dir):
         return
     tensors = [(n, a) for n, a in zip(names, args) if n not in FIXED and isinstance(a, torch.Tensor)
                and a.is_floating_point() and a.numel()]

@@ -100,8 +100,19 @@ class Driver:
         return measure(job["perf"], self.timed)
 
     def profile(self, job: dict) -> list[dict]:
+        """The profiled steps, with fk capture's value statistics paused in every engine process meanwhile."""
+        from fk_adapters import probe
+        from fk_adapters.check.value_stats import PAUSE_FILE
+
         p = job["profile"]
-        return self.profile_steps(job["correctness"]["prompts"][: p.get("requests", 4)], p.get("max_tokens", 8))
+        marker = os.path.join(probe.run_dir(), PAUSE_FILE) if probe.run_dir() else ""
+        if marker:
+            open(marker, "w").close()
+        try:
+            return self.profile_steps(job["correctness"]["prompts"][: p.get("requests", 4)], p.get("max_tokens", 8))
+        finally:
+            if marker:
+                os.remove(marker)
 
     def clocked(self, fn, *args, **kwargs) -> tuple[float, object]:
         """(seconds, result) of ``fn(*args, **kwargs)``, the device synced on both sides."""

@@ -47,7 +47,7 @@ for step in "$@"; do
       SITES="/tmp/fk-site/$ENGINE"; [ "$ENGINE" = sglang ] && SITES="$SITES $FKSITE"
       for site in $SITES; do
         (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \
-          --target "$site" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong plugins/fk-slow 2>&1 \
+          --target "$site" . plugins/fk-triton plugins/fk-passthrough plugins/fk-wrong plugins/fk-slow plugins/fk-vllm-moe 2>&1 \
           | grep -v -i warning)
       done
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

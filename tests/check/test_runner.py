@@ -215,3 +215,35 @@ def test_speedup_spread_brackets_the_median_and_is_call_weighted():
     lo, hi = runner.slot_speedup_range([row(1.0, 2.0, 3), row(1.0, 1.0, 1)])
     assert lo < 2 ** 0.75 < hi  # around the call-weighted geomean
     assert runner.speedup_range({"candidate": {"n": 0}, "engine": {}}) is None
+
+
+def test_achieved_tflops_per_shape_and_per_slot_where_the_slot_counts_operations():
+    """gemm counts its operations: the driver's row and the report say TFLOP/s; a norm has none: '-'."""
+    from fk_adapters.check import driver, guards, timing
+
+    gemm = SLOTS["gemm"]
+    sig = describe(gemm.make_inputs(gemm.cases[0], torch.float32, "cpu", torch.Generator().manual_seed(0)))
+    clock = timing.Clock("cpu", guards.TimingIntegrity().saved)
+    row = driver.check_signature(gemm, sig, gemm.reference, gemm.reference, "cpu", clock,
+                                 {"rounds": 1, "warmup": 1, "repeats": 3}, seed=0)
+    t, k = sig[0]["shape"]
+    assert row["flops"] == 2 * t * k * sig[1]["shape"][0]
+    assert row["candidate_flops_per_s"] == pytest.approx(row["flops"] / row["candidate"]["median_s"])
+    assert row["engine_flops_per_s"] == pytest.approx(row["flops"] / row["engine"]["median_s"])
+
+    def shape(flops, c, e, calls):
+        return {**_shape(e / c, 1e9), "calls": calls, "flops": flops, "candidate_flops_per_s": flops / c,
+                "engine_flops_per_s": flops / e, "candidate": {"n": 3, "median_s": c, "rel_iqr": 0.0},
+                "engine": {"n": 3, "median_s": e, "rel_iqr": 0.0}}
+
+    s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12,
+                          "shapes": [shape(4e9, 1e-3, 2e-3, 3), shape(1e9, 1e-4, 1e-4, 1)]})
+    cand, eng = s["flops_per_s"]  # all calls' operations over all calls' time, not a mean of the rates
+    assert cand == pytest.approx((3 * 4e9 + 1e9) / (3 * 1e-3 + 1e-4))
+    assert eng == pytest.approx((3 * 4e9 + 1e9) / (3 * 2e-3 + 1e-4))
+    md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
+                       "verdict": "PASS", "slots": [{"workload": "w", "plugin": "p", "slot": "gemm", **s}]})
+    assert f"| {cand / 1e12:.3g} / {eng / 1e12:.3g} " in md  # the slot's row
+    assert "| 4 / 2 " in md and "| 10 / 10 " in md  # each shape's: 4e9 in 1 ms, 1e9 in 0.1 ms
+    norm = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [_shape(1.0, 1e11)]})
+    assert norm["flops_per_s"] is None

@@ -118,3 +118,32 @@ def test_the_report_names_the_failing_scale_and_the_captured_values():
     assert "captured FAIL, tiny FAIL, large ok, outlier-row FAIL" in md
     assert "x σ 0.021 peak 0.069 rms 0.02–0.022" in md and "FAIL (captured, tiny, outlier-row)" in md
     assert "at tiny scale: " in md
+
+
+@pytest.mark.parametrize("scale", ["normal", *scales.EDGES])
+def test_moe_inputs_are_a_routers_and_weights_stay_at_a_layers_scale(scale):
+    """topk_ids: distinct experts in [0, E); topk_weights: positive, summing to 1; w13/w2 never amplified;
+    and the result of the large scale fits float16 (growth 2)."""
+    moe = SLOTS["fused_moe"]
+    sig = _sig(moe, 1, torch.float16)
+    x, w13, w2, tw, ids, *_ = args = make_inputs(moe, sig, "cpu", 4, scale=scale)
+    experts, k = w13.shape[0], ids.shape[1]
+    assert ids.dtype == torch.int32 and bool(((ids >= 0) & (ids < experts)).all())
+    assert all(len(set(row.tolist())) == k for row in ids)
+    assert tw.dtype == torch.float32 and bool((tw > 0).all())
+    torch.testing.assert_close(tw.sum(-1), torch.ones(tw.shape[0]))
+    for w in (w13, w2):  # N(0, 1 / fan-in): rows of norm near 1
+        assert float(w.double().std()) == pytest.approx(w.shape[-1] ** -0.5, rel=0.1)
+    assert torch.isfinite(moe.reference(*args)).all()
+    silu = make_inputs(moe, _sig(moe, 0, torch.float16), "cpu", 4, scale=scale)  # swigluoai clamps, silu does not
+    assert torch.isfinite(moe.reference(*silu)).all()
+
+
+def test_a_gemm_weight_is_drawn_at_a_layers_scale_and_its_large_result_fits_float16():
+    gemm = SLOTS["gemm"]
+    sig = describe(gemm.make_inputs({"tokens": 8, "k": 4096, "n": 256, "bias": True}, torch.float16, "cpu",
+                                    torch.Generator().manual_seed(0)))
+    x, w, b = args = make_inputs(gemm, sig, "cpu", 2, scale="large")
+    assert float(x.double().abs().max()) > 1e3  # x amplified, the weight not
+    assert float(w.double().std()) == pytest.approx(4096 ** -0.5, rel=0.1)
+    assert torch.isfinite(gemm.reference(*args)).all()

@@ -5,6 +5,7 @@ variable has to be set before the kernels module is imported, so it is set here 
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import sys
@@ -29,6 +30,7 @@ if importlib.util.find_spec("fk_triton_kernels") is None:  # not installed: use 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 SLOT_NAMES = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
+GPU_ONLY = ("gemm", "fused_moe")  # tested in test_triton_gemm_moe.py
 
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
@@ -232,31 +234,60 @@ def test_rotary_without_key_and_3d_query():
 
 # ----------------------------------------------------------------------------- declarations
 
+def _module_of(slot):
+    from fk_triton_kernels import plugin
+
+    return importlib.import_module(f"fk_triton_kernels.{plugin.SLOT_KERNELS[slot][0]}")
+
+
 def test_fk_kernels_declares_all_slots_with_real_kernel_names():
     from fk_triton_kernels import plugin
 
-    kernels = _kernels()
     declared = plugin.fk_kernels(engine="vllm", device=DEVICE)
-    assert sorted(k.slot for k in declared) == sorted(SLOT_NAMES)
+    assert sorted(k.slot for k in declared) == sorted(SLOT_NAMES + GPU_ONLY)
     for kern in declared:
         kern.validate(SLOTS)
-        assert kern.fn is getattr(kernels, kern.slot)
+        module = _module_of(kern.slot)
+        assert kern.fn is getattr(module, kern.slot)
         assert kern.cuda_graph_safe and kern.compile_safe
         assert kern.engines == ("vllm", "sglang", "transformers") and kern.dtypes == ("float32", "float16", "bfloat16")
-        assert DEVICE in kern.devices
-        (kname,) = kern.kernel_names
-        jitted = getattr(kernels, kname)
-        assert kname.startswith("fk_triton_") and jitted.fn.__name__ == kname
-        assert type(jitted).__name__ in ("JITFunction", "InterpretedFunction")
+        assert (DEVICE in kern.devices) == (DEVICE == "cuda" or kern.slot not in GPU_ONLY)
+        assert kern.kernel_names and len(kern.kernel_names) == (2 if kern.slot == "fused_moe" else 1)
+        for kname in kern.kernel_names:
+            jitted = getattr(module, kname)
+            while type(jitted).__name__ not in ("JITFunction", "InterpretedFunction"):  # through @triton.autotune
+                jitted = jitted.fn
+            assert kname.startswith("fk_triton_") and jitted.fn.__name__ == kname
+
+
+def test_declared_names_are_the_plugins_own_triton_functions():
+    """fk's proof of run accepts each declared name: a @triton.jit function of the plugin's files, one slot each."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from fk_triton_kernels import plugin
+
+    from fk_adapters import kernel_names
+
+    try:
+        dist = distribution("fk-triton-kernels")
+    except PackageNotFoundError:
+        dist = None
+    names = {k.slot: list(k.kernel_names) for k in plugin.fk_kernels(engine="vllm", device=DEVICE)}
+    found = {s: kernel_names.defined("fk_triton_kernels", dist, n) for s, n in names.items()}
+    assert found == names
+    assert kernel_names.unproven(names, found, set()) == {}
 
 
 def test_devices_follow_triton_interpret(monkeypatch):
+    """Interpreted, the element-wise kernels also serve a CPU run; gemm and fused_moe never do (every linear layer
+    through the interpreter would take far too long)."""
     from fk_triton_kernels import plugin
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert {k.devices for k in plugin.fk_kernels(engine="none", device="cuda")} == {("cuda",)}
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert {k.devices for k in plugin.fk_kernels(engine="none", device="cpu")} == {("cuda", "cpu")}
+    devices = {k.slot: k.devices for k in plugin.fk_kernels(engine="none", device="cpu")}
+    assert devices == {**dict.fromkeys(SLOT_NAMES, ("cuda", "cpu")), **dict.fromkeys(GPU_ONLY, ("cuda",))}
 
 
 def test_hooks_through_pluggy():
@@ -270,7 +301,7 @@ def test_hooks_through_pluggy():
     pm.register(plugin)
     assert pm.hook.fk_plugin_info() == [{"backend": "triton", "triton": triton.__version__}]
     (declared,) = pm.hook.fk_kernels(engine="sglang", device=DEVICE)
-    assert len(declared) == len(SLOT_NAMES)
+    assert len(declared) == len(SLOT_NAMES + GPU_ONLY)
 
 
 def test_entry_point_when_installed():
@@ -323,9 +354,10 @@ def test_profiler_shows_declared_kernel_names():
     for kern in plugin.fk_kernels(engine="vllm", device="cuda"):
         slot = SLOTS[kern.slot]
         args = slot.make_inputs(slot.cases[0], torch.float32, "cuda", torch.Generator().manual_seed(0))
-        kern.fn(*clone_args(args))  # compile outside the profile
+        kern.fn(*clone_args(args))  # compile (and autotune) outside the profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             kern.fn(*clone_args(args))
             torch.cuda.synchronize()
         names = {e.name for e in prof.events()}
-        assert any(kern.kernel_names[0] in n for n in names), (kern.slot, sorted(names))
+        for kname in kern.kernel_names:
+            assert any(kname in n for n in names), (kern.slot, kname, sorted(names))

@@ -6,10 +6,11 @@ import subprocess
 import pytest
 
 from fk_adapters import results
+from fk_adapters.engines.driver_common import PARTIAL_FILE
 from fk_adapters.results import Kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENGINE_FILES = ("job.json", "result.json", "gpu_share.json")  # an engine process's own files: not results
+ENGINE_FILES = ("job.json", "result.json", "gpu_share.json", PARTIAL_FILE)  # an engine process's own: not results
 
 
 def committed_json() -> list[str]:

@@ -63,10 +63,44 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
         targets.Runtime.batch_invariant = staticmethod(_batch_invariant)
     except ImportError:
         pass
+    _point_runtime()
     guard = targets.ModeGuard(chosen, engine_modes, _capturing)
     wrapped = {s: guard.wrap(s, op) for s, op in install_common.wrap_chosen(chosen, NATIVES).items()}
     return install_common.enter(chosen, wrapped, ((t, t.slots) for t in targets.TARGETS),
                                 lambda t, mine: _register(hook_registry, t, mine))
+
+
+def _linear_backend_why() -> str:
+    from sglang.srt.layers.quantization import unquant
+
+    if getattr(unquant, "_use_aiter", False):
+        return "aiter GEMM (ROCm)"
+    try:
+        from sglang.srt.layers.quantization.unquant import get_bf16_gemm_backend
+
+        return "bf16 GEMM backend cutedsl" if get_bf16_gemm_backend().is_cutedsl() else ""
+    except (ImportError, AttributeError, ValueError):  # older SGLang, or server args not published yet
+        return ""
+
+
+def _lm_head_why() -> str:
+    from sglang.srt.server_args import get_global_server_args
+
+    try:
+        return "rl_on_policy_target" if get_global_server_args().rl_on_policy_target is not None else ""
+    except ValueError:  # not published: not a server
+        return ""
+
+
+def _point_runtime() -> None:
+    try:
+        from sglang.srt.layers.moe.token_dispatcher.standard import StandardCombineInput
+    except ImportError as exc:
+        log.warning("fk-adapters: SGLang's StandardCombineInput is not where fk expects it: %s", exc)
+        return
+    targets.Runtime.combine = staticmethod(StandardCombineInput)
+    targets.Runtime.linear_backend_why = staticmethod(_linear_backend_why)
+    targets.Runtime.lm_head_why = staticmethod(_lm_head_why)
 
 
 def _register(hooks, t: targets.Target, mine: dict) -> str:

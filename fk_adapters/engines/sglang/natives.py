@@ -57,4 +57,39 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     rope.rotary_embedding(positions, query, key, head_size, cos_sin_cache.to(query.dtype), is_neox)
 
 
-NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding)}
+def gemm(x, weight, bias):
+    return torch.nn.functional.linear(x, weight, bias)  # UnquantizedLinearMethod.apply's CUDA path (cuBLAS)
+
+
+_MOE_ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "swigluoai": "silu"}  # swigluoai: silu with alpha and limit
+
+
+def _server_args_published() -> None:
+    """SGLang's Triton MoE reads the server args; outside a server (``fk check``) publish a bare ``ServerArgs``
+    (no ``__post_init__``, which would resolve a model), which SGLang takes as a sentinel: reads see the class
+    defaults, as its own test kits do."""
+    from sglang.srt.server_args import ServerArgs, get_global_server_args, set_global_server_args_for_scheduler
+
+    try:
+        get_global_server_args()
+    except ValueError:
+        set_global_server_args_for_scheduler(ServerArgs.__new__(ServerArgs))
+
+
+def fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weight_on_input, w13_bias, w2_bias,
+              alpha, limit, routed_scaling_factor):
+    """SGLang's Triton MoE (the kernels of its default runner), out of place; ids outside [0, E) filtered."""
+    from sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe import outplace_fused_experts
+
+    if activation not in _MOE_ACTIVATIONS:
+        raise ValueError(f"SGLang's Triton MoE has no {activation!r} activation")
+    _server_args_published()
+    swiglu = activation == "swigluoai"
+    return outplace_fused_experts(
+        x, w13, w2, topk_weights, topk_ids, w13_bias, w2_bias, activation=_MOE_ACTIVATIONS[activation],
+        apply_router_weight_on_input=apply_router_weight_on_input, routed_scaling_factor=routed_scaling_factor,
+        gemm1_alpha=alpha if swiglu else None, gemm1_limit=limit if swiglu else None, filter_expert=True)
+
+
+NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
+                                   gemm, fused_moe)}

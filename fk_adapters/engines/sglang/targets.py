@@ -38,6 +38,8 @@ class Target:
     layer_check: Callable = lambda layer: ""  # why a built layer can never route ("" if it can)
     method: str = "forward_cuda"
     slot_of: Callable | None = None  # slot_of(args, kwargs): the slot a call is for, where there are several
+    init_cls: str = ""  # the class whose __init__ counts built layers, where not ``cls`` (a method's layer)
+    built: Callable | None = None  # built(layer) -> why a built layer never routes; default: layer_reason
 
     @property
     def params(self) -> calls.Params:
@@ -53,13 +55,16 @@ class Target:
 
     @property
     def init_path(self) -> str:
-        return f"{self.cls}.__init__"
+        return f"{self.init_cls or self.cls}.__init__"
 
 
 class Runtime:
     """Engine state the adapters consult per call; ``install`` points these at SGLang's."""
 
     batch_invariant: Callable[[], bool] = staticmethod(lambda: False)
+    linear_backend_why: Callable[[], str] = staticmethod(lambda: "")  # a non-default GEMM backend (aiter, cutedsl)
+    lm_head_why: Callable[[], str] = staticmethod(lambda: "")  # a server arg that changes the head's GEMM
+    combine: Callable = staticmethod(lambda hidden_states: (hidden_states,))  # SGLang's StandardCombineInput
 
 
 def _weight(layer):
@@ -166,6 +171,119 @@ def rotary_embedding(ops, layer, positions, query, key, offsets=None, fused_set_
     return query, key
 
 
+# ----------------------------------------------------------------------------------------------------------- gemm
+_FLOATS = ("torch.bfloat16", "torch.float16", "torch.float32")
+
+
+def linear_built(layer) -> str:
+    """A linear layer routes only with the unquantized method (``UnquantizedLinearMethod.apply`` is hooked)."""
+    name = type(getattr(layer, "quant_method", None)).__name__
+    return "" if name == "UnquantizedLinearMethod" else f"quant_method {name}"
+
+
+def gemm(ops, method, layer, x, bias=None):
+    """UnquantizedLinearMethod.apply(layer, x, bias=None) -> x @ layer.weight.T (+ bias), leading dims kept."""
+    op = ops.get("gemm")
+    if op is None:
+        return Stock("gemm")
+    w = layer.weight
+    w = getattr(w, "data", w)
+    why = (("weight is a tensor subclass" if type(w).__name__ != "Tensor" else "")
+           or ("empty input" if x.numel() == 0 else "")
+           or ("" if str(x.dtype) in _FLOATS and w.dtype == x.dtype else f"x {x.dtype}, weight {w.dtype}")
+           or ("bias dtype differs from x" if bias is not None and bias.dtype != x.dtype else "")
+           or ("batch-invariant mode" if Runtime.batch_invariant() else "")
+           or Runtime.linear_backend_why())
+    if why:
+        return Stock("gemm", why)
+    y = op(x.reshape(-1, x.shape[-1]), w, bias)
+    return y.reshape(x.shape[:-1] + y.shape[-1:])
+
+
+_PLAIN_HEAD_METHODS = ("UnquantizedEmbeddingMethod", "UnquantizedLinearMethod")
+
+
+def lm_head(ops, processor, hidden_states, lm_head, embedding_bias=None):
+    """LogitsProcessor._compute_lm_head(hidden_states, lm_head, embedding_bias=None) -> logits [T, V_padded].
+
+    Only its plain branch routes (an unquantized head's ``hidden_states @ lm_head.weight.T``, which ignores
+    ``embedding_bias`` as stock does); LoRA, fp32 heads, quantized heads and the RL on-policy cast stay stock."""
+    op = ops.get("gemm")
+    if op is None:
+        return Stock("gemm")
+    method = type(getattr(lm_head, "quant_method", None)).__name__
+    w = getattr(lm_head, "weight", None)
+    why = (("LoRA head" if hasattr(lm_head, "set_lora") else "")
+           or ("" if method in _PLAIN_HEAD_METHODS else f"lm_head quant_method {method}")
+           or ("no weight" if w is None else "")
+           or ("fp32 lm_head" if getattr(processor, "use_fp32_lm_head", False) else "")
+           or ("Intel AMX" if getattr(lm_head, "use_intel_amx_backend", False) else "")
+           or Runtime.lm_head_why())
+    if not why:
+        w = getattr(w, "data", w)
+        why = (("empty input" if hidden_states.numel() == 0 else "")
+               or ("" if hidden_states.dim() == 2 else "hidden_states not [T, H]")
+               or ("" if str(w.dtype) in _FLOATS and w.dtype == hidden_states.dtype
+                   else f"hidden {hidden_states.dtype}, weight {w.dtype}")
+               or ("batch-invariant mode" if Runtime.batch_invariant() else ""))
+    return Stock("gemm", why) if why else op(hidden_states, w, None)
+
+
+# ------------------------------------------------------------------------------------------------------ fused_moe
+def moe_method_why(method, layer) -> str:
+    """Why an ``UnquantizedFusedMoEMethod`` layer's forward cannot take the slot ("" if it can)."""
+    runner = getattr(method, "runner", None)
+    backend = getattr(runner, "runner_backend", None)
+    if backend is None or not backend.is_triton():
+        return f"MoE runner backend {getattr(backend, 'name', backend)}"
+    cfg = method.moe_runner_config
+    act = cfg.activation
+    return (("aiter runner" if getattr(method, "_aiter_runner", None) is not None else "")
+            or ("non-gated activation" if not cfg.is_gated else "")
+            or ("no_combine" if cfg.no_combine else "")
+            or ("swiglu_limit" if cfg.swiglu_limit is not None else "")
+            or ("" if act in ("silu", "gelu") else f"activation {act!r}")
+            or ("clamp limit without alpha" if cfg.gemm1_alpha is None and cfg.gemm1_clamp_limit is not None else "")
+            or ("alpha with split gate/up rows" if cfg.gemm1_alpha is not None and (
+                act != "silu" or not cfg.gate_up_interleaved) else "")
+            or ("expert parallel (local experts only)" if cfg.num_experts != cfg.num_local_experts else ""))
+
+
+def moe_built(layer) -> str:
+    """A FusedMoE layer routes only with the unquantized method on the Triton runner."""
+    method = getattr(layer, "quant_method", None)
+    name = type(method).__name__
+    return moe_method_why(method, layer) if name == "UnquantizedFusedMoEMethod" else f"quant_method {name}"
+
+
+def fused_moe(ops, method, layer, dispatch_output):
+    """UnquantizedFusedMoEMethod.forward_cuda(layer, dispatch_output) -> StandardCombineInput(out [T, H]).
+
+    Routing is SGLang's (``dispatch_output.topk_output``); the routed scaling factor is applied here, inside the
+    slot, as SGLang's Triton reduce does. The slot writes a new tensor (stock writes into x: no caller reads it)."""
+    op = ops.get("fused_moe")
+    if op is None:
+        return Stock("fused_moe")
+    x, topk = dispatch_output.hidden_states, dispatch_output.topk_output
+    w13, w2 = layer.w13_weight, layer.w2_weight
+    why = (moe_method_why(method, layer)
+           or ("" if type(topk).__name__ == "StandardTopKOutput" else f"top-k output {type(topk).__name__}")
+           or ("hidden_states_scale (quantized dispatch)" if dispatch_output.hidden_states_scale is not None else "")
+           or ("empty input" if x.numel() == 0 else "")
+           or ("" if str(x.dtype) in _FLOATS and w13.dtype == x.dtype else f"x {x.dtype}, weights {w13.dtype}")
+           or ("batch-invariant mode" if Runtime.batch_invariant() else ""))
+    if why:
+        return Stock("fused_moe", why)
+    cfg = method.moe_runner_config
+    swiglu = cfg.gemm1_alpha is not None
+    out = op(x, w13, w2, topk.topk_weights, topk.topk_ids, "swigluoai" if swiglu else cfg.activation,
+             bool(cfg.apply_router_weight_on_input), getattr(layer, "w13_weight_bias", None),
+             getattr(layer, "w2_weight_bias", None), float(cfg.gemm1_alpha) if swiglu else 1.702,
+             float("inf") if cfg.gemm1_clamp_limit is None else float(cfg.gemm1_clamp_limit),
+             float(cfg.routed_scaling_factor or 1.0))
+    return Runtime.combine(hidden_states=out)
+
+
 _L = "sglang.srt.layers."
 TARGETS: tuple[Target, ...] = (
     Target(_L + "layernorm.RMSNorm", ("rms_norm", "fused_add_rms_norm"), rms_norm, rms_layer_check,
@@ -173,9 +291,15 @@ TARGETS: tuple[Target, ...] = (
     Target(_L + "activation.SiluAndMul", ("silu_and_mul",), silu_and_mul),
     Target(_L + "activation.GeluAndMul", ("gelu_and_mul",), gelu_and_mul),
     Target(_L + "rotary_embedding.base.RotaryEmbedding", ("rotary_embedding",), rotary_embedding, rotary_layer_check),
+    Target(_L + "quantization.unquant.UnquantizedLinearMethod", ("gemm",), gemm, method="apply",
+           init_cls=_L + "linear.LinearBase", built=linear_built),
+    Target(_L + "logits_processor.LogitsProcessor", ("gemm",), lm_head, method="_compute_lm_head",
+           built=lambda processor: ""),
+    Target(_L + "quantization.unquant.UnquantizedFusedMoEMethod", ("fused_moe",), fused_moe,
+           init_cls=_L + "moe.fused_moe_triton.layer.FusedMoE", built=moe_built),
 )
 
-# Catalog slots with no SGLang target (none today), and SGLang layers known to stay stock.
+# Catalog slots with no SGLang target, and SGLang layers known to stay stock.
 UNCOVERED_SLOTS: dict[str, str] = {}
 KNOWN_NOT_ROUTED: dict[str, str] = {
     _L + "layernorm.GemmaRMSNorm": "scales by (1 + weight): no catalog slot",
@@ -188,11 +312,17 @@ KNOWN_NOT_ROUTED: dict[str, str] = {
     _L + "rotary_embedding.rope_variant.Phi3LongRoPEScaledRotaryEmbedding": "plain nn.Module",
     "sglang.srt.models.glm4v.Glm4vRMSNorm": "overrides forward",
     "sglang.srt.models.gemma3n_causal.Gemma3nRMSNorm": "overrides forward",
+    _L + "moe.ep_moe.layer.DeepEPMoE": "all-to-all expert parallel: its own forward",
 }
 
 
 def by_slot() -> dict[str, Target]:
-    return {s: t for t in TARGETS for s in t.slots}
+    """The first target of each slot (gemm has a second one: the logits processor's lm_head)."""
+    out: dict[str, Target] = {}
+    for t in TARGETS:
+        for s in t.slots:
+            out.setdefault(s, t)
+    return out
 
 
 def layer_reason(target: Target, layer, hooked: Callable, host_forward: Callable) -> str:
@@ -239,8 +369,11 @@ def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], ty
 
     def hook(original, layer, *args, **kwargs):
         original(layer, *args, **kwargs)
-        cls = host()
-        why = drift or layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
+        if target.built:
+            why = drift or target.built(layer)
+        else:
+            cls = host()
+            why = drift or layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
         probe.layer_built(slots, why)
 
     return hook

@@ -4,15 +4,23 @@ transformers has no op registry: each module whose math is a catalog slot gets i
 the instance (its class and transformers' files stay untouched). A candidate is routed only after its own
 forward and the slot's native (``natives.py``) agree on a seeded input, so a look-alike with other math
 (Gemma's ``1 + w`` norm, BitNet's MLP with its sub-norm) stays stock and is counted in ``probe.not_routed``.
-A routed forward takes the module's one input alone: a call with any other argument runs the module's own
-forward with every argument, counted in ``probe.not_routed`` with why.
+A routed forward takes the module's own inputs alone (one; the experts' three): a call with any other argument runs
+the module's own forward with every argument, counted in ``probe.not_routed`` with why.
+
+``gemm`` enters every module whose type is exactly ``nn.Linear`` (a subclass, e.g. a quantized linear, stays stock);
+``fused_moe`` every MoE experts module (``experts.py``), checked against the slot's reference, since its native is
+the module's own forward.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from fk_adapters import probe
 from fk_adapters.engines import calls, install_common
+from fk_adapters.engines.transformers import experts
 from fk_adapters.engines.transformers.natives import NATIVES
 
 # (atol, rtol) within which a module's own forward counts as the slot's math
@@ -46,10 +54,10 @@ def _eps_attr(m) -> str | None:
     return None
 
 
-def _checked(m, slot: str, routed, original):
-    """``routed(x)`` for a call with the module's one input alone (by position or by its own name); any other
-    call runs the module's own ``original`` with every argument, counted with why."""
-    params = calls.Params(calls.Params.of(original, skip=0).names[:1], 1)
+def _checked(m, slot: str, routed, original, inputs: int = 1):
+    """``routed(*inputs)`` for a call with the module's first ``inputs`` inputs alone (by position or by their own
+    names); any other call runs the module's own ``original`` with every argument, counted with why."""
+    params = calls.Params(calls.Params.of(original, skip=0).names[:inputs], inputs)
     where = type(m).__name__
 
     def forward(*args, **kwargs):
@@ -57,7 +65,7 @@ def _checked(m, slot: str, routed, original):
         if why:
             calls.left_stock(slot, f"{where}: {why}")
             return original(*args, **kwargs)
-        return routed(args[0] if args else kwargs[params.names[0]])
+        return routed(*args, *(kwargs[n] for n in params.names[len(args):]))
 
     return forward
 
@@ -81,42 +89,106 @@ def _mlp_forward(m, fn, slot: str, extra: tuple, original):
     return _checked(m, slot, routed, original)
 
 
-def candidate(m) -> tuple[str | None, str, object] | None:
-    """(slot or None, why not routable or "", builder(fn, original) -> forward) for a candidate module, else None.
+def _gemm_forward(m, fn, original):
+    def routed(x):
+        y = fn(x.reshape(-1, x.shape[-1]), m.weight, m.bias)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
 
-    The slot is None for a gated MLP whose activation no slot has."""
+    return _checked(m, "gemm", routed, original)
+
+
+def _experts_forward(m, fn, lay: experts.Layout, original):
+    def routed(hidden_states, top_k_index, top_k_weights):
+        w13, w2, b13, b2 = lay.args(m)
+        return fn(hidden_states, w13, w2, top_k_weights, top_k_index, lay.activation, False, b13, b2, lay.alpha,
+                  lay.limit, 1.0)
+
+    return _checked(m, "fused_moe", routed, original, inputs=3)
+
+
+def _one_input(m, width: int):
+    """A seeded [1, 3, width] input in the module's dtype and device, as a one-element args tuple."""
+    p = next(m.parameters())
+    x = torch.randn(1, 3, width, generator=torch.Generator().manual_seed(0))
+    return (x.to(device=p.device, dtype=p.dtype),)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A module some slot may enter: ``slot`` (None: a gated MLP whose activation no slot has), ``why`` it cannot
+    (or ""), ``build(fn, original) -> forward``, ``desc`` (how it is listed where it entered) and ``check_args()``
+    (the seeded inputs of the agreement check)."""
+
+    slot: str | None
+    why: str = ""
+    build: Callable | None = None
+    desc: str = ""
+    check_args: Callable | None = None
+
+
+def _linear_candidate(m, cls: str) -> Candidate:
+    from torch import nn
+
+    if type(m) is not nn.Linear:
+        return Candidate("gemm", "a subclass of nn.Linear (its own forward, e.g. quantized)")
+    w = m.weight
+    if not (type(w.data) is torch.Tensor and w.is_floating_point()):
+        return Candidate("gemm", f"weight is a {type(w.data).__name__} of {w.dtype} (quantized)")
+    return Candidate("gemm", "", lambda fn, original: _gemm_forward(m, fn, original), cls,
+                     lambda: _one_input(m, m.in_features))
+
+
+def _experts_candidate(m, cls: str) -> Candidate:
+    lay = experts.layout(m, _activation)
+    if isinstance(lay, str):
+        return Candidate("fused_moe", lay)
+    return Candidate("fused_moe", "", lambda fn, original: _experts_forward(m, fn, lay, original), lay.describe(cls),
+                     lambda: experts.check_args(m, lay))
+
+
+def candidate(m) -> Candidate | None:
+    """The Candidate for a module some slot may enter, else None."""
     from torch import nn
 
     cls = type(m).__name__
+    if isinstance(m, nn.Linear):
+        return _linear_candidate(m, cls)
+    if experts.is_experts(m):
+        return _experts_candidate(m, cls)
     if cls.endswith("RMSNorm"):
         w, eps = getattr(m, "weight", None), _eps_attr(m)
         if not isinstance(w, nn.Parameter) or w.dim() != 1:
-            return "rms_norm", "no 1-D weight parameter", None
+            return Candidate("rms_norm", "no 1-D weight parameter")
         if eps is None:
-            return "rms_norm", "no eps (variance_epsilon or eps) attribute", None
-        return "rms_norm", "", lambda fn, original: _rms_forward(m, fn, original, eps)
+            return Candidate("rms_norm", "no eps (variance_epsilon or eps) attribute")
+        return Candidate("rms_norm", "", lambda fn, original: _rms_forward(m, fn, original, eps), cls,
+                         lambda: _one_input(m, w.shape[0]))
     if all(isinstance(getattr(m, n, None), nn.Linear) for n in ("gate_proj", "up_proj", "down_proj")) \
             and isinstance(getattr(m, "act_fn", None), nn.Module):
         act = _activation(m.act_fn)
         if act is None:
-            return None, f"activation {type(m.act_fn).__name__} is neither SiLU nor GELU", None
+            return Candidate(None, f"activation {type(m.act_fn).__name__} is neither SiLU nor GELU")
         slot, extra = act
-        return slot, "", lambda fn, original: _mlp_forward(m, fn, slot, extra, original)
+        return Candidate(slot, "", lambda fn, original: _mlp_forward(m, fn, slot, extra, original),
+                         f"{cls} (gate/up concatenated)", lambda: _one_input(m, m.gate_proj.in_features))
     return None
 
 
-def _check_input(m, slot: str):
-    p = next(m.parameters())
-    width = m.weight.shape[0] if slot == "rms_norm" else m.gate_proj.in_features
-    x = torch.randn(1, 3, width, generator=torch.Generator().manual_seed(0))
-    return x.to(device=p.device, dtype=p.dtype)
+def checked_with(slot: str):
+    """What a module's own forward is checked against: the slot's native, or for ``fused_moe`` (whose native is
+    that very forward) the slot's reference."""
+    if slot == "fused_moe":
+        from fk_adapters.tasks import SLOTS
+
+        return SLOTS[slot].reference
+    return NATIVES[slot]
 
 
-def agrees(m, slot: str, forward, original) -> bool:
-    """Does ``forward`` (the slot's native in place) give what the module's own forward gives?"""
-    x = _check_input(m, slot)
+def agrees(found: Candidate, forward, original) -> bool:
+    """Does ``forward`` (the slot's math in place) give what the module's own forward gives?"""
+    args = found.check_args()
     with torch.inference_mode():
-        want, got = original(x), forward(x)
+        want, got = original(*args), forward(*args)
     if not (isinstance(want, torch.Tensor) and got.shape == want.shape and got.dtype == want.dtype):
         return False
     atol, rtol = AGREE.get(want.dtype, AGREE[torch.float32])
@@ -133,7 +205,7 @@ def route(model, ops_by_slot: dict) -> dict[str, list[str]]:
         found = candidate(m)
         if found is None:
             continue
-        slot, why, build = found
+        slot, why = found.slot, found.why
         cls = type(m).__name__
         slots = [slot] if slot else [s for s in GATED if s in ops_by_slot]
         if not slots or slots[0] not in ops_by_slot:
@@ -141,15 +213,16 @@ def route(model, ops_by_slot: dict) -> dict[str, list[str]]:
         if not why:
             original = m.forward
             try:
-                ok = agrees(m, slot, build(NATIVES[slot], original), original)
+                ok = agrees(found, found.build(checked_with(slot), original), original)
             except Exception as exc:  # noqa: BLE001 - a module the check cannot run stays stock, with the reason
                 ok, why = False, f"check failed: {type(exc).__name__}: {exc}"
             if ok:
-                m.forward = build(ops_by_slot[slot], original)
+                m.forward = found.build(ops_by_slot[slot], original)
+                if slot == "fused_moe":
+                    experts.register(m, experts.layout(m, _activation))
                 probe.constructed[slot] += 1
-                desc = cls if slot == "rms_norm" else f"{cls} (gate/up concatenated)"
-                if desc not in entered[slot]:
-                    entered[slot].append(desc)
+                if found.desc not in entered[slot]:
+                    entered[slot].append(found.desc)
                 continue
             why = why or DIFFERS.format(slot=slot)
         probe.left_stock(slots, f"{'/'.join(slots)} ({cls}: {why})")

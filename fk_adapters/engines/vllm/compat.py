@@ -47,3 +47,43 @@ def hf_overrides_for(model_type: str | None):
             "vllm.model_executor.models.gemma4"):
         return restore_legacy_globals
     return None
+
+
+# ----------------------------------------------------------------------------------------------- gemm, fused_moe
+# MoE backends (``UnquantizedMoeBackend`` names, 0.26 and 0.32) whose kernel reads w13/w2 as the slot lays them out
+# (TRITON: the H100 default) and those that prepack them in place after loading (CPU, modular in 0.32 only: 0.26's
+# CPU path is monolithic and stays stock). Any other backend reshuffles or transposes the weights: stock.
+MOE_PLAIN_BACKENDS = ("TRITON",)
+MOE_PREPACKED_BACKENDS = ("CPU",)
+MOE_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
+SWIGLU_DEFAULTS = {"swiglu_alpha": 1.702, "swiglu_limit": 7.0}  # GPT-OSS's, what vLLM's kernels use when unset
+
+
+def moe_left_stock_why(method) -> str:
+    """Why the layers of an ``UnquantizedFusedMoEMethod`` can never route to the slot ("" if they can)."""
+    moe, backend = method.moe, method.unquantized_backend.name
+    if method.is_monolithic:  # 0.26 CPU, Blackwell FlashInfer TRT-LLM: routing inside the kernel, no forward call
+        return f"monolithic {backend} MoE backend: routing inside the engine's kernel"
+    if backend not in MOE_PLAIN_BACKENDS + MOE_PREPACKED_BACKENDS:
+        return f"MoE backend {backend} keeps the expert weights in its own layout"
+    if moe.moe_parallel_config.use_ep:
+        return "expert parallel (expert_map)"
+    if getattr(moe, "is_lora_enabled", False):
+        return "LoRA on the experts"
+    if moe.activation.value not in MOE_ACTIVATIONS:
+        return f"activation {moe.activation.value}"
+    if getattr(moe, "swiglu_beta", None) is not None:
+        return "swiglu_beta"
+    return ""
+
+
+def keep_weight_cpu_linear(layer) -> None:
+    """vLLM's CPU linear set-up (``UnquantizedLinearMethod.process_weights_after_loading``) that keeps
+    ``layer.weight``: stock empties it once its packed handle ``layer.cpu_linear`` exists."""
+    import torch
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    if getattr(layer, "_cpu_skip_gemm_dispatch", False):  # 0.32: MLA's kv_b_proj
+        layer.cpu_linear = torch.nn.functional.linear
+        return
+    dispatch_cpu_unquantized_gemm(layer, remove_weight=False)

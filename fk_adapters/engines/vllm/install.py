@@ -30,13 +30,24 @@ def _rotary_classes():
 
 def _targets():
     """(in-tree classes, the slots they host, builder of the replacement class)."""
+    from vllm.model_executor.layers import linear
     from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
     return [([RMSNorm], ("rms_norm", "fused_add_rms_norm"), layers.rms_norm_class),
             ([SiluAndMul], ("silu_and_mul",), layers.silu_and_mul_class),
             ([GeluAndMul], ("gelu_and_mul",), layers.gelu_and_mul_class),
-            (_rotary_classes(), ("rotary_embedding",), layers.rotary_class)]
+            (_rotary_classes(), ("rotary_embedding",), layers.rotary_class),
+            ([getattr(linear, name) for name in LINEAR_CLASSES], ("gemm",), layers.linear_class),
+            ([ParallelLMHead], ("gemm",), layers.lm_head_class),
+            ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class)]
+
+
+# registered by runtime class name: subclasses with their own name (0.32's GateLinear router, ...) stay stock
+LINEAR_CLASSES = ("ReplicatedLinear", "ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear",
+                  "RowParallelLinear")
 
 
 def _guarded(cls, kernels):
@@ -76,13 +87,17 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
 
 def _register(base, build, mine: dict, chosen: dict) -> str:
     """Register the replacement of in-tree class ``base`` with the ops ``mine``; its entry for the report."""
-    from vllm.model_executor.custom_op import CustomOp, op_registry_oot
+    from vllm.model_executor.custom_op import CustomOp, PluggableLayer, op_registry_oot
 
     if base.__name__ in op_registry_oot:
         raise RuntimeError(f"vLLM class {base.__name__} already has an out-of-tree replacement "
                            f"({op_registry_oot[base.__name__].__qualname__}); refusing to stack another")
     cls = _guarded(build(base, mine), {s: chosen[s] for s in mine})
     cls.__name__ = cls.__qualname__ = f"Fk{base.__name__}"
-    cls._fk_drift, note = install_common.checked_drift(cls._fk_params, base, layers.IN_TREE_METHODS, log)
-    CustomOp.register_oot(_decorated_op_cls=cls, name=base.__name__)
+    drift_of, methods = getattr(cls, "_fk_drift_of", (base, layers.IN_TREE_METHODS))
+    cls._fk_drift, note = install_common.checked_drift(cls._fk_params, drift_of, methods, log)
+    if getattr(cls, "_fk_pluggable", False):
+        PluggableLayer.register_oot(_decorated_layer_cls=cls, name=base.__name__)
+    else:
+        CustomOp.register_oot(_decorated_op_cls=cls, name=base.__name__)
     return install_common.where(base.__name__, note)

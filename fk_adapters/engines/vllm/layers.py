@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fk_adapters import probe
 from fk_adapters.engines import calls
+from fk_adapters.engines.vllm import compat, natives
 
 # the in-tree methods a replacement stands for (CustomOp dispatches to one of them)
 IN_TREE_METHODS = ("forward_native", "forward_cuda", "forward_cpu")
@@ -99,3 +100,115 @@ def rotary_class(base, ops: dict):
         return query, key
 
     return _replacement(base, ("rotary_embedding",), routed)
+
+
+# ----------------------------------------------------------------------------------------------------------- gemm
+def _gemm_apply(op):
+    def apply(self, layer, x, bias=None):  # traced under torch.compile: no Python side effects here
+        y = op(x.reshape(-1, x.shape[-1]), layer.weight, bias)
+        return y.reshape(x.shape[:-1] + y.shape[-1:])
+
+    return apply
+
+
+def _method_swapping_layer(base, stock_method, fk_method):
+    """A ``base`` subclass whose layers built with exactly ``stock_method`` get ``fk_method`` (its GEMM in the slot);
+    any other method (a quantized layer) stays, counted as left stock with its class name."""
+
+    class FkLayer(base):
+        _fk_drift = ""  # set by install: why no layer of this vLLM can route
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)  # 0.32's method reads the vLLM config: build ours here, not earlier
+            method = type(self.quant_method)
+            why = self._fk_drift or ("" if method is stock_method else f"quant_method {method.__name__}")
+            if not why:
+                self.quant_method = fk_method()
+            probe.layer_built(("gemm",), why or None)
+
+    FkLayer._fk_params = calls.Params.of(fk_method.apply, skip=1)
+    FkLayer._fk_drift_of = (stock_method, ("apply",))  # where the GEMM is: the method, not forward
+    FkLayer._fk_pluggable = True  # a PluggableLayer, not a CustomOp
+    return FkLayer
+
+
+def linear_class(base, ops: dict):
+    """A linear layer class whose unquantized layers run their GEMM through the 'gemm' op.
+
+    Only a layer whose ``quant_method`` is exactly ``UnquantizedLinearMethod`` routes (its method is swapped for
+    one whose ``apply`` calls the op); a quantized layer keeps its method and is counted as left stock. vLLM's TP
+    logic, bias handling and weight loading stay the layer's own."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+
+    class FkUnquantizedLinearMethod(UnquantizedLinearMethod):
+        def process_weights_after_loading(self, layer):
+            from vllm.platforms import current_platform
+
+            if not current_platform.is_cpu():
+                return super().process_weights_after_loading(layer)
+            # the slot takes the weight: keep it next to the engine's packed handle (2x weights, CPU only)
+            compat.keep_weight_cpu_linear(layer)
+            if hasattr(layer, "cpu_linear"):  # none for a 3-D weight (Mamba's conv1d): not a GEMM, never applied
+                natives.remember((layer.weight,), layer.cpu_linear)
+
+        apply = _gemm_apply(ops["gemm"])
+
+    return _method_swapping_layer(base, UnquantizedLinearMethod, FkUnquantizedLinearMethod)
+
+
+def lm_head_class(base, ops: dict):
+    """``ParallelLMHead`` whose logits GEMM (``UnquantizedEmbeddingMethod.apply``, called by the logits processor)
+    runs through the 'gemm' op; the weight is the padded vocab's, as stock's."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    class FkUnquantizedEmbeddingMethod(UnquantizedEmbeddingMethod):
+        def process_weights_after_loading(self, layer):
+            super().process_weights_after_loading(layer)  # on a CPU: the packed handle, the weight kept
+            if hasattr(layer, "cpu_linear"):
+                natives.remember((layer.weight,), layer.cpu_linear)
+
+        apply = _gemm_apply(ops["gemm"])
+
+    return _method_swapping_layer(base, UnquantizedEmbeddingMethod, FkUnquantizedEmbeddingMethod)
+
+
+# ------------------------------------------------------------------------------------------------------ fused_moe
+def moe_method_class(base, ops: dict):
+    """``UnquantizedFusedMoEMethod`` whose forward (after the engine's routing) calls the 'fused_moe' op.
+
+    Monolithic backends, EP, LoRA and other layouts stay stock (``compat.moe_left_stock_why``). Where the engine
+    prepacks the expert weights in place after loading (vLLM CPU), plain copies are kept for the slot first: twice
+    the expert memory, fine for the tiny models fk runs on CPU."""
+    op = ops["fused_moe"]
+
+    def routed(self, layer, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
+        why = ("expert_map (expert parallel)" if layer.expert_map is not None else
+               "shared experts inside the kernel" if self.mk_can_overlap_shared_experts else "")
+        if why:
+            calls.left_stock("fused_moe", why)
+            return self._forward_method(layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
+        plain = getattr(layer, "_fk_plain", None) or (layer.w13_weight, layer.w2_weight, _bias(layer, "w13_bias"))
+        return op(x, plain[0], plain[1], topk_weights, topk_ids, layer.activation.value,
+                  bool(layer.apply_router_weight_on_input), plain[2], _bias(layer, "w2_bias"),
+                  float(getattr(layer, "swiglu_alpha", None) or compat.SWIGLU_DEFAULTS["swiglu_alpha"]),
+                  float(getattr(layer, "swiglu_limit", None) or compat.SWIGLU_DEFAULTS["swiglu_limit"]),
+                  1.0)  # routed_scaling_factor: vLLM's router/runner applies it
+
+    class FkMoEMethod(_replacement(base, ("fused_moe",), routed, layer_check=compat.moe_left_stock_why)):
+        def process_weights_after_loading(self, layer):
+            prepacked = self._fk_routed and self.unquantized_backend.name in compat.MOE_PREPACKED_BACKENDS
+            plain = tuple(None if t is None else t.detach().clone()
+                          for t in (layer.w13_weight, layer.w2_weight, _bias(layer, "w13_bias"))) if prepacked else None
+            super().process_weights_after_loading(layer)
+            if plain:
+                layer._fk_plain = plain
+                if getattr(self.moe_kernel.fused_experts, "_use_zentorch", False):
+                    return  # zentorch keeps the weights plain: nothing packed to hand over
+                pad = (layer.w13_weight.shape[1] - plain[0].shape[1]) // 2
+                natives.remember(plain[:2], (layer.w13_weight, layer.w2_weight, self.moe_kernel.fused_experts.isa, pad))
+
+    return FkMoEMethod
+
+
+def _bias(layer, name: str):
+    return getattr(layer, name, None)

@@ -65,6 +65,19 @@ def fk_triton_silu_and_mul_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, 
 
 
 @triton.jit
+def fk_triton_gelu(gate, APPROX_TANH: tl.constexpr):
+    """gelu of a float32 block: exact (erf) or the tanh approximation."""
+    if APPROX_TANH:
+        u = _GELU_TANH_K * (gate + 0.044715 * gate * gate * gate)
+        # tanh(u) = sign(u) * (1 - e) / (1 + e), e = exp(-2|u|): no overflow for any u.
+        e = tl.exp(-2.0 * tl.abs(u))
+        t = (1.0 - e) / (1.0 + e)
+        t = tl.where(u < 0.0, -t, t)
+        return 0.5 * gate * (1.0 + t)
+    return 0.5 * gate * (1.0 + tl.math.erf(gate * _SQRT1_2))
+
+
+@triton.jit
 def fk_triton_gelu_and_mul_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, d, APPROX_TANH: tl.constexpr,
                                   BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -73,15 +86,7 @@ def fk_triton_gelu_and_mul_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, 
     x_row = x_ptr + row * x_row_stride
     gate = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(x_row + d + cols, mask=mask, other=0.0).to(tl.float32)
-    if APPROX_TANH:
-        u = _GELU_TANH_K * (gate + 0.044715 * gate * gate * gate)
-        # tanh(u) = sign(u) * (1 - e) / (1 + e), e = exp(-2|u|): no overflow for any u.
-        e = tl.exp(-2.0 * tl.abs(u))
-        t = (1.0 - e) / (1.0 + e)
-        t = tl.where(u < 0.0, -t, t)
-        act = 0.5 * gate * (1.0 + t)
-    else:
-        act = 0.5 * gate * (1.0 + tl.math.erf(gate * _SQRT1_2))
+    act = fk_triton_gelu(gate, APPROX_TANH)
     tl.store(out_ptr + row * out_row_stride + cols, (act * up).to(out_ptr.dtype.element_ty), mask=mask)
 
 

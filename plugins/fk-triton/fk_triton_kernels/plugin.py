@@ -5,18 +5,23 @@ and works where Triton is missing (then ``fk_kernels`` raises and the plugin sho
 """
 from __future__ import annotations
 
+import importlib
 import os
 
 from fk_adapters import Kernel, hookimpl
 
-# slot -> (launcher name in kernels.py, device kernel name the profiler shows)
+# slot -> (module, launcher name, device kernel names the profiler shows)
 SLOT_KERNELS = {
-    "rms_norm": ("rms_norm", "fk_triton_rms_norm_kernel"),
-    "fused_add_rms_norm": ("fused_add_rms_norm", "fk_triton_fused_add_rms_norm_kernel"),
-    "silu_and_mul": ("silu_and_mul", "fk_triton_silu_and_mul_kernel"),
-    "gelu_and_mul": ("gelu_and_mul", "fk_triton_gelu_and_mul_kernel"),
-    "rotary_embedding": ("rotary_embedding", "fk_triton_rotary_kernel"),
+    "rms_norm": ("kernels", "rms_norm", ("fk_triton_rms_norm_kernel",)),
+    "fused_add_rms_norm": ("kernels", "fused_add_rms_norm", ("fk_triton_fused_add_rms_norm_kernel",)),
+    "silu_and_mul": ("kernels", "silu_and_mul", ("fk_triton_silu_and_mul_kernel",)),
+    "gelu_and_mul": ("kernels", "gelu_and_mul", ("fk_triton_gelu_and_mul_kernel",)),
+    "rotary_embedding": ("kernels", "rotary_embedding", ("fk_triton_rotary_kernel",)),
+    "gemm": ("gemm", "gemm", ("fk_triton_gemm_kernel",)),
+    "fused_moe": ("moe", "fused_moe", ("fk_triton_moe_gate_up_kernel", "fk_triton_moe_down_kernel")),
 }
+# Interpreted on a CPU these would carry every linear layer of a model through Triton's interpreter: far too slow.
+GPU_ONLY = ("gemm", "fused_moe")
 
 
 @hookimpl
@@ -31,14 +36,13 @@ def fk_plugin_info() -> dict:
 
 @hookimpl
 def fk_kernels(engine: str, device: str) -> list:
-    from fk_triton_kernels import kernels
-
-    devices = ("cuda", "cpu") if os.environ.get("TRITON_INTERPRET") == "1" else ("cuda",)
-    return [
-        Kernel(slot=slot, fn=getattr(kernels, fn_name), name=f"triton_{slot}",
-               engines=("vllm", "sglang", "transformers"), dtypes=("float32", "float16", "bfloat16"), devices=devices,
-               cuda_graph_safe=True,
-               compile_safe=True, kernel_names=(kernel_name,),
-               description=f"Triton kernel {kernel_name} (fk-triton-kernels)")
-        for slot, (fn_name, kernel_name) in SLOT_KERNELS.items()
-    ]
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    out = []
+    for slot, (module, fn_name, kernel_names) in SLOT_KERNELS.items():
+        launcher = getattr(importlib.import_module(f"fk_triton_kernels.{module}"), fn_name)
+        devices = ("cuda", "cpu") if interpreted and slot not in GPU_ONLY else ("cuda",)
+        out.append(Kernel(slot=slot, fn=launcher, name=f"triton_{slot}", engines=("vllm", "sglang", "transformers"),
+                          dtypes=("float32", "float16", "bfloat16"), devices=devices, cuda_graph_safe=True,
+                          compile_safe=True, kernel_names=kernel_names,
+                          description=f"Triton kernel {', '.join(kernel_names)} (fk-triton-kernels)"))
+    return out

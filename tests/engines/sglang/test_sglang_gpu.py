@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="sglang is not installed")]
 
 BF16_TOL = {"atol": 1.6e-2, "rtol": 1.6e-2}
-CASES = [(name, i) for name in sorted(SLOTS) for i in range(len(SLOTS[name].cases))]
+CASES = [(name, i) for name in sorted(SLOTS) if "sglang" in SLOTS[name].entries for i in range(len(SLOTS[name].cases))
+         if SLOTS[name].cases[i].get("activation") != "gelu_tanh"]  # SGLang's MoE has no tanh gelu (its layers: Stock)
 
 
 @pytest.mark.parametrize("name,index", CASES, ids=[f"{n}-{i}" for n, i in CASES])

@@ -14,6 +14,7 @@ from fk_adapters.engines import get
 from fk_adapters.engines.sglang import driver, targets
 from fk_adapters.kernel import Kernel
 from fk_adapters.tasks import SLOTS
+from tests.engines.sglang import gemm_moe_fakes
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 
@@ -69,8 +70,11 @@ def test_every_slot_has_a_target_or_a_documented_reason():
     covered = set(targets.by_slot())
     assert covered | set(targets.UNCOVERED_SLOTS) == set(SLOTS)
     for t in targets.TARGETS:
-        assert t.path.startswith("sglang.srt.layers.") and t.path.endswith(".forward_cuda")
+        assert t.path.startswith("sglang.srt.layers.")
+        assert t.path.endswith((".forward_cuda", ".apply", "._compute_lm_head"))
         assert t.init_path.endswith(".__init__")
+    assert targets.by_slot()["gemm"].path == "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
+    assert targets.by_slot()["gemm"].init_path == "sglang.srt.layers.linear.LinearBase.__init__"
     assert targets.by_slot()["rms_norm"].path == "sglang.srt.layers.layernorm.RMSNorm.forward_cuda"
     assert targets.by_slot()["rotary_embedding"].path == \
         "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding.forward_cuda"
@@ -141,10 +145,14 @@ def _call_for(slot):
         return rope_layer(), (torch.arange(3), torch.randn(3, 64), torch.randn(3, 32), None, None)
     if slot in ("silu_and_mul", "gelu_and_mul"):
         return types.SimpleNamespace(approximate="none"), (x,)
+    if slot == "gemm":  # the hooked method's self is the linear method; the layer comes first in the call
+        return types.SimpleNamespace(), (types.SimpleNamespace(weight=torch.randn(4, 8)), x, None)
+    if slot == "fused_moe":
+        return gemm_moe_fakes.moe_method(), (gemm_moe_fakes.moe_layer(), gemm_moe_fakes.dispatch(x))
     return rms_layer(), (x, torch.randn(3, 8) if slot == "fused_add_rms_norm" else None, None)
 
 
-@pytest.mark.parametrize("slot", sorted(SLOTS))
+@pytest.mark.parametrize("slot", sorted(targets.by_slot()))
 @pytest.mark.parametrize("extra_args, extra_kwargs, why", [
     ((), {"quant_linear": object()}, "unknown argument 'quant_linear'"),  # SGLang 0.5.23's RMSNorm.forward_cuda
     ((object(),), {}, "positional arguments, knows"),
@@ -448,12 +456,14 @@ def _ref_layer(slot, case_args):
     if slot == "gelu_and_mul":
         x, approximate = case_args
         return types.SimpleNamespace(approximate=approximate), (x,), {}
+    if slot in ("gemm", "fused_moe"):
+        return gemm_moe_fakes.call_for_case(slot, case_args)
     pos, q, k, head_size, cache, neox = case_args
     layer = rope_layer(head_size=head_size, rotary_dim=cache.shape[-1], cos_sin_cache=cache, is_neox_style=neox)
     return layer, (pos, q, k), {}
 
 
-@pytest.mark.parametrize("slot", sorted(SLOTS))
+@pytest.mark.parametrize("slot", sorted(targets.by_slot()))
 def test_hooked_call_through_a_real_op_matches_the_reference(slot):
     """The reference kernel behind ops.wrap, entered through the hook, gives the reference result."""
     from fk_adapters import ops
@@ -461,7 +471,8 @@ def test_hooked_call_through_a_real_op_matches_the_reference(slot):
     s = SLOTS[slot]
     op = ops.wrap("sglang_adapter_test", s, s.reference, ("float32",))
     gen = torch.Generator().manual_seed(0)
-    for case in s.cases:
+    cases = [c for c in s.cases if c.get("activation") != "gelu_tanh"]  # SGLang's MoE has erf gelu only
+    for case in cases:
         args = s.make_inputs(case, torch.float32, "cpu", gen)
         expected = s.run_reference(args)
         layer, call_args, call_kw = _ref_layer(slot, tuple(a.clone() if isinstance(a, torch.Tensor) else a
@@ -472,7 +483,7 @@ def test_hooked_call_through_a_real_op_matches_the_reference(slot):
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e)
-    assert probe.calls[ops.op_key("sglang_adapter_test", slot)] == len(s.cases)
+    assert probe.calls[ops.op_key("sglang_adapter_test", slot)] == len(cases)
 
 
 def test_register_hooks_through_sglang_registry(make_plugin, monkeypatch, tmp_path):

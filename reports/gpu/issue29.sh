@@ -1,0 +1,66 @@
+#!/bin/bash
+# Issue 29 (gemm and fused_moe slots) on the lent GPU, one engine per hold (vllm 0.26.0 or sglang 0.5.15), after
+# ../shared/device/stage.py ENGINE and its install:
+#   bash reports/gpu/fk_gpu.sh ENGINE setup                      # fk and its plugins into the staged site
+#   setsid nohup bash reports/gpu/issue29.sh ENGINE runs > /tmp/fk-work/i29-ENGINE.log 2>&1 < /dev/null &
+#   bash reports/gpu/issue29.sh ENGINE pack                      # /tmp/fk-work/i29/ENGINE (no weights) -> $OUT
+# Steps ($STEPS, in this order by default, each independent of a failed one before it):
+#   gputests  the GPU tests of the new slots (Triton kernels, the engine's natives) -> gputests.txt
+#   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: does every slot enter and run
+#   capture   $CAPTURE (default fk46-mixtral fk46-llama-3.1) served eagerly with --smoke workloads and --profile:
+#             each slot's calls and shapes, and device time per op family (coverage)
+#   check     the Triton and passthrough gemm / fused_moe against the engine's own kernels on those shapes
+#   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, $AB_INTERLEAVE rounds: default
+#             2; 0: one engine process a side)
+#   wrong     fk-wrong's wrong-moe, then wrong-gemm, against ab's baseline runs: both must FAIL
+#   tfx       (vllm's site only) fk-vllm-moe, vLLM's Triton fused MoE, in the transformers host on tiny-mixtral
+set -u
+ENGINE=$1; shift
+export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
+export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
+REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i29/$ENGINE; MODELS=/tmp/fk-models
+mkdir -p "$W"
+FK="python3 -m fk_adapters.cli.main"
+SC=fk46-mixtral
+RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900"
+
+case $1 in
+  runs)
+    cd "$W" || exit 1
+    for step in ${STEPS:-gputests tiny capture check ab wrong tfx}; do
+      echo "=== $step $(date -u +%H:%M:%S)"
+      case $step in
+        gputests)
+          (cd "$REPO" && python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_gemm_moe.py \
+            "tests/engines/$ENGINE" 2>&1 | tail -30) > "$W/gputests.txt"; tail -3 "$W/gputests.txt" ;;
+        tiny)
+          $RUN --plugins triton --scenario tiny-llama --dtype bfloat16 --quick --interleave 0 --allow-uncovered \
+            --out "$W/tiny" ;;
+        capture)
+          for s in ${CAPTURE:-$SC fk46-llama-3.1}; do
+            $FK capture --engine "$ENGINE" --scenario "$s" --profile --smoke --model-cache $MODELS --timeout 900 \
+              --out "$W/fk46"
+          done ;;
+        check)
+          $FK check --engine "$ENGINE" --plugins triton,passthrough --slots gemm,fused_moe \
+            --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
+        ab)
+          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --out "$W/ab-triton" ;;
+        wrong)
+          for p in wrong-moe wrong-gemm; do
+            $RUN --plugins $p --scenario $SC --smoke --baseline-from "$W/ab-triton" --allow-uncovered --out "$W/ab-$p"
+          done ;;
+        tfx)
+          [ "$ENGINE" = vllm ] && $FK run --engine transformers --plugins vllm-moe --scenario tiny-mixtral \
+            --device cuda --dtype bfloat16 --quick --model-cache $MODELS --timeout 900 --out "$W/tfx-vllm-moe" ;;
+      esac
+      echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
+    done
+    $FK coverage --results "$W/fk46" --out "$W/fk46" 2>&1 | tail -2
+    echo "=== all done" ;;
+  pack)
+    mkdir -p "${OUT:?}" && tar czf "$OUT/i29-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
+      -C "$ROOT/i29" "$ENGINE" && ls -la "$OUT" ;;
+  *) echo "usage: issue29.sh ENGINE runs|pack"; exit 2 ;;
+esac
