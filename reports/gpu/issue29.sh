@@ -48,10 +48,11 @@ case $1 in
           $FK check --engine "$ENGINE" --plugins triton,passthrough --slots gemm,fused_moe \
             --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
         ab)
-          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --out "$W/ab-triton" ;;
+          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered --out "$W/ab-triton" ;;
         wrong)
           for p in wrong-moe wrong-gemm; do
-            $RUN --plugins $p --scenario $SC --smoke --baseline-from "$W/ab-triton" --allow-uncovered --out "$W/ab-$p"
+            $RUN --plugins $p --scenario $SC --smoke --correctness-only --baseline-from "$W/ab-triton" --allow-uncovered \
+              --out "$W/ab-$p"
           done ;;
         tfx)
           [ "$ENGINE" = vllm ] && $FK run --engine transformers --plugins vllm-moe --scenario tiny-mixtral \
