@@ -2,7 +2,7 @@
 
 One engine run in capture mode (``FK_CAPTURE=1``): the built-in recorder puts the engine's own
 kernel in every slot it hosts (outputs stay stock) and counts every distinct call signature
-(``fk_adapters.check.signature``), with the value statistics of its inputs (``fk_adapters.check.value_stats``).
+(``fk_adapters.call_signature``), with the value statistics of its inputs (``fk_adapters.check.value_stats``).
 Always eager: under CUDA graphs or torch.compile the op body runs only at capture or trace time, so
 the counts would be wrong.
 """

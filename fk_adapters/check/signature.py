@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-from fk_adapters.call_signature import describe as describe, key as key  # re-exported: the format fk check reads
 from fk_adapters.check import scales
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32")

@@ -37,6 +37,9 @@ def add_parser(sub):
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")
     common.add_quick_args(p)
+    p.add_argument("--correctness-only", action="store_true",
+                   help="judge correctness alone: no throughput or latency phases (e.g. to show quickly that a wrong "
+                        "kernel fails); the report says no speed was measured")
     p.add_argument("--profile", action=argparse_bool(), default=None,
                    help="profile a few steps for kernel names (default: on for cuda)")
     p.add_argument("--no-multiprocessing", action="store_true",
@@ -92,7 +95,7 @@ def run(args) -> int:
     device = common.device(args.device)
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     if args.interleave is None:  # a GPU timing is a claim: measure the variation between engine processes
-        args.interleave = MIN_ROUNDS if device == "cuda" and not args.baseline_from else 0
+        args.interleave = MIN_ROUNDS if device == "cuda" and not (args.baseline_from or args.correctness_only) else 0
     versions = {}
     for spec in specs:  # every engine is checked before any starts
         common.check_device(spec, device)
@@ -124,6 +127,8 @@ def _candidate(args) -> tuple[list[str], list]:
         raise UsageError("--interleave N needs N >= 2 rounds (or leave it out)")
     if args.interleave and args.baseline_from:
         raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
+    if args.interleave and args.correctness_only:
+        raise UsageError("--interleave pairs timings round by round: --correctness-only times nothing")
     common.check_timeout(args.timeout)
     common.check_writable_dir(args.out)
     if args.aa:
@@ -149,7 +154,8 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
 
     return RunConfig(engine=spec, out_dir=own(args.out), timeout_s=args.timeout, strict=args.strict,
                      allow_unexercised=args.allow_unexercised, allow_uncovered=args.allow_uncovered, aa=args.aa,
-                     quick=args.quick, profile=given["device"] == "cuda" if args.profile is None else args.profile,
+                     quick=args.quick, correctness_only=args.correctness_only,
+                     profile=given["device"] == "cuda" if args.profile is None else args.profile,
                      multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                      baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),
                      interleave=args.interleave, force=args.force, command=common.command_line(), **given)

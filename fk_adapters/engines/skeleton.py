@@ -105,7 +105,8 @@ class Driver:
         from fk_adapters.check.value_stats import PAUSE_FILE
 
         p = job["profile"]
-        marker = os.path.join(probe.run_dir(), PAUSE_FILE) if probe.run_dir() else ""
+        folder = probe.run_dir()
+        marker = os.path.join(folder, PAUSE_FILE) if folder else ""
         if marker:
             open(marker, "w").close()
         try:

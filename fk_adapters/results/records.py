@@ -94,6 +94,7 @@ class RunResults(EngineResults):
     plugins: list[str] = field(default_factory=list)
     aa: bool = False
     quick: bool | int = False
+    correctness_only: bool = False
     baseline_from: str = ""
     reference_from: str = ""
     interleave: int = 1

@@ -35,6 +35,7 @@ class RunConfig:
     allow_uncovered: bool = False  # slots no scenario's model has a layer for
     aa: bool = False
     quick: bool = False
+    correctness_only: bool = False  # no throughput or latency phases: a verdict on correctness alone
     profile: bool = False
     multiprocessing: bool = True
     model_cache: str = ""
@@ -114,6 +115,9 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
             res = json.load(f)
     except FileNotFoundError:
         raise BaselineMismatch(f"no {side} run of {scenario} under {prev_out}") from None
+    if "perf" not in job:  # a correctness-only run reuses the correctness of a run that also timed
+        prev_job.pop("perf", None)
+        res.pop("perf", None)
     if prev_job != job:
         raise BaselineMismatch(f"the {side} of {scenario} under {prev_out} ran a different job "
                                "(model, prompts, mode or engine arguments differ)")
@@ -249,6 +253,8 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict, native: set[str] =
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg), echo)
     job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
+    if cfg.correctness_only:
+        job.pop("perf", None)
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}
     runs, bad = _engine_runs(cfg, sc, job, echo)
@@ -475,7 +481,8 @@ def run_key(cfg: RunConfig) -> dict:
     """What must match for a re-run to reuse an earlier run's finished scenarios."""
     key = {"engine": cfg.engine.name, "plugins": [] if cfg.aa else list(cfg.plugins), "aa": cfg.aa,
             "device": cfg.device, "mode": cfg.mode, "quick": cfg.quick, "interleave": _rounds(cfg),
-            "baseline_from": cfg.baseline_from, "profile": cfg.profile, "code": cfg.code}
+            "correctness_only": cfg.correctness_only, "baseline_from": cfg.baseline_from, "profile": cfg.profile,
+            "code": cfg.code}
     return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 
@@ -536,7 +543,8 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                "python": sys.version.split()[0], "mode": cfg.mode,
                "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
                "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
-               "quick": cfg.quick, "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
+               "quick": cfg.quick, "correctness_only": cfg.correctness_only,
+               "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
                "interleave": _rounds(cfg),
                "run_key": run_key(cfg), "thresholds": metrics.THRESHOLDS,
                "output_thresholds": metrics.OUTPUT_THRESHOLDS, "engine_integrity": cfg.engine_integrity,

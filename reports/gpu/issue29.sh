@@ -5,7 +5,8 @@
 #   setsid nohup bash reports/gpu/issue29.sh ENGINE runs > /tmp/fk-work/i29-ENGINE.log 2>&1 < /dev/null &
 #   bash reports/gpu/issue29.sh ENGINE pack                      # /tmp/fk-work/i29/ENGINE (no weights) -> $OUT
 # Steps ($STEPS, in this order by default, each independent of a failed one before it):
-#   gputests  the GPU tests of the new slots (Triton kernels, the engine's natives) -> gputests.txt
+#   gputests  the GPU tests of the new slots (Triton kernels, the engine's natives) -> gputests.txt; $GPUTESTS_K picks
+#             them (default: the natives and the Triton kernels, no test that starts an engine)
 #   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: does every slot enter and run
 #   capture   $CAPTURE (default fk46-mixtral fk46-llama-3.1) served eagerly with --smoke workloads and --profile:
 #             each slot's calls and shapes, and device time per op family (coverage)
@@ -33,7 +34,8 @@ case $1 in
       case $step in
         gputests)
           (cd "$REPO" && python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_gemm_moe.py \
-            "tests/engines/$ENGINE" 2>&1 | tail -30) > "$W/gputests.txt"; tail -3 "$W/gputests.txt" ;;
+            "tests/engines/$ENGINE" -k "${GPUTESTS_K:-natives or test_triton_gemm_moe}" 2>&1 | tail -30) > "$W/gputests.txt"
+          tail -3 "$W/gputests.txt" ;;
         tiny)
           $RUN --plugins triton --scenario tiny-llama --dtype bfloat16 --quick --interleave 0 --allow-uncovered \
             --out "$W/tiny" ;;
@@ -46,10 +48,11 @@ case $1 in
           $FK check --engine "$ENGINE" --plugins triton,passthrough --slots gemm,fused_moe \
             --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
         ab)
-          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --out "$W/ab-triton" ;;
+          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered --out "$W/ab-triton" ;;
         wrong)
           for p in wrong-moe wrong-gemm; do
-            $RUN --plugins $p --scenario $SC --smoke --baseline-from "$W/ab-triton" --allow-uncovered --out "$W/ab-$p"
+            $RUN --plugins $p --scenario $SC --smoke --correctness-only --baseline-from "$W/ab-triton" --allow-uncovered \
+              --out "$W/ab-$p"
           done ;;
         tfx)
           [ "$ENGINE" = vllm ] && $FK run --engine transformers --plugins vllm-moe --scenario tiny-mixtral \

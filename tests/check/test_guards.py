@@ -4,8 +4,8 @@ import time
 import pytest
 import torch
 
+from fk_adapters.call_signature import describe
 from fk_adapters.check import driver, guards, timing
-from fk_adapters.check.signature import describe
 from fk_adapters.tasks import SLOTS
 
 from . import cheaters

@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
+from fk_adapters.call_signature import describe
 from fk_adapters.check import runner
 from fk_adapters.check.report import render_check, shape_label
-from fk_adapters.check.signature import describe
 from fk_adapters.cli.main import main
 from fk_adapters.tasks import SLOTS
 

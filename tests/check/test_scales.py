@@ -3,10 +3,11 @@ import pytest
 import torch
 from fk_wrong.eps import fused_add_rms_norm_no_eps, rms_norm_no_eps
 
+from fk_adapters.call_signature import describe
 from fk_adapters.check import driver, guards, scales, timing
 from fk_adapters.check.report import render_check
 from fk_adapters.check.runner import finish, summarise
-from fk_adapters.check.signature import describe, make_inputs
+from fk_adapters.check.signature import make_inputs
 from fk_adapters.tasks import SLOTS
 
 RMS, ADD_RMS, SILU, ROPE = (SLOTS[s] for s in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding"))

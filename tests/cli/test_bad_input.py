@@ -86,6 +86,13 @@ def test_a_timeout_of_zero_or_below_is_refused(no_engine, capsys, tmp_path, work
             refused(capsys, [*argv, "--out", out, "--timeout", t], "--timeout must be a number of seconds above 0")
 
 
+def test_run_flags_that_contradict_each_other_are_refused(no_engine, capsys, tmp_path):
+    base = ["run", "--plugins", "passthrough", *TINY, "--out", str(tmp_path / "o")]
+    refused(capsys, [*base, "--interleave", "3", "--correctness-only"], "--correctness-only times nothing")
+    refused(capsys, [*base, "--interleave", "3", "--baseline-from", str(tmp_path)], "cannot reuse --baseline-from")
+    refused(capsys, [*base, "--interleave", "1"], "needs N >= 2 rounds")
+
+
 def test_check_counts_below_their_least_are_refused(no_engine, capsys, workload, tmp_path):
     base = ["check", "--plugins", "passthrough", "--workload", workload, "--device", "cpu", "--out", str(tmp_path)]
     for flag in ("--rounds", "--repeats"):

@@ -198,3 +198,40 @@ def test_a_kept_timeout_runs_again_under_another_time_limit_only(crash, monkeypa
     assert calls == ["baseline", "candidate"] and res["scenarios"][0]["status"] == "PASSED"
     assert res["scenarios"][0]["timeout_s"] == 600.0
     assert any("timed out under another time limit (tiny-llama: 60 s; now 600 s)" in m for m in lines)
+
+
+def _timing_engine(jobs):
+    """run_job that keeps each job (as the real one does, in job.json) and times what the job asks for."""
+    def run_job(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        jobs.append((os.path.basename(run_dir), job))
+        os.makedirs(run_dir, exist_ok=True)
+        res = dict(MEASURED, status="ok", wall_s=1.0, probe=WORKER_PROBE)
+        if "perf" in job:
+            res["perf"] = {"throughput": {"w": [{"tokens_per_s": 9.0}]}, "latency": {}}
+        for name, data in (("job.json", job), ("result.json", res)):
+            with open(os.path.join(run_dir, name), "w") as f:
+                json.dump(data, f)
+        return res
+    return run_job
+
+
+def test_correctness_only_runs_no_timed_phase_and_reuses_a_timed_baseline(crash, monkeypatch, tmp_path):
+    from fk_adapters import report
+
+    jobs = []
+    monkeypatch.setattr(ab, "run_job", _timing_engine(jobs))
+    suite = [scenarios.load("tiny-llama")]
+    timed = _local(tmp_path)
+    ab.run_suite(timed, suite, "0", echo=lambda m: None)
+    assert [side for side, job in jobs] == ["baseline", "candidate"] and all("perf" in job for _, job in jobs)
+    jobs.clear()
+    only = _local(tmp_path, correctness_only=True, baseline_from=timed.out_dir)
+    only.out_dir = str(tmp_path / "only")
+    res = ab.run_suite(only, suite, "0", echo=lambda m: None)
+    assert [side for side, _ in jobs] == ["candidate"] and "perf" not in jobs[0][1]
+    row = res["scenarios"][0]
+    assert row["status"] == "PASSED" and row["perf"] == {"throughput": {}, "latency": {}} and res["correctness_only"]
+    assert "Not measured: `--correctness-only`" in report.render(res)
+    # the other way round: a baseline that timed nothing cannot stand in for a timed run's
+    with pytest.raises(ab.BaselineMismatch, match="different job"):
+        ab.reuse_run(only.out_dir, "tiny-llama", dict(jobs[0][1], perf={"repeats": 1}), "candidate")
