@@ -1,6 +1,6 @@
 """GPU kernel names sorted into op families, and each family's share of device time.
 
-The families name what a slot would have to cover: five are the catalog's (``SLOT_FAMILIES``),
+The families name what a slot would have to cover: those in ``SLOT_FAMILIES`` are the catalog's (``SLOT_FAMILIES``),
 the rest are where the catalog could grow. A kernel is put in the first family whose pattern
 its name matches (case-insensitive), so the more specific patterns come first.
 """
@@ -17,7 +17,10 @@ FAMILIES: list[tuple[str, str]] = [
     ("moe routing", r"topk_?gating|topk_?softmax|moe_?fused_?gate|grouped_?topk|router"),
     ("moe", r"moe|expert|grouped_?gemm|matmul_ogs"),  # ogs: triton_kernels' MoE matmul
     ("ssm / linear attention", r"mamba|ssd_|selective|_scan|causal_conv|gated_delta|chunk_gla|kda|linear_attn|fla_"),
-    ("attention", r"flash|fmha|attn|attention|mla_|paged|sdpa|merge_state"),
+    # the paged_attention slot covers the attention kernel itself: the cache writes and MLA stay the engine's
+    ("kv cache write", r"reshape_and_cache|concat_and_cache|store_?kv|set_kv_buffer"),
+    ("mla attention", r"mla"),
+    ("attention", r"flash|fmha|attn|attention|paged|sdpa|merge_state"),
     ("activation", r"silu|gelu|swiglu|geglu|act_and_mul|relu|sigmoid|tanh"),
     ("conv", r"conv|winograd|implicit_gemm|cudnn"),
     ("gemm", r"gemm|gemv|matmul|cublas|cutlass|nvjet|xmma|wgmma|splitk|sgemm|hgemm|sm\d\d_"),
@@ -27,7 +30,8 @@ FAMILIES: list[tuple[str, str]] = [
     ("copy / elementwise", r"copy|memcpy|memset|fill|elementwise|vectorized|unrolled|cat_|transpose|cast"),
 ]
 SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "activation": ("silu_and_mul", "gelu_and_mul"),
-                 "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",)}
+                 "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",),
+                 "attention": ("paged_attention",)}
 OTHER = "other"
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES]
 

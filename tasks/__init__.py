@@ -3,6 +3,7 @@
 Installed as ``fk_adapters.tasks``. ``SLOTS`` maps a slot name to its :class:`Slot`.
 """
 from fk_adapters.tasks.activations import GELU_AND_MUL, SILU_AND_MUL
+from fk_adapters.tasks.attention import PAGED_ATTENTION
 from fk_adapters.tasks.gemm import GEMM
 from fk_adapters.tasks.moe import FUSED_MOE
 from fk_adapters.tasks.norms import FUSED_ADD_RMS_NORM, RMS_NORM
@@ -10,6 +11,6 @@ from fk_adapters.tasks.rotary import ROTARY_EMBEDDING
 from fk_adapters.tasks.slot import Slot
 
 SLOTS: dict[str, Slot] = {s.name: s for s in (RMS_NORM, FUSED_ADD_RMS_NORM, SILU_AND_MUL, GELU_AND_MUL,
-                                              ROTARY_EMBEDDING, GEMM, FUSED_MOE)}
+                                              ROTARY_EMBEDDING, GEMM, FUSED_MOE, PAGED_ATTENTION)}
 
 __all__ = ["SLOTS", "Slot"]

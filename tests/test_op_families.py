@@ -9,6 +9,10 @@ from fk_adapters import op_families
     ("void vllm::act_and_mul_kernel<c10::BFloat16, &vllm::silu_kernel>", "activation"),
     ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>", "rotary"),
     ("flash::flash_fwd_splitkv_kernel<...>", "attention"),
+    ("void flash::FlashAttnFwdSm90<...>", "attention"),
+    ("fk_triton_paged_attention_kernel", "attention"),
+    ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16>", "kv cache write"),  # the engine's,
+    ("void flash::flash_fwd_splitkv_mla_kernel<...>", "mla attention"),  # MLA too: outside paged_attention
     ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "gemm"),
     ("fused_moe_kernel", "moe"),
     ("_p_matmul_ogs_NNN_bf16xbf16xbf16_16x256x64x1_swiglu", "moe"),  # GPT-OSS's experts, SwiGLU fused in

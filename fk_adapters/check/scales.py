@@ -57,8 +57,10 @@ def _captured(z, st: dict, gen):
     """``z`` (unit normal) moved to the recorded mean and std, rows rescaled into the recorded RMS range."""
     import torch
 
-    v = st["mean"] + st["std"] * z
     lo, hi = st.get("row_rms", (0.0, 0.0))
+    if not all(map(math.isfinite, (st["mean"], st["std"], lo, hi))):  # an output recorded before it was written
+        return z
+    v = st["mean"] + st["std"] * z
     if not st.get("abs_max"):  # all-zero recorded inputs: nothing to scale to
         return z
     if not hi > 0:
@@ -124,6 +126,20 @@ def weight(shape, gen, device, stats: dict | None):
 
     w = torch.randn(tuple(shape), generator=gen, dtype=torch.float64, device=device)
     return stats["mean"] + stats["std"] * w if stats else 1.0 + 0.2 * w
+
+
+CACHES = ("k_cache", "v_cache")
+
+
+def cache_blocks_used(names: list[str], sig: list) -> list:
+    """The signature with a paged KV cache cut to the blocks its block table can name (plus the null block 0): a
+    kernel reads no other block, and the engine's whole cache (thousands of blocks) would cost seconds per input."""
+    by_name = dict(zip(names, sig))
+    if "block_table" not in by_name or not all(by_name.get(c) for c in CACHES):
+        return sig
+    b, rows = by_name["block_table"]["shape"]
+    n_blocks = min(by_name["k_cache"]["shape"][0], b * rows + 1)
+    return [dict(a, shape=[n_blocks, *a["shape"][1:]]) if n in CACHES else a for n, a in zip(names, sig)]
 
 
 def attention_metadata(sig: dict, gen, device) -> dict:

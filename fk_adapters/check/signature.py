@@ -71,6 +71,7 @@ def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True, sc
     import torch
 
     names = slot.param_names()
+    sig = scales.cache_blocks_used(names, sig)
     by_name = dict(zip(names, sig))
     gen = torch.Generator(device=device).manual_seed(seed)
     draw = {"scale": scale, "stats": stats, "growth": slot.growth, "row": seed}

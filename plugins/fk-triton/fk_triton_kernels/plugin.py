@@ -19,9 +19,11 @@ SLOT_KERNELS = {
     "rotary_embedding": ("kernels", "rotary_embedding", ("fk_triton_rotary_kernel",)),
     "gemm": ("gemm", "gemm", ("fk_triton_gemm_kernel",)),
     "fused_moe": ("moe", "fused_moe", ("fk_triton_moe_gate_up_kernel", "fk_triton_moe_down_kernel")),
+    "paged_attention": ("attention", "paged_attention", ("fk_triton_paged_attention_kernel",)),
 }
-# Interpreted on a CPU these would carry every linear layer of a model through Triton's interpreter: far too slow.
-GPU_ONLY = ("gemm", "fused_moe")
+# Interpreted on a CPU these would carry every linear layer (every attention layer) of a model through Triton's
+# interpreter: far too slow.
+GPU_ONLY = ("gemm", "fused_moe", "paged_attention")
 
 
 @hookimpl
