@@ -143,4 +143,10 @@ PAGED_ATTENTION = Slot(
                  "writes, metadata and graphs stay the backend's; MLA, alibi, sinks, fp8 caches, encoder, cascade "
                  "and DCP stay stock",),
     },
+    not_entered={
+        "sglang": "not hooked yet: SGLang's attention backends (fa3's forward_extend/forward_decode) are the seam "
+                  "(docs/design/paged-attention.md, section 2); attention runs stock, its kernels counted by the "
+                  "profiler",
+        "transformers": "the host keeps no paged KV cache: a module's attention is HF's own (sdpa, eager)",
+    },
 )

@@ -17,7 +17,7 @@ class Slot:
     ``reference`` is the plain-PyTorch semantics; ``traffic`` the least memory traffic of one call;
     ``flops`` the floating-point operations of one call (None: a memory-bound slot, reported by traffic only);
     ``make_inputs(case, dtype, device, gen)`` builds the positional arguments for one case of ``cases``.
-    ``entries`` says, per engine, where the slot enters it.
+    ``entries`` says, per engine, where the slot enters it; ``not_entered``, per engine it does not enter, why.
     """
 
     name: str
@@ -31,6 +31,7 @@ class Slot:
     mutates: tuple[str, ...] = ()
     dtype_arg: int = 0
     entries: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    not_entered: dict[str, str] = field(default_factory=dict)
     traffic: Callable | None = None  # traffic(*args) -> bytes a kernel must read plus write, at least
     flops: Callable | None = None  # flops(*args) -> floating-point operations of one call (a multiply-add: 2)
     growth: int = 1  # a result's magnitude grows as this power of its activations' (fk check's large scale)

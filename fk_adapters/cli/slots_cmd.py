@@ -22,14 +22,16 @@ def run(args) -> int:
     chosen = [SLOTS[s] for s in (args.slot or SLOTS)]
     if args.json:
         print(json.dumps([{"name": s.name, "summary": s.summary, "signature": s.signature, "mutates": list(s.mutates),
-                           "entries": s.entries} for s in chosen], indent=1))
+                           "entries": s.entries, "not_entered": s.not_entered} for s in chosen], indent=1))
         return 0
-    width = max(len(e) for s in chosen for e in s.entries) if chosen else 0
+    width = max(len(e) for s in chosen for e in (*s.entries, *s.not_entered)) if chosen else 0
     for s in chosen:
         print(f"{s.name}: {s.summary}")
         print(f"  {s.signature}" + (f"   [in place: {', '.join(s.mutates)}]" if s.mutates else ""))
         for engine, where in s.entries.items():
             for w in where:
                 print(f"  {engine:{width}s}  {w}")
+        for engine, why in s.not_entered.items():
+            print(f"  {engine:{width}s}  not entered: {why}")
         print()
     return 0

