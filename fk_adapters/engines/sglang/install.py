@@ -92,6 +92,18 @@ def _lm_head_why() -> str:
         return ""
 
 
+def _attention_backend_why() -> str:
+    """"" when SGLang runs fa3 (FlashAttentionBackend, whose forward is hooked) for prefill or decode."""
+    from sglang.srt.server_args import get_global_server_args
+
+    try:
+        sa = get_global_server_args()
+    except ValueError:  # not published yet: the per-call checks still apply
+        return ""
+    chosen = {sa.prefill_attention_backend or sa.attention_backend, sa.decode_attention_backend or sa.attention_backend}
+    return "" if "fa3" in chosen else f"attention backend {'/'.join(sorted(map(str, chosen)))} (fk hooks fa3)"
+
+
 def _point_runtime() -> None:
     try:
         from sglang.srt.layers.moe.token_dispatcher.standard import StandardCombineInput
@@ -99,6 +111,13 @@ def _point_runtime() -> None:
         log.warning("fk-adapters: SGLang's StandardCombineInput is not where fk expects it: %s", exc)
         return
     targets.Runtime.combine = staticmethod(StandardCombineInput)
+    targets.Runtime.attention_backend_why = staticmethod(_attention_backend_why)
+    try:
+        from sglang.srt.mem_cache.memory_pool import KVWriteLoc
+
+        targets.Runtime.kv_write_loc = staticmethod(KVWriteLoc)
+    except ImportError as exc:
+        log.warning("fk-adapters: SGLang's KVWriteLoc is not where fk expects it: %s", exc)
     targets.Runtime.linear_backend_why = staticmethod(_linear_backend_why)
     targets.Runtime.lm_head_why = staticmethod(_lm_head_why)
 
@@ -109,7 +128,9 @@ def _register(hooks, t: targets.Target, mine: dict) -> str:
     around = hooks.HookType.AROUND
     drift, note = _drift(t)
     hooks.HookRegistry.register(t.path, targets.make_hook(t, mine, drift), around)
-    hooks.HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls), drift), around)
+    if t.counts_layers:
+        hooks.HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls), drift),
+                                    around)
     return install_common.where(t.path, note)
 
 

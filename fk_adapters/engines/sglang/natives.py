@@ -91,5 +91,15 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, activation, apply_router_weigh
         gemm1_alpha=alpha if swiglu else None, gemm1_limit=limit if swiglu else None, filter_expert=True)
 
 
+def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, max_query_len, scale, window_left,
+                    softcap, out):
+    """FlashAttention 3 over the paged cache, as SGLang's fa3 backend calls it for plain extend and decode."""
+    from sglang.jit_kernel.flash_attention import flash_attn_with_kvcache
+
+    flash_attn_with_kvcache(q=q, k_cache=k_cache, v_cache=v_cache, page_table=block_table, cache_seqlens=seq_lens,
+                            cu_seqlens_q=query_start_loc, max_seqlen_q=max_query_len, softmax_scale=scale,
+                            causal=True, window_size=(window_left, 0), softcap=softcap, out=out)
+
+
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
-                                   gemm, fused_moe)}
+                                   gemm, fused_moe, paged_attention)}

@@ -41,6 +41,7 @@ class Target:
     slot_of: Callable | None = None  # slot_of(args, kwargs): the slot a call is for, where there are several
     init_cls: str = ""  # the class whose __init__ counts built layers, where not ``cls`` (a method's layer)
     built: Callable | None = None  # built(layer) -> why a built layer never routes; default: layer_reason
+    counts_layers: bool = True  # False: another target of the same slot counts its layers
 
     @property
     def params(self) -> calls.Params:
@@ -66,6 +67,8 @@ class Runtime:
     linear_backend_why: Callable[[], str] = staticmethod(lambda: "")  # a non-default GEMM backend (aiter, cutedsl)
     lm_head_why: Callable[[], str] = staticmethod(lambda: "")  # a server arg that changes the head's GEMM
     combine: Callable = staticmethod(lambda hidden_states: (hidden_states,))  # SGLang's StandardCombineInput
+    kv_write_loc: Callable = staticmethod(lambda loc, swa_loc: loc)  # SGLang's KVWriteLoc
+    attention_backend_why: Callable[[], str] = staticmethod(lambda: "")  # no half of the server on fa3
 
 
 def _weight(layer):
@@ -285,7 +288,80 @@ def fused_moe(ops, method, layer, dispatch_output):
     return Runtime.combine(hidden_states=out)
 
 
+# ------------------------------------------------------------------------------------------------ paged_attention
+def attention_built(layer) -> str:
+    """Why a ``RadixAttention`` layer never routes ("" if it can, on fa3)."""
+    return (("cross attention" if layer.is_cross_attention else "")
+            or ("" if getattr(layer.attn_type, "value", layer.attn_type) == "decoder"
+                else f"{getattr(layer.attn_type, 'value', layer.attn_type)} attention")
+            or ("chunked local attention (iRoPE)" if getattr(layer, "use_irope", False) else "")
+            or ("" if layer.logit_capping_method == "tanh" else f"logit capping {layer.logit_capping_method}")
+            or ("quantized attention" if layer.quant_method is not None else "")
+            or Runtime.attention_backend_why())
+
+
+def _attention_why(backend, layer, forward_batch, q_rope, k_rope, sinks) -> str:
+    md = backend.forward_metadata
+    swa = layer.sliding_window_size is not None and layer.sliding_window_size > -1
+    return (("MLA" if backend.use_mla else "")
+            or attention_built(layer)
+            or ("sinks" if sinks is not None else "")
+            or ("q_rope/k_rope" if q_rope is not None or k_rope is not None else "")
+            or ("" if backend.kv_cache_dtype_str == "auto" else f"KV cache dtype {backend.kv_cache_dtype_str}")
+            or ("embedding mode (no KV cache)" if backend.fa_skip_kv_cache else "")
+            or ("context parallel" if backend.attn_cp_size > 1 else "")
+            or ("prefill-aware SWA" if backend.is_prefill_aware_swa else "")
+            or ("SWA layer on the SWA KV pool" if swa and backend.use_sliding_window_kv_pool else "")
+            or ("speculative SWA metadata" if swa and getattr(md, "swa_spec_metadata", None) is not None else "")
+            or ("speculative decoding" if forward_batch.spec_info is not None else ""))
+
+
+def _attention(ops, backend, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
+               sinks=None, *, modes: tuple[str, ...]):
+    op = ops.get("paged_attention")
+    if op is None:
+        return Stock("paged_attention")
+    mode = forward_batch.forward_mode.name
+    why = ("" if mode in modes else f"forward mode {mode}") or _attention_why(backend, layer, forward_batch, q_rope,
+                                                                                k_rope, sinks)
+    if why:
+        return Stock("paged_attention", why)
+    md = backend.forward_metadata
+    if k is not None and save_kv_cache:  # the engine's own cache write, as its forward starts with it
+        backend.token_to_kv_pool.set_kv_buffer(layer, Runtime.kv_write_loc(forward_batch.out_cache_loc,
+                                                                           md.swa_out_cache_loc),
+                                               k, v, layer.k_scale, layer.v_scale)
+    hq, hkv, d, dv = layer.tp_q_head_num, layer.tp_k_head_num, layer.head_dim, layer.v_head_dim
+    k_cache, v_cache = backend.token_to_kv_pool.get_kv_buffer(layer.layer_id)
+    given = getattr(forward_batch, "_attn_output", None)
+    out = given.view(-1, hq, dv) if given is not None else q.new_empty(q.shape[0], hq, dv)
+    window = layer.sliding_window_size if layer.sliding_window_size is not None else -1
+    op(q.contiguous().view(-1, hq, d), k_cache.view(-1, backend.page_size, hkv, d),
+       v_cache.view(-1, backend.page_size, hkv, dv), md.page_table, md.cache_seqlens_int32, md.cu_seqlens_q,
+       int(md.max_seq_len_q), float(layer.scaling), int(window) if window > -1 else -1,
+       float(layer.logit_cap or 0.0), out)
+    return out.view(-1, hq * dv)
+
+
+def attention_extend(ops, backend, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
+                     sinks=None):
+    """FlashAttentionBackend.forward_extend(q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None,
+    k_rope=None, sinks=None) -> [T, Hq * Dv]: plain prefill / extend (and mixed) batches; writes the new keys and
+    values with the engine's ``set_kv_buffer`` first, then the slot over the paged cache."""
+    return _attention(ops, backend, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, sinks,
+                      modes=("EXTEND", "MIXED"))
+
+
+def attention_decode(ops, backend, q, k, v, layer, forward_batch, save_kv_cache=True, q_rope=None, k_rope=None,
+                     sinks=None):
+    """FlashAttentionBackend.forward_decode(...), same arguments and result: plain decode batches (under SGLang's
+    full decode graphs this runs at capture: the slot's kernel is replayed on the backend's persistent buffers)."""
+    return _attention(ops, backend, q, k, v, layer, forward_batch, save_kv_cache, q_rope, k_rope, sinks,
+                      modes=("DECODE",))
+
+
 _L = "sglang.srt.layers."
+_FA = _L + "attention.flashattention_backend.FlashAttentionBackend"
 TARGETS: tuple[Target, ...] = (
     Target(_L + "layernorm.RMSNorm", ("rms_norm", "fused_add_rms_norm"), rms_norm, rms_layer_check,
            slot_of=rms_slot),
@@ -298,6 +374,9 @@ TARGETS: tuple[Target, ...] = (
            built=lambda processor: ""),
     Target(_L + "quantization.unquant.UnquantizedFusedMoEMethod", ("fused_moe",), fused_moe,
            init_cls=_L + "moe.fused_moe_triton.layer.FusedMoE", built=moe_built),
+    Target(_FA, ("paged_attention",), attention_extend, method="forward_extend",
+           init_cls=_L + "radix_attention.RadixAttention", built=attention_built),
+    Target(_FA, ("paged_attention",), attention_decode, method="forward_decode", counts_layers=False),
 )
 
 # Catalog slots with no SGLang target, and SGLang layers known to stay stock.

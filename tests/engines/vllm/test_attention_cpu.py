@@ -68,5 +68,5 @@ def test_capture_records_the_engines_cache_views_and_check_runs_them(tmp_path):
                         str(out / "tiny-llama" / "vllm.json"), "--device", "cpu", "--max-shapes", "1", "--out",
                         str(tmp_path / "check")], capture_output=True, text=True, cwd=tmp_path, timeout=1200)
     res = json.loads((tmp_path / "check" / "results.json").read_text())
-    status = {r["plugin"]: r["status"] for r in res["rows"]}
-    assert status == {"passthrough": "PASSED", "wrong-attention": "INCORRECT"}, (c.stdout[-3000:], res["rows"])
+    status = {r["plugin"]: r["status"] for r in res["slots"]}
+    assert status == {"passthrough": "PASSED", "wrong-attention": "INCORRECT"}, (c.stdout[-3000:], res["slots"])
