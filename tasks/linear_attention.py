@@ -1,0 +1,184 @@
+"""The gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5; Kimi-Linear's KDA with a per-key decay) over an
+engine's pool of recurrent states: prefill (varlen) and decode, as the engines split them.
+
+Gating stays the engine's: the slot takes the log decay ``g`` (<= 0) and ``beta`` already computed. States are the
+engine's pool, updated in place at ``state_indices``; an index < 0 skips its sequence (no state read or written, its
+output rows left as they are). ``docs/design/linear-attention-ssm.md`` has the seams, layouts and traps.
+"""
+from __future__ import annotations
+
+import torch
+
+from fk_adapters.tasks.slot import Slot, acc, nbytes
+
+L2_EPS = 1e-6
+
+# Prefill: GDN's Qwen3-Next ratio (2 value heads per key head), a sequence from zeros, one from its slot, a padded
+# index; KDA's per-key decay; one head of 128 (the engines' K = V = 128); bf16 states as SGLang and vLLM may keep.
+GDN_CASES = (
+    {"lens": (5, 3), "h": 2, "hv": 4, "k": 16, "v": 16, "init": (False, True), "slots": 4},
+    {"lens": (7,), "h": 1, "hv": 1, "k": 32, "v": 16, "init": (True,), "slots": 2, "l2": False},
+    {"lens": (4, 2, 6), "h": 2, "hv": 2, "k": 16, "v": 32, "init": (True, True, False), "slots": 5, "skip": 1},
+    {"lens": (6, 3), "h": 2, "hv": 4, "k": 16, "v": 16, "init": (True, False), "slots": 3, "per_key_decay": True},
+    {"lens": (9,), "h": 1, "hv": 2, "k": 128, "v": 128, "init": (True,), "slots": 2},
+    {"lens": (3, 4), "h": 2, "hv": 4, "k": 16, "v": 16, "init": (True, True), "slots": 3, "state_dtype": "bfloat16"},
+)
+# Decode: one token per sequence, every sequence from its slot; a CUDA-graph pad (index -1) among them.
+GDN_DECODE_CASES = (
+    {"lens": (1, 1, 1), "h": 2, "hv": 4, "k": 16, "v": 16, "slots": 5},
+    {"lens": (1, 1), "h": 1, "hv": 2, "k": 128, "v": 128, "slots": 3},
+    {"lens": (1, 1, 1, 1), "h": 2, "hv": 2, "k": 16, "v": 32, "slots": 6, "skip": 2},
+    {"lens": (1, 1), "h": 2, "hv": 4, "k": 16, "v": 16, "slots": 3, "per_key_decay": True},
+)
+
+
+def _l2(x):
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2_EPS)
+
+
+def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale: float,
+                     use_qk_l2norm: bool, out) -> None:
+    """In place on ``state`` and ``out``. Sequence n owns tokens ``cu_seqlens[n]:cu_seqlens[n+1]`` and pool slot
+    ``s = state_indices[n]`` (skipped when < 0). Its state h [HV, V, K] starts from ``state[s]`` (from zeros where
+    ``has_initial_state[n]`` is False; None: every sequence has one). Per token t, with value head j reading key head
+    j // (HV / H), q and k L2-normalised (eps 1e-6) when ``use_qk_l2norm``:
+    h = exp(g[t]) * h (g [HV]: per head; [HV, K]: per key channel), h += beta[t] * (v[t] - h k[t]) k[t]^T,
+    out[t] = h (scale * q[t]). Then ``state[s] = h``. Float32 math, cast to each output's dtype."""
+    r = v.shape[1] // q.shape[1]
+    cu = cu_seqlens.tolist()
+    for n, s in enumerate(state_indices.tolist()):
+        if s < 0:
+            continue
+        fresh = has_initial_state is not None and not bool(has_initial_state[n])
+        h = torch.zeros_like(acc(state[s])) if fresh else acc(state[s])
+        for t in range(cu[n], cu[n + 1]):
+            qt, kt = acc(q[t]), acc(k[t])
+            if use_qk_l2norm:
+                qt, kt = _l2(qt), _l2(kt)
+            qt, kt = qt.repeat_interleave(r, 0) * scale, kt.repeat_interleave(r, 0)  # [HV, K]
+            decay = acc(g[t]).exp()
+            h = h * (decay[:, None, None] if g.dim() == 2 else decay[:, None, :])
+            delta = acc(beta[t])[:, None] * (acc(v[t]) - torch.einsum("hvk,hk->hv", h, kt))
+            h = h + delta[:, :, None] * kt[:, None, :]
+            out[t] = torch.einsum("hvk,hk->hv", h, qt).to(out.dtype)
+        state[s] = h.to(state.dtype)
+
+
+def gated_delta_rule_decode(q, k, v, g, beta, state, state_indices, scale: float, use_qk_l2norm: bool,
+                            out) -> None:
+    """One token per sequence (row n is sequence n), every sequence from its slot: ``gated_delta_rule`` with
+    ``cu_seqlens = arange(R + 1)`` and no ``has_initial_state``."""
+    cu = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=q.device)
+    gated_delta_rule(q, k, v, g, beta, state, state_indices, cu, None, scale, use_qk_l2norm, out)
+
+
+def _gdn_tensors(case, dtype, device, gen):
+    lens, h, hv, kd, vd = case["lens"], case["h"], case["hv"], case["k"], case["v"]
+    t = sum(lens)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+    q, k, v = rand(t, h, kd), rand(t, h, kd), rand(t, hv, vd)
+    if not case.get("l2", True):  # unnormalised q and k: keep the recurrence stable, as the engines' inputs are
+        q, k = q / kd ** 0.5, k / kd ** 0.5
+    decay_shape = (t, hv, kd) if case.get("per_key_decay") else (t, hv)
+    g = -torch.nn.functional.softplus(torch.randn(*decay_shape, generator=gen)).to(device)  # float32, <= 0
+    beta = torch.sigmoid(torch.randn(t, hv, generator=gen)).to(device)
+    state_dtype = getattr(torch, case.get("state_dtype", "float32"))
+    state = (0.5 * torch.randn(case["slots"], hv, vd, kd, generator=gen)).to(device=device, dtype=state_dtype)
+    idx = torch.randperm(case["slots"], generator=gen)[:len(lens)].to(torch.int32)
+    if "skip" in case:
+        idx[case["skip"]] = -1
+    out = torch.full((t, hv, vd), 7.0, dtype=dtype, device=device)  # skipped rows must keep this
+    return q, k, v, g, beta, state, idx.to(device), out
+
+
+def _gdn_inputs(case, dtype, device, gen):
+    q, k, v, g, beta, state, idx, out = _gdn_tensors(case, dtype, device, gen)
+    cu = torch.tensor([0, *torch.tensor(case["lens"]).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    init = torch.tensor(case["init"], device=device)
+    return q, k, v, g, beta, state, idx, cu, init, q.shape[-1] ** -0.5, case.get("l2", True), out
+
+
+def _gdn_decode_inputs(case, dtype, device, gen):
+    q, k, v, g, beta, state, idx, out = _gdn_tensors(case, dtype, device, gen)
+    return q, k, v, g, beta, state, idx, q.shape[-1] ** -0.5, case.get("l2", True), out
+
+
+def _live(state_indices, cu_seqlens=None):
+    """(tokens, sequences) of the sequences that are not skipped."""
+    idx = state_indices.tolist()
+    if cu_seqlens is None:
+        return sum(i >= 0 for i in idx), sum(i >= 0 for i in idx)
+    cu = cu_seqlens.tolist()
+    return sum(cu[n + 1] - cu[n] for n, i in enumerate(idx) if i >= 0), sum(i >= 0 for i in idx)
+
+
+def _gdn_flops_of(tokens: int, v, state) -> int:
+    """7 per (token, value head, V, K) element of the recurrent form: decay, h k, the rank-1 update, h q."""
+    return 7 * tokens * v.shape[1] * state.shape[2] * state.shape[3]
+
+
+def _gdn_traffic_of(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, out) -> int:
+    """Each live token's q, k, v, g, beta and out once; each live sequence's state written, read where it has one;
+    the indices, offsets and flags."""
+    tokens, seqs = _live(state_indices, cu_seqlens)
+    per_token = sum(nbytes(x) // max(x.shape[0], 1) for x in (q, k, v, g, beta, out))
+    reads = seqs if has_initial_state is None else sum(
+        bool(has_initial_state[n]) for n, i in enumerate(state_indices.tolist()) if i >= 0)
+    per_state = nbytes(state) // state.shape[0]
+    return (tokens * per_token + (seqs + reads) * per_state + nbytes(state_indices) + nbytes(cu_seqlens)
+            + nbytes(has_initial_state))
+
+
+def _gdn_flops(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
+               out) -> int:
+    return _gdn_flops_of(_live(state_indices, cu_seqlens)[0], v, state)
+
+
+def _gdn_traffic(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
+                 out) -> int:
+    return _gdn_traffic_of(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, out)
+
+
+def _gdn_decode_flops(q, k, v, g, beta, state, state_indices, scale, use_qk_l2norm, out) -> int:
+    return _gdn_flops_of(_live(state_indices)[0], v, state)
+
+
+def _gdn_decode_traffic(q, k, v, g, beta, state, state_indices, scale, use_qk_l2norm, out) -> int:
+    return _gdn_traffic_of(q, k, v, g, beta, state, state_indices, None, None, out)
+
+
+_GDN_ARGS = ("q: Tensor[T, H, K], k: Tensor[T, H, K], v: Tensor[T, HV, V], g: Tensor[T, HV] | Tensor[T, HV, K] "
+             "float32, beta: Tensor[T, HV], state: Tensor[S, HV, V, K], state_indices: Tensor[R] int32")
+
+GATED_DELTA_RULE = Slot(
+    name="gated_delta_rule",
+    summary="the chunked gated delta rule of a prefill (varlen), over the engine's state pool, into out",
+    signature=(f"gated_delta_rule({_GDN_ARGS}, cu_seqlens: Tensor[R+1] int32, has_initial_state: Tensor[R] bool | "
+               "None, scale: float, use_qk_l2norm: bool, out: Tensor[T, HV, V]) -> None"),
+    schema=("(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state, Tensor state_indices, "
+            "Tensor cu_seqlens, Tensor? has_initial_state, float scale, bool use_qk_l2norm, Tensor(b!) out) -> ()"),
+    mutates=("state", "out"),
+    reference=gated_delta_rule,
+    make_inputs=_gdn_inputs,
+    cases=GDN_CASES,
+    traffic=_gdn_traffic,
+    flops=_gdn_flops,
+)
+
+GATED_DELTA_RULE_DECODE = Slot(
+    name="gated_delta_rule_decode",
+    summary="one gated-delta-rule step per sequence (decode), over the engine's state pool, into out",
+    signature=(f"gated_delta_rule_decode({_GDN_ARGS.replace('[T', '[R')}, scale: float, use_qk_l2norm: bool, "
+               "out: Tensor[R, HV, V]) -> None"),
+    schema=("(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state, Tensor state_indices, "
+            "float scale, bool use_qk_l2norm, Tensor(b!) out) -> ()"),
+    mutates=("state", "out"),
+    reference=gated_delta_rule_decode,
+    make_inputs=_gdn_decode_inputs,
+    cases=GDN_DECODE_CASES,
+    traffic=_gdn_decode_traffic,
+    flops=_gdn_decode_flops,
+)
