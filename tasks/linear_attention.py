@@ -1,7 +1,9 @@
-"""The gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5; Kimi-Linear's KDA with a per-key decay) over an
-engine's pool of recurrent states: prefill (varlen) and decode, as the engines split them.
+"""Linear attention and state-space mixers over an engine's pool of recurrent states, prefill (varlen) and decode as
+the engines split them: the gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5; Kimi-Linear's KDA with a per-key
+decay) and Mamba2's SSD scan (Mamba2, Jamba's Mamba layers where they are Mamba2, NemotronH, Falcon-H1).
 
-Gating stays the engine's: the slot takes the log decay ``g`` (<= 0) and ``beta`` already computed. States are the
+GDN's gating stays the engine's: the slot takes the log decay ``g`` (<= 0) and ``beta`` already computed; the SSD
+slots take the raw ``dt`` and ``dt_bias`` (softplus inside, as every Mamba2 caller asks). States are the
 engine's pool, updated in place at ``state_indices``; an index < 0 skips its sequence (no state read or written, its
 output rows left as they are). ``docs/design/linear-attention-ssm.md`` has the seams, layouts and traps.
 """
@@ -181,4 +183,148 @@ GATED_DELTA_RULE_DECODE = Slot(
     cases=GDN_DECODE_CASES,
     traffic=_gdn_decode_traffic,
     flops=_gdn_decode_flops,
+)
+
+
+# ------------------------------------------------------------------------------------------------- Mamba2 (SSD)
+# Prefill: Mamba2's groups (heads per B/C group), a fresh sequence and one from its slot, a skipped index, no D,
+# a bf16 state pool; decode: one token per sequence from its slot, a CUDA-graph pad.
+SSD_CASES = (
+    {"lens": (5, 3), "h": 4, "p": 8, "g": 2, "n": 16, "init": (False, True), "slots": 4},
+    {"lens": (4, 2, 6), "h": 2, "p": 16, "g": 1, "n": 8, "init": (True, True, False), "slots": 5, "skip": 1},
+    {"lens": (7,), "h": 4, "p": 8, "g": 4, "n": 16, "init": (True,), "slots": 2, "no_d": True},
+    {"lens": (3, 4), "h": 4, "p": 8, "g": 2, "n": 16, "init": (True, True), "slots": 3, "state_dtype": "bfloat16"},
+)
+SSD_DECODE_CASES = (
+    {"lens": (1, 1, 1), "h": 4, "p": 8, "g": 2, "n": 16, "slots": 5},
+    {"lens": (1, 1, 1, 1), "h": 2, "p": 16, "g": 1, "n": 8, "slots": 6, "skip": 2},
+    {"lens": (1, 1), "h": 4, "p": 8, "g": 4, "n": 16, "slots": 3, "no_d": True},
+)
+
+
+def ssd_chunk_scan(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out) -> None:
+    """In place on ``state`` and ``out``. Sequence n owns tokens ``cu_seqlens[n]:cu_seqlens[n+1]`` and pool slot
+    ``s = state_indices[n]`` (skipped when < 0); h [H, P, N] starts from ``state[s]`` (zeros where
+    ``has_initial_state[n]`` is False; None: every sequence has one). With d = softplus(dt + dt_bias) and head i
+    reading B/C group i // (H / G), per token t: h = exp(d[t] A) h + (d[t] x[t]) B[t]^T, out[t] = h C[t] + D x[t]
+    (no skip term when D is None). Then ``state[s] = h``. Float32 math, cast to each output's dtype."""
+    d = torch.nn.functional.softplus(acc(dt) + acc(dt_bias))
+    a = acc(A)
+    r = x.shape[1] // B.shape[1]
+    cu = cu_seqlens.tolist()
+    for n, s in enumerate(state_indices.tolist()):
+        if s < 0:
+            continue
+        fresh = has_initial_state is not None and not bool(has_initial_state[n])
+        h = torch.zeros_like(acc(state[s])) if fresh else acc(state[s])
+        for t in range(cu[n], cu[n + 1]):
+            bt, ct = acc(B[t]).repeat_interleave(r, 0), acc(C[t]).repeat_interleave(r, 0)  # [H, N]
+            xt = acc(x[t])
+            h = h * (d[t] * a).exp()[:, None, None] + (d[t][:, None] * xt)[:, :, None] * bt[:, None, :]
+            y = torch.einsum("hpn,hn->hp", h, ct)
+            out[t] = (y if D is None else y + acc(D)[:, None] * xt).to(out.dtype)
+        state[s] = h.to(state.dtype)
+
+
+def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out) -> None:
+    """One token per sequence (row n is sequence n), every sequence from its slot: ``ssd_chunk_scan`` with
+    ``cu_seqlens = arange(R + 1)`` and no ``has_initial_state``."""
+    cu = torch.arange(x.shape[0] + 1, dtype=torch.int32, device=x.device)
+    ssd_chunk_scan(x, dt, A, B, C, D, dt_bias, state, state_indices, cu, None, out)
+
+
+def _ssd_tensors(case, dtype, device, gen):
+    lens, h, p, g, n = case["lens"], case["h"], case["p"], case["g"], case["n"]
+    t = sum(lens)
+
+    def rand(*shape, to=dtype):
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=to)
+
+    x, dt, b, c = rand(t, h, p), rand(t, h), rand(t, g, n), rand(t, g, n)
+    a = -torch.rand(h, generator=gen).add(0.5).to(device)  # float32, < 0 (-exp(A_log))
+    d = None if case.get("no_d") else rand(h, to=torch.float32)
+    dt_bias = rand(h, to=torch.float32)
+    state_dtype = getattr(torch, case.get("state_dtype", "float32"))
+    state = (0.5 * torch.randn(case["slots"], h, p, n, generator=gen)).to(device=device, dtype=state_dtype)
+    idx = torch.randperm(case["slots"], generator=gen)[:len(lens)].to(torch.int32)
+    if "skip" in case:
+        idx[case["skip"]] = -1
+    out = torch.full((t, h, p), 7.0, dtype=dtype, device=device)  # skipped rows must keep this
+    return x, dt, a, b, c, d, dt_bias, state, idx.to(device), out
+
+
+def _ssd_inputs(case, dtype, device, gen):
+    x, dt, a, b, c, d, dt_bias, state, idx, out = _ssd_tensors(case, dtype, device, gen)
+    cu = torch.tensor([0, *torch.tensor(case["lens"]).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    return x, dt, a, b, c, d, dt_bias, state, idx, cu, torch.tensor(case["init"], device=device), out
+
+
+def _ssd_decode_inputs(case, dtype, device, gen):
+    return _ssd_tensors(case, dtype, device, gen)
+
+
+def _ssd_flops_of(tokens: int, state) -> int:
+    """5 per (token, head, P, N) element (decay, the dt x B^T update, h C) plus 2 per (token, head, P): D's skip."""
+    _, h, p, n = state.shape
+    return tokens * h * p * (5 * n + 2)
+
+
+def _ssd_traffic_of(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out) -> int:
+    """Each live token's x, dt, B, C and out once; A, D and dt_bias once; each live sequence's state written, read
+    where it has one; the indices, offsets and flags."""
+    tokens, seqs = _live(state_indices, cu_seqlens)
+    per_token = sum(nbytes(t) // max(t.shape[0], 1) for t in (x, dt, B, C, out))
+    reads = seqs if has_initial_state is None else sum(
+        bool(has_initial_state[n]) for n, i in enumerate(state_indices.tolist()) if i >= 0)
+    return (tokens * per_token + nbytes(A) + nbytes(D) + nbytes(dt_bias)
+            + (seqs + reads) * (nbytes(state) // state.shape[0]) + nbytes(state_indices) + nbytes(cu_seqlens)
+            + nbytes(has_initial_state))
+
+
+def _ssd_flops(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out) -> int:
+    return _ssd_flops_of(_live(state_indices, cu_seqlens)[0], state)
+
+
+def _ssd_traffic(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out) -> int:
+    return _ssd_traffic_of(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out)
+
+
+def _ssd_decode_flops(x, dt, A, B, C, D, dt_bias, state, state_indices, out) -> int:
+    return _ssd_flops_of(_live(state_indices)[0], state)
+
+
+def _ssd_decode_traffic(x, dt, A, B, C, D, dt_bias, state, state_indices, out) -> int:
+    return _ssd_traffic_of(x, dt, A, B, C, D, dt_bias, state, state_indices, None, None, out)
+
+
+_SSD_ARGS = ("x: Tensor[T, H, P], dt: Tensor[T, H], A: Tensor[H] float32, B: Tensor[T, G, N], C: Tensor[T, G, N], "
+             "D: Tensor[H] | None, dt_bias: Tensor[H], state: Tensor[S, H, P, N], state_indices: Tensor[R] int32")
+_SSD_SCHEMA = ("Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor dt_bias, Tensor(a!) state, "
+               "Tensor state_indices")
+
+SSD_CHUNK_SCAN = Slot(
+    name="ssd_chunk_scan",
+    summary="Mamba2's selective state-space scan of a prefill (varlen), over the engine's state pool, into out",
+    signature=(f"ssd_chunk_scan({_SSD_ARGS}, cu_seqlens: Tensor[R+1] int32, has_initial_state: Tensor[R] bool | "
+               "None, out: Tensor[T, H, P]) -> None"),
+    schema=f"({_SSD_SCHEMA}, Tensor cu_seqlens, Tensor? has_initial_state, Tensor(b!) out) -> ()",
+    mutates=("state", "out"),
+    reference=ssd_chunk_scan,
+    make_inputs=_ssd_inputs,
+    cases=SSD_CASES,
+    traffic=_ssd_traffic,
+    flops=_ssd_flops,
+)
+
+SSM_STATE_UPDATE = Slot(
+    name="ssm_state_update",
+    summary="one Mamba2 state-space step per sequence (decode), over the engine's state pool, into out",
+    signature=f"ssm_state_update({_SSD_ARGS.replace('[T', '[R')}, out: Tensor[R, H, P]) -> None",
+    schema=f"({_SSD_SCHEMA}, Tensor(b!) out) -> ()",
+    mutates=("state", "out"),
+    reference=ssm_state_update,
+    make_inputs=_ssd_decode_inputs,
+    cases=SSD_DECODE_CASES,
+    traffic=_ssd_decode_traffic,
+    flops=_ssd_decode_flops,
 )

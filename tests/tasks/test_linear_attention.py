@@ -1,10 +1,15 @@
-"""The gated delta rule slots' references against properties that follow from the recurrence alone."""
+"""The gated delta rule and SSD slots' references against properties that follow from their recurrences alone."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fk_adapters.tasks.linear_attention import GATED_DELTA_RULE as PREFILL, GATED_DELTA_RULE_DECODE as DECODE
+from fk_adapters.tasks.linear_attention import (
+    GATED_DELTA_RULE as PREFILL,
+    GATED_DELTA_RULE_DECODE as DECODE,
+    SSD_CHUNK_SCAN as SCAN,
+    SSM_STATE_UPDATE as UPDATE,
+)
 
 
 def _inputs(slot, index, dtype=torch.float32):
@@ -103,3 +108,52 @@ def test_flops_and_traffic_count_only_live_sequences():
     per_token = sum(x[0].numel() * x.element_size() for x in (q, k, v, g, beta, args[-1]))
     assert PREFILL.traffic(*args) == (10 * per_token + (2 + reads) * per_state + idx.numel() * 4 + cu.numel() * 4
                                       + init.numel())
+
+
+@pytest.mark.parametrize("slot", [SCAN, UPDATE], ids=lambda s: s.name)
+def test_ssd_schema_and_cases(slot):
+    test_schema_and_cases(slot)
+
+
+def test_ssd_one_token_from_zeros_is_its_own_outer_product():
+    """A fresh state, one token: h = (d x) B^T, so out = (d x)(B . C) + D x, with d = softplus(dt + dt_bias)."""
+    x, dt, a, b, c, d, dt_bias, state, idx, cu, init, out = _inputs(SCAN, 0)
+    one = slice(0, 1)
+    o = out[one].clone()
+    SCAN.reference(x[one], dt[one], a, b[one], c[one], d, dt_bias, state.clone(), idx[:1],
+                   torch.tensor([0, 1], dtype=torch.int32), torch.tensor([False]), o)
+    step = torch.nn.functional.softplus(dt[0] + dt_bias)  # [H]
+    r = x.shape[1] // b.shape[1]
+    bc = (b[0] * c[0]).sum(-1).repeat_interleave(r)  # [H]
+    torch.testing.assert_close(o[0], (step * bc)[:, None] * x[0] + d[:, None] * x[0])
+
+
+def test_ssd_prefill_split_in_two_and_decode_agree_with_the_whole():
+    x, dt, a, b, c, d, dt_bias, state, idx, cu, init, out = _inputs(SCAN, 2)  # one sequence of 7, from its slot
+    whole_state, whole_out = state.clone(), out.clone()
+    SCAN.reference(x, dt, a, b, c, d, dt_bias, whole_state, idx, cu, init, whole_out)
+    SCAN.reference(x[:4], dt[:4], a, b[:4], c[:4], d, dt_bias, state, idx, torch.tensor([0, 4], dtype=torch.int32),
+                   None, out[:4])
+    for t in range(4, 7):  # the rest one decode step at a time
+        UPDATE.reference(x[t:t + 1], dt[t:t + 1], a, b[t:t + 1], c[t:t + 1], d, dt_bias, state, idx, out[t:t + 1])
+    torch.testing.assert_close((state, out), (whole_state, whole_out))
+
+
+def test_ssd_skipped_sequences_and_fresh_starts():
+    x, dt, a, b, c, d, dt_bias, state, idx, cu, init, out = _inputs(SCAN, 1)  # sequence 1 skipped, 2 fresh
+    before = state.clone()
+    SCAN.reference(x, dt, a, b, c, d, dt_bias, state, idx, cu, init, out)
+    assert bool((out[int(cu[1]):int(cu[2])] == 7.0).all())
+    touched = {int(i) for i in idx if i >= 0}
+    for s in range(state.shape[0]):
+        assert torch.equal(state[s], before[s]) == (s not in touched)
+    garbage = before.clone()
+    garbage[int(idx[2])] = 1e6
+    again = torch.full_like(out, 7.0)
+    SCAN.reference(x, dt, a, b, c, d, dt_bias, garbage, idx, cu, init, again)
+    torch.testing.assert_close(again[int(cu[2]):], out[int(cu[2]):])
+
+
+def test_ssd_flops_count_live_tokens():
+    args = _inputs(SCAN, 1)  # lens 4, 2, 6, sequence 1 skipped; H 2, P 16, N 8
+    assert SCAN.flops(*args) == 10 * 2 * 16 * (5 * 8 + 2)
