@@ -1,0 +1,66 @@
+#!/bin/bash
+# Issue 30 (paged_attention; the linear-attention / SSM slots once they join the catalog) on the lent GPU, one engine
+# per hold (vllm 0.26.0 or sglang 0.5.15), after ../shared/device/stage.py ENGINE and its install:
+#   bash reports/gpu/fk_gpu.sh ENGINE setup                      # fk and its plugins into the staged site
+#   setsid nohup bash reports/gpu/issue30.sh ENGINE runs > /tmp/fk-work/i30-ENGINE.log 2>&1 < /dev/null &
+#   bash reports/gpu/issue30.sh ENGINE pack                      # /tmp/fk-work/i30/ENGINE (no weights) -> $OUT
+# Steps ($STEPS, in this order by default, each independent of a failed one before it):
+#   gputests  the natives of every slot and the Triton attention kernel against the references -> gputests.txt
+#   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: attention enters and runs
+#   capture   $CAPTURE (default fk46-llama-3.1) served eagerly, --smoke, --profile: slot calls, shapes, coverage
+#   check     the Triton and passthrough paged_attention and gemm against the engine's own kernels on those shapes
+#   ab        the Triton plugin A/B on $SC (default fk46-llama-3.1; --smoke, compiled + graphs, $AB_INTERLEAVE rounds)
+#   wrong     fk-wrong's wrong-attention (eager: not graph safe) and wrong-gemm, correctness only: both must FAIL
+#   pass      the passthrough plugin against ab's baseline (correctness only): must PASS with its natives proven
+set -u
+ENGINE=$1; shift
+export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
+export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
+REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i30/$ENGINE; MODELS=/tmp/fk-models
+mkdir -p "$W"
+FK="python3 -m fk_adapters.cli.main"
+SC=${SC:-fk46-llama-3.1}
+RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
+
+case $1 in
+  runs)
+    cd "$W" || exit 1
+    for step in ${STEPS:-gputests tiny capture check ab wrong pass}; do
+      echo "=== $step $(date -u +%H:%M:%S)"
+      case $step in
+        gputests)
+          (cd "$REPO" && python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_attention.py \
+            "tests/engines/$ENGINE" -k "${GPUTESTS_K:-natives or test_triton_attention}" 2>&1 | tail -30) \
+            > "$W/gputests.txt"
+          tail -3 "$W/gputests.txt" ;;
+        tiny)
+          $RUN --plugins triton --scenario tiny-llama --dtype bfloat16 --quick --interleave 0 --out "$W/tiny" ;;
+        capture)
+          for s in ${CAPTURE:-$SC}; do
+            $FK capture --engine "$ENGINE" --scenario "$s" --profile --smoke --model-cache $MODELS --timeout 900 \
+              --out "$W/fk46"
+          done
+          $FK coverage --results "$W/fk46" --out "$W/fk46" | tail -1 ;;
+        check)
+          $FK check --engine "$ENGINE" --plugins triton,passthrough --slots paged_attention,gemm \
+            --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-8} --timeout 600 --out "$W/check" ;;
+        ab)
+          $RUN --plugins triton --scenario "$SC" --smoke --interleave ${AB_INTERLEAVE:-0} --out "$W/ab-triton" ;;
+        wrong)
+          $RUN --plugins wrong-attention --scenario "$SC" --mode eager --smoke --correctness-only \
+            --out "$W/ab-wrong-attention"
+          $RUN --plugins wrong-gemm --scenario "$SC" --smoke --correctness-only --baseline-from "$W/ab-triton" \
+            --out "$W/ab-wrong-gemm" ;;
+        pass)
+          $RUN --plugins passthrough --scenario "$SC" --smoke --correctness-only --baseline-from "$W/ab-triton" \
+            --out "$W/ab-passthrough" ;;
+      esac
+      echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
+    done
+    echo "=== all done" ;;
+  pack)
+    mkdir -p "${OUT:?}" && tar czf "$OUT/i30-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
+      -C "$ROOT/i30" "$ENGINE" && ls -la "$OUT" ;;
+  *) echo "usage: issue30.sh ENGINE runs|pack"; exit 2 ;;
+esac
