@@ -103,6 +103,14 @@ def test_no_values_are_recorded_while_the_driver_profiles(monkeypatch, tmp_path)
     assert list(seen) == ["after"] and not (tmp_path / value_stats.PAUSE_FILE).exists()
 
 
+def test_recorder_skips_kv_caches_and_outputs_not_yet_written():
+    slot = SLOTS["paged_attention"]
+    args = slot.make_inputs(slot.cases[0], torch.float32, "cpu", torch.Generator().manual_seed(0))
+    store = {}
+    value_stats.record(store, "k", slot.param_names(), args, 1)
+    assert set(store["k"]) == {"q"}  # not the caches (whole engine pools), not out (garbage before the kernel)
+
+
 def test_recorder_skips_the_rotary_tables():
     assert {"positions", "cos_sin_cache"} <= set(value_stats.FIXED)
     store = {}

@@ -14,9 +14,10 @@ FIRST, EVERY = 8, 64
 # While this file exists in the run folder ($FK_RUN_DIR), no call is recorded: the driver's profiled steps, whose
 # device time must be the engine's own, not these reductions' (seen on an H100: a third of a capture's profile).
 PAUSE_FILE = "values-paused"
-# Tables, indices and expert weight stacks, not activations: neither recorded (a sampled call would copy a whole
-# expert stack to float32) nor rescaled.
-FIXED = ("positions", "cos_sin_cache", "topk_ids", "topk_weights", "w13", "w2")
+# Tables, indices, expert weight stacks, the engine's KV caches and state pools, and outputs not yet written: not
+# activations, so neither recorded (a sampled call would copy a whole expert stack or KV cache to float32: seen
+# slowing a CPU capture of tiny-llama tenfold) nor rescaled.
+FIXED = ("positions", "cos_sin_cache", "topk_ids", "topk_weights", "w13", "w2", "k_cache", "v_cache", "state", "out")
 # The device vector of one argument: sums first (added), then maxima (kept).
 _SUMS = ("sum", "sumsq", "zeros")
 _MAXES = ("abs_max", "rms_max", "neg_rms_min")

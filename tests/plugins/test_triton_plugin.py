@@ -30,7 +30,7 @@ if importlib.util.find_spec("fk_triton_kernels") is None:  # not installed: use 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 SLOT_NAMES = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
-GPU_ONLY = ("gemm", "fused_moe")  # tested in test_triton_gemm_moe.py
+GPU_ONLY = ("gemm", "fused_moe", "paged_attention")  # tested in test_triton_gemm_moe.py, test_triton_attention.py
 
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
