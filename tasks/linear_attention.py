@@ -34,6 +34,25 @@ GDN_DECODE_CASES = (
 )
 
 
+def _pool_slot(**kw) -> Slot:
+    """A slot over an engine's state pool: it writes the states and ``out`` in place."""
+    return Slot(mutates=("state", "out"), **kw)
+
+
+def _indices(case, gen, device):
+    """Distinct pool slots for the case's sequences, the one at ``skip`` (if any) a pad (-1)."""
+    idx = torch.randperm(case["slots"], generator=gen)[:len(case["lens"])].to(torch.int32)
+    if "skip" in case:
+        idx[case["skip"]] = -1
+    return idx.to(device)
+
+
+def _offsets(case, device):
+    """cu_seqlens of the case's sequence lengths, and its has_initial_state flags."""
+    cu = torch.tensor([0, *torch.tensor(case["lens"]).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    return cu, torch.tensor(case["init"], device=device)
+
+
 def _l2(x):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2_EPS)
 
@@ -89,18 +108,13 @@ def _gdn_tensors(case, dtype, device, gen):
     beta = torch.sigmoid(torch.randn(t, hv, generator=gen)).to(device)
     state_dtype = getattr(torch, case.get("state_dtype", "float32"))
     state = (0.5 * torch.randn(case["slots"], hv, vd, kd, generator=gen)).to(device=device, dtype=state_dtype)
-    idx = torch.randperm(case["slots"], generator=gen)[:len(lens)].to(torch.int32)
-    if "skip" in case:
-        idx[case["skip"]] = -1
     out = torch.full((t, hv, vd), 7.0, dtype=dtype, device=device)  # skipped rows must keep this
-    return q, k, v, g, beta, state, idx.to(device), out
+    return q, k, v, g, beta, state, _indices(case, gen, device), out
 
 
 def _gdn_inputs(case, dtype, device, gen):
     q, k, v, g, beta, state, idx, out = _gdn_tensors(case, dtype, device, gen)
-    cu = torch.tensor([0, *torch.tensor(case["lens"]).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    init = torch.tensor(case["init"], device=device)
-    return q, k, v, g, beta, state, idx, cu, init, q.shape[-1] ** -0.5, case.get("l2", True), out
+    return (q, k, v, g, beta, state, idx, *_offsets(case, device), q.shape[-1] ** -0.5, case.get("l2", True), out)
 
 
 def _gdn_decode_inputs(case, dtype, device, gen):
@@ -155,14 +169,13 @@ def _gdn_decode_traffic(q, k, v, g, beta, state, state_indices, scale, use_qk_l2
 _GDN_ARGS = ("q: Tensor[T, H, K], k: Tensor[T, H, K], v: Tensor[T, HV, V], g: Tensor[T, HV] | Tensor[T, HV, K] "
              "float32, beta: Tensor[T, HV], state: Tensor[S, HV, V, K], state_indices: Tensor[R] int32")
 
-GATED_DELTA_RULE = Slot(
+GATED_DELTA_RULE = _pool_slot(
     name="gated_delta_rule",
     summary="the chunked gated delta rule of a prefill (varlen), over the engine's state pool, into out",
     signature=(f"gated_delta_rule({_GDN_ARGS}, cu_seqlens: Tensor[R+1] int32, has_initial_state: Tensor[R] bool | "
                "None, scale: float, use_qk_l2norm: bool, out: Tensor[T, HV, V]) -> None"),
     schema=("(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state, Tensor state_indices, "
             "Tensor cu_seqlens, Tensor? has_initial_state, float scale, bool use_qk_l2norm, Tensor(b!) out) -> ()"),
-    mutates=("state", "out"),
     reference=gated_delta_rule,
     make_inputs=_gdn_inputs,
     cases=GDN_CASES,
@@ -170,14 +183,13 @@ GATED_DELTA_RULE = Slot(
     flops=_gdn_flops,
 )
 
-GATED_DELTA_RULE_DECODE = Slot(
+GATED_DELTA_RULE_DECODE = _pool_slot(
     name="gated_delta_rule_decode",
     summary="one gated-delta-rule step per sequence (decode), over the engine's state pool, into out",
     signature=(f"gated_delta_rule_decode({_GDN_ARGS.replace('[T', '[R')}, scale: float, use_qk_l2norm: bool, "
                "out: Tensor[R, HV, V]) -> None"),
     schema=("(Tensor q, Tensor k, Tensor v, Tensor g, Tensor beta, Tensor(a!) state, Tensor state_indices, "
             "float scale, bool use_qk_l2norm, Tensor(b!) out) -> ()"),
-    mutates=("state", "out"),
     reference=gated_delta_rule_decode,
     make_inputs=_gdn_decode_inputs,
     cases=GDN_DECODE_CASES,
@@ -246,17 +258,13 @@ def _ssd_tensors(case, dtype, device, gen):
     dt_bias = rand(h, to=torch.float32)
     state_dtype = getattr(torch, case.get("state_dtype", "float32"))
     state = (0.5 * torch.randn(case["slots"], h, p, n, generator=gen)).to(device=device, dtype=state_dtype)
-    idx = torch.randperm(case["slots"], generator=gen)[:len(lens)].to(torch.int32)
-    if "skip" in case:
-        idx[case["skip"]] = -1
     out = torch.full((t, h, p), 7.0, dtype=dtype, device=device)  # skipped rows must keep this
-    return x, dt, a, b, c, d, dt_bias, state, idx.to(device), out
+    return x, dt, a, b, c, d, dt_bias, state, _indices(case, gen, device), out
 
 
 def _ssd_inputs(case, dtype, device, gen):
     x, dt, a, b, c, d, dt_bias, state, idx, out = _ssd_tensors(case, dtype, device, gen)
-    cu = torch.tensor([0, *torch.tensor(case["lens"]).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    return x, dt, a, b, c, d, dt_bias, state, idx, cu, torch.tensor(case["init"], device=device), out
+    return (x, dt, a, b, c, d, dt_bias, state, idx, *_offsets(case, device), out)
 
 
 def _ssd_decode_inputs(case, dtype, device, gen):
@@ -302,13 +310,12 @@ _SSD_ARGS = ("x: Tensor[T, H, P], dt: Tensor[T, H], A: Tensor[H] float32, B: Ten
 _SSD_SCHEMA = ("Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor dt_bias, Tensor(a!) state, "
                "Tensor state_indices")
 
-SSD_CHUNK_SCAN = Slot(
+SSD_CHUNK_SCAN = _pool_slot(
     name="ssd_chunk_scan",
     summary="Mamba2's selective state-space scan of a prefill (varlen), over the engine's state pool, into out",
     signature=(f"ssd_chunk_scan({_SSD_ARGS}, cu_seqlens: Tensor[R+1] int32, has_initial_state: Tensor[R] bool | "
                "None, out: Tensor[T, H, P]) -> None"),
     schema=f"({_SSD_SCHEMA}, Tensor cu_seqlens, Tensor? has_initial_state, Tensor(b!) out) -> ()",
-    mutates=("state", "out"),
     reference=ssd_chunk_scan,
     make_inputs=_ssd_inputs,
     cases=SSD_CASES,
@@ -316,12 +323,11 @@ SSD_CHUNK_SCAN = Slot(
     flops=_ssd_flops,
 )
 
-SSM_STATE_UPDATE = Slot(
+SSM_STATE_UPDATE = _pool_slot(
     name="ssm_state_update",
     summary="one Mamba2 state-space step per sequence (decode), over the engine's state pool, into out",
     signature=f"ssm_state_update({_SSD_ARGS.replace('[T', '[R')}, out: Tensor[R, H, P]) -> None",
     schema=f"({_SSD_SCHEMA}, Tensor(b!) out) -> ()",
-    mutates=("state", "out"),
     reference=ssm_state_update,
     make_inputs=_ssd_decode_inputs,
     cases=SSD_DECODE_CASES,
