@@ -75,12 +75,14 @@ def routes_attention() -> bool:
 
     from fk_adapters import probe
     from fk_adapters.engines.loading import capture_slots
-    from fk_adapters.plugins import allowlist_from_env, load_plugins, select_kernels
+    from fk_adapters.plugins import allowlist_from_env, any_selected_in_env, load_plugins, select_kernels
 
     if not torch.cuda.is_available():
         return False
     if probe.capturing():
         return "paged_attention" in capture_slots("vllm")
+    if not any_selected_in_env():  # a stock engine: fk registers no backend there
+        return False
     chosen, _ = select_kernels(load_plugins(allowlist_from_env(), engine="vllm", device="cuda"), "vllm", "cuda")
     return "paged_attention" in chosen
 

