@@ -56,7 +56,7 @@ def test_passthrough_loads_in_every_engine_process(tmp_path):
     roles = " ".join(proc["role"] for proc in ev["processes"])
     assert "EngineCore" in roles and len(ev["processes"]) >= 3
     assert ev["workers"] and all(w["plugins_loaded"] for w in ev["workers"])
-    for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "gemm"):
+    for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "gemm", "paged_attention"):
         assert ev["slots"][slot]["calls"] > 0 and ev["slots"][slot]["status"] == "exercised"
     assert len(res["problems"]) == 1, res["problems"]
     assert "no scenario of this suite has a layer for: fused_moe, gelu_and_mul" in res["problems"][0]
