@@ -189,6 +189,12 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
         return
     from vllm.v1.attention.backends.fa_utils import flash_attn_varlen_func, get_flash_attn_version
 
+    try:  # FA3's TMA wants 16-byte strides on size-1 dims (one KV head): vLLM's own fix-up, where it has it
+        from vllm.utils.torch_utils import canonicalize_singleton_dim_strides as canonical
+    except ImportError:
+        canonical = None
+    if canonical is not None:
+        k_cache, v_cache = canonical(k_cache), canonical(v_cache)
     flash_attn_varlen_func(
         q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=query_start_loc, max_seqlen_q=max_query_len,
         seqused_k=seq_lens, max_seqlen_k=block_table.shape[1] * k_cache.shape[1], softmax_scale=scale, causal=True,
