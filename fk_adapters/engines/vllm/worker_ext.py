@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from fk_adapters import op_families, probe
 
-
 MLA_LAYERS = ("MLAAttention",)  # vLLM's MLA layers: their own backends, never fk's paged_attention one
 
 
