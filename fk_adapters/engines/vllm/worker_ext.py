@@ -27,7 +27,7 @@ class FkWorkerExtension:
         model = getattr(getattr(self, "model_runner", None), "model", None)
         for module in model.modules() if model is not None else ():
             if type(module).__name__ in MLA_LAYERS:
-                probe.layer_built((attention.SLOT,), "MLA (its own attention backends)")
+                probe.layer_built((attention.SLOT,), "MLA: its own backends")
 
     def fk_probe_reset(self) -> None:
         probe.reset_calls()

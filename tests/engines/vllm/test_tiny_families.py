@@ -37,7 +37,8 @@ EXERCISED = {
     "tiny-eagle-3": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "gemm", "paged_attention"},
 }
 # layers of a hosted slot that stay on the engine's own path, with fk's reason (per layer, counted at build)
-KNOWN_STOCK = {"tiny-gpt-oss": {"paged_attention (sinks)": 2}}
+KNOWN_STOCK = {"tiny-gpt-oss": {"paged_attention (sinks)": 2},
+               "tiny-deepseek-v3.2": {"paged_attention (MLA: its own backends)": 2}}  # counted by fk's worker walk
 EXPECTED_NAMES = list(EXERCISED)
 SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe",
          "paged_attention"}
