@@ -12,6 +12,8 @@
 #   ab        the Triton plugin A/B on $SC (default fk46-llama-3.1; --smoke, compiled + graphs, $AB_INTERLEAVE rounds)
 #   wrong     fk-wrong's wrong-attention (eager: not graph safe) and wrong-gemm, correctness only: both must FAIL
 #   pass      the passthrough plugin against ab's baseline (correctness only): must PASS with its natives proven
+#   moe       issue 29's leftovers: $MOE (default fk46-mixtral) captured with --profile (coverage without fk's value
+#             statistics in the profile), then fused_moe and gemm checked on its shapes
 set -u
 ENGINE=$1; shift
 export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
@@ -26,7 +28,7 @@ RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncove
 case $1 in
   runs)
     cd "$W" || exit 1
-    for step in ${STEPS:-gputests tiny capture check ab wrong pass}; do
+    for step in ${STEPS:-gputests capture check ab wrong pass moe}; do
       echo "=== $step $(date -u +%H:%M:%S)"
       case $step in
         gputests)
@@ -55,6 +57,13 @@ case $1 in
         pass)
           $RUN --plugins passthrough --scenario "$SC" --smoke --correctness-only --baseline-from "$W/ab-triton" \
             --out "$W/ab-passthrough" ;;
+        moe)
+          M=${MOE:-fk46-mixtral}
+          $FK capture --engine "$ENGINE" --scenario "$M" --profile --smoke --model-cache $MODELS --timeout 900 \
+            --out "$W/fk46"
+          $FK coverage --results "$W/fk46" --out "$W/fk46" | tail -1
+          $FK check --engine "$ENGINE" --plugins triton,passthrough --slots fused_moe,gemm \
+            --workload "$W/fk46/$M/$ENGINE.json" --max-shapes ${MAX_SHAPES:-8} --timeout 600 --out "$W/check-moe" ;;
       esac
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
     done
