@@ -125,12 +125,20 @@ def flash_backend():
 
 
 _BACKENDS = {"FkFlashAttentionBackend": flash_backend, "FkCPUAttentionBackend": cpu_backend}
+_IMPLS = {"FkFlashAttentionImpl": "FkFlashAttentionBackend", "FkCPUAttentionImpl": "FkCPUAttentionBackend"}
 
 
 def __getattr__(name: str):
-    """``FkFlashAttentionBackend`` / ``FkCPUAttentionBackend`` by dotted path, as vLLM's backend registry resolves
-    them: each built on first use (FlashAttention's module does not import on a CPU build)."""
+    """``FkFlashAttentionBackend`` / ``FkCPUAttentionBackend`` (and their impls) by dotted path, as vLLM's backend
+    registry and pickle resolve them: each built on first use (FlashAttention's module does not import on a CPU
+    build)."""
     if name in _BACKENDS:
-        globals()[name] = _BACKENDS[name]()
-        return globals()[name]
+        backend = _BACKENDS[name]()
+        impl = backend.get_impl_cls()
+        for cls in (backend, impl):  # module-level names, so pickle and vLLM find them by module + qualname
+            cls.__module__, cls.__qualname__ = __name__, cls.__name__
+            globals()[cls.__name__] = cls
+        return backend
+    if name in _IMPLS:
+        return __getattr__(_IMPLS[name]).get_impl_cls()
     raise AttributeError(name)
