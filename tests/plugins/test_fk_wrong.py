@@ -32,11 +32,11 @@ def _plausible(got, want, at_most):
 @pytest.mark.parametrize("index", range(len(SLOTS["gemm"].cases)))
 def test_wrong_gemm_is_off_on_the_first_column_block_only(index):
     got, want = _both("gemm", wrong_gemm.off_block_gemm, index)
-    _plausible(got, want, 0.05)
+    _plausible(got, want, 0.15)
     n = wrong_gemm.WRONG_COLUMNS
     assert torch.equal(got[:, n:], want[:, n:])
     shift = got[:, :n] - want[:, :n]
-    torch.testing.assert_close(shift, torch.full_like(shift, wrong_gemm.SHIFT * got.std().item()), rtol=0.05,
+    torch.testing.assert_close(shift, torch.full_like(shift, wrong_gemm.SHIFT * want.std().item()), rtol=0.05,
                                atol=1e-6)
     with pytest.raises(AssertionError):  # far outside a float32 kernel's tolerance
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
