@@ -14,6 +14,10 @@ TOLERANCES = {"float32": (1e-5, 1e-3), "float16": (1e-2, 1e-2), "bfloat16": (1e-
 # OUTLIER_SPAN times the tolerance. Rounding differently (e.g. rounding a normalised value to
 # bf16 before the weight multiply, as HF does) leaves a few elements 2 ulps from the engine.
 OUTLIER_SHARE, OUTLIER_SPAN = 1e-4, 2.0
+# An element no farther from the float64 reference than the engine's worst element also passes (summation order at a
+# cancellation, e.g. a long GEMM row summing to near zero, moves either kernel by a few ulps there), provided the
+# result as a whole is about as accurate as the engine's: mean error vs float64 at most MEAN_SLACK times the engine's.
+MEAN_SLACK = 1.25
 
 
 def dtype_name(t) -> str:
@@ -50,8 +54,9 @@ def aliases(out, inputs) -> list[str]:
 def compare(got, engine, exact, dtype: str) -> tuple[list[str], dict]:
     """``got`` against the engine's result, with the float64 reference ``exact`` as arbiter.
 
-    An element is within bounds when it is within (atol, rtol) of the engine's value or at
-    least as close to the float64 reference as the engine's value is. A few outliers pass
+    An element is within bounds when it is within (atol, rtol) of the engine's value, at least as close to the
+    float64 reference as the engine's value is, or no farther from it than the engine's worst element (then the
+    result's mean error vs float64 must be within ``MEAN_SLACK`` of the engine's). A few outliers pass
     (``OUTLIER_SHARE`` of the elements, each within ``OUTLIER_SPAN`` times the tolerance);
     NaN/Inf and an all-zero result where the reference and the engine's are not fail outright.
     """
@@ -67,18 +72,26 @@ def compare(got, engine, exact, dtype: str) -> tuple[list[str], dict]:
     d_eng, d_x, e_x = (g - e).abs(), (g - x).abs(), (e - x).abs()
     tol = atol + rtol * e.abs()
     bad = ~((d_eng <= tol) | (d_x <= e_x))
+    forgiven = bad & (d_x <= e_x.max()) if bad.any() else bad
+    if forgiven.any():
+        mean_c, mean_e = float(d_x.mean()), float(e_x.mean())
+        if mean_c > MEAN_SLACK * mean_e:
+            return [f"less accurate than the engine overall: mean |result - float64| {mean_c:.3g} > {MEAN_SLACK:g} x "
+                    f"the engine's {mean_e:.3g}"], stats
+        bad = bad & ~forgiven
     n_bad, n = int(bad.sum()), g.numel()
     stats.update(max_abs_vs_engine=float(d_eng.max()) if n else 0.0,
                  max_abs_vs_exact=float(d_x.max()) if n else 0.0,
-                 engine_max_abs_vs_exact=float(e_x.max()) if n else 0.0, bad=n_bad, elements=n)
+                 engine_max_abs_vs_exact=float(e_x.max()) if n else 0.0, bad=n_bad, elements=n,
+                 forgiven=int(forgiven.sum()))
     if not n_bad:
         return [], stats
     far = int((bad & (d_eng > OUTLIER_SPAN * tol)).sum())
     if n_bad <= OUTLIER_SHARE * n and not far:
         return [], stats
     return [f"{n_bad}/{n} elements outside (atol {atol:g}, rtol {rtol:g}) of the engine's result and farther "
-            f"from the float64 reference than it, {far} of them beyond {OUTLIER_SPAN:g}x the tolerance "
-            f"(max |Δ| {stats['max_abs_vs_engine']:.3g}; "
+            f"from the float64 reference than it and than its worst element, {far} of them beyond "
+            f"{OUTLIER_SPAN:g}x the tolerance (max |Δ| {stats['max_abs_vs_engine']:.3g}; "
             f"up to {OUTLIER_SHARE:.2%} within {OUTLIER_SPAN:g}x pass)"], stats
 
 

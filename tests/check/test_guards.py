@@ -121,6 +121,32 @@ def test_rare_outliers_within_twice_the_tolerance_pass_and_no_more():
     assert problems and "1 of them beyond" in problems[0] and stats["bad"] == 1
 
 
+def test_a_few_ulps_at_a_cancellation_pass_when_no_worse_than_the_engines_worst_element():
+    """Summation order moves a long dot product that sums to near zero by a few ulps in either kernel: an element no
+    farther from float64 than the engine's worst passes, if the result is about as accurate overall."""
+    exact = torch.linspace(1, 2, 100_000, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    engine = (exact + 1e-4 * torch.randn(exact.shape, generator=gen, dtype=torch.float64)).float()  # rounding noise
+    engine[7] += 0.02  # the engine's own worst element (a cancellation it rounded badly)
+    cand = (exact + 1e-4 * torch.randn(exact.shape, generator=gen, dtype=torch.float64)).float()
+    cand[[11, 500, 9000]] += 0.015  # three elements beyond 2x the tolerance of the engine, no worse than its 0.02
+    problems, stats = guards.compare(cand, engine, exact, "float32")
+    assert problems == [] and stats["forgiven"] == 3
+    cand[[11]] += 0.01  # now farther from float64 than anything the engine got wrong
+    problems, _ = guards.compare(cand, engine, exact, "float32")
+    assert problems and "beyond" in problems[0]
+
+
+def test_errors_spread_within_the_engines_worst_element_fail_as_less_accurate():
+    exact = torch.linspace(1, 2, 10_000, dtype=torch.float64)
+    engine = exact.float()
+    engine[7] += 0.02
+    cand = exact.float()
+    cand[::2] += 0.015  # half the result off by 10x the tolerance: inside the engine's worst, not its accuracy
+    problems, _ = guards.compare(cand, engine, exact, "float32")
+    assert problems and "less accurate than the engine overall" in problems[0]
+
+
 def test_escape_ratio_rule():
     assert guards.escaped(1.1, 1.05) == []
     assert guards.escaped(20.0, 1.1) and "escapes the timed stream" in guards.escaped(20.0, 1.1)[0]
