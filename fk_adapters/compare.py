@@ -52,7 +52,7 @@ import math
 
 from tabulate import tabulate
 
-from fk_adapters import stats, variation
+from fk_adapters import stats, time_split, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.results import (
     CompareResults,
@@ -281,7 +281,8 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
             "head_status": h_row.get("status"), "status_changed": b_row.get("status") != h_row.get("status"),
             "correct": not problems, "base": _correctness_figures(b_row), "head": _correctness_figures(h_row),
             "head_failures": list(h_row.get("failures") or []), "kernels": kernels, "stopped": stopped,
-            "problems": problems, "notes": notes}
+            "problems": problems, "notes": notes,
+            "time": time_split.moved(b_row.get("time_split"), h_row.get("time_split"))}
 
 
 def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
@@ -582,8 +583,20 @@ def to_markdown(cmp) -> str:
             lines.append(f"- only in HEAD (not compared): {', '.join(cmp.only_head)}")
     if cmp.perf:
         lines += _perf_details(cmp)
-    lines += _correctness_details(cmp) + _kernel_details(cmp) + _method_details(cmp)
+    lines += _correctness_details(cmp) + _kernel_details(cmp) + _time_details(cmp) + _method_details(cmp)
     return "\n".join(lines) + "\n"
+
+
+def _time_details(cmp: CompareResults) -> list[str]:
+    rows = [[sc["scenario"], t["family"], f"{t['base_us']:.0f} ({t['base_stock_us']:.0f})",
+             f"{t['head_us']:.0f} ({t['head_stock_us']:.0f})", f"{t['delta_us']:+.0f}"]
+            for sc in cmp.scenarios for t in sc.get("time") or [] if t["base_us"] or t["head_us"]]
+    if not rows:
+        return []
+    return _details("Where the device time moved (the profiled step, GPU)", [
+        "Candidate device µs per op family in BASE's and HEAD's profiled step (stock's in brackets).", "",
+        tabulate(rows, headers=["scenario", "op family", "BASE µs (stock)", "HEAD µs (stock)", "Δ µs"],
+                 tablefmt="github")])
 
 
 def _summary_table(cmp: CompareResults) -> str:

@@ -112,6 +112,7 @@ def render_run(run: RunResults) -> str:
         lines += _perf_lines(run, perf_rows)
     elif run.correctness_only:
         lines += ["", "## Performance", "", "Not measured: `--correctness-only` (no throughput or latency phases)."]
+    lines += _time_split_lines(rows)
     if run.noise_floor:
         lines += _noise_floor_lines(run.noise_floor)
     if perf_rows and not run.aa:
@@ -248,6 +249,21 @@ def _perf_lines(run: RunResults, perf_rows: list[list[str]]) -> list[str]:
     return lines + [tabulate(perf_rows, headers=["scenario", "workload", "unit", "baseline", "candidate",
                                                  "ratio (total) [range]", "95% CI", "ratio (output tokens/s)"],
                              tablefmt="github")]
+
+
+def _time_split_lines(rows: list[dict]) -> list[str]:
+    split = [(r["scenario"], r["time_split"]) for r in rows if r.get("time_split")]
+    if not split:
+        return []
+    from fk_adapters import time_split
+
+    lines = ["", "## Where the device time went (the profiled step)", "",
+             "One profiled step of each side (the same requests; CUDA kernels sorted into op families by "
+             "`fk_adapters/op_families.py`): device time only (not the host's), of a small batch, not the timed "
+             "phases above.", ""]
+    for name, s in split:
+        lines += time_split.markdown(name, s)
+    return lines
 
 
 def _noise_floor_lines(nf: dict) -> list[str]:

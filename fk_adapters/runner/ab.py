@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from fk_adapters import __version__, engines, evidence, gpu_share, kernel_names, machine, metrics, probe
+from fk_adapters import __version__, engines, evidence, gpu_share, kernel_names, machine, metrics, probe, time_split
 from fk_adapters.engine_integrity import problems as engine_problems
 from fk_adapters.engines import EngineSpec
 from fk_adapters.results import Kind, ScenarioStatus, SlotEvidence, stamp, verdict
@@ -297,6 +297,9 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         return row
     native = native_names(cfg, base)
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
+    where = time_split.split(base.get("profile"), cand.get("profile"))
+    if where:
+        row["time_split"] = where
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
     row["status"], more = verdict.scenario(row, cand["loads"], cfg.allow_unexercised)
     missed = _round_checks(cfg, runs, row["evidence"], native)

@@ -1,0 +1,76 @@
+"""Where the device time went: the profiled step of each side (same requests, same steps), per op family, and the
+kernels that ran on one side only (a replacement's own kernels; an engine fusion the replacement broke)."""
+from __future__ import annotations
+
+from fk_adapters import op_families
+
+TOP_KERNELS = 5
+
+
+def _families(kernel_us: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, us in kernel_us.items():
+        fam = op_families.family(name)
+        out[fam] = out.get(fam, 0.0) + us
+    return out
+
+
+def _top(kernel_us: dict[str, float], names: set[str]) -> list[dict]:
+    ranked = sorted(names, key=lambda n: -kernel_us[n])
+    return [{"kernel": n, "family": op_families.family(n), "us": round(kernel_us[n], 1)} for n in ranked[:TOP_KERNELS]]
+
+
+def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> dict | None:
+    """Device microseconds per op family, baseline and candidate, each family's share of the step's delta, and the
+    kernels only one side launched; None unless both sides were profiled on a GPU."""
+    base, cand = op_families.merge_kernel_us(base_profile), op_families.merge_kernel_us(cand_profile)
+    if not base or not cand:
+        return None
+    fb, fc = _families(base), _families(cand)
+    tb, tc = sum(base.values()), sum(cand.values())
+    delta = tc - tb
+    slots = {fam: list(s) for fam, s in op_families.SLOT_FAMILIES.items()}
+    rows = [{"family": fam, "slots": slots.get(fam, []), "baseline_us": round(fb.get(fam, 0.0), 1),
+             "candidate_us": round(fc.get(fam, 0.0), 1), "delta_us": round(fc.get(fam, 0.0) - fb.get(fam, 0.0), 1),
+             "share_of_delta": (fc.get(fam, 0.0) - fb.get(fam, 0.0)) / delta if delta else None}
+            for fam in set(fb) | set(fc)]
+    rows.sort(key=lambda r: -abs(r["delta_us"]))
+    return {"baseline_us": round(tb, 1), "candidate_us": round(tc, 1), "step_ratio": tb / tc if tc else None,
+            "families": rows, "only_candidate": _top(cand, set(cand) - set(base)),
+            "only_baseline": _top(base, set(base) - set(cand))}
+
+
+def markdown(scenario: str, s: dict) -> list[str]:
+    """The table of one scenario's split, most of the delta first, and the kernels only one side launched."""
+    from tabulate import tabulate
+
+    def share(r):
+        return "-" if r["share_of_delta"] is None else f"{100 * r['share_of_delta']:+.1f}%"
+
+    rows = [[r["family"], ", ".join(r["slots"]) or "-", f"{r['baseline_us']:.0f}", f"{r['candidate_us']:.0f}",
+             f"{r['delta_us']:+.0f}", share(r)] for r in s["families"]]
+    lines = [f"**{scenario}**: the profiled step took {s['baseline_us']:.0f} µs of device time in the baseline, "
+             f"{s['candidate_us']:.0f} µs in the candidate (baseline / candidate {s['step_ratio']:.3f}).", "",
+             tabulate(rows, headers=["op family", "catalog slots", "baseline µs", "candidate µs", "Δ µs",
+                                     "share of Δ"], tablefmt="github"), ""]
+    for key, who in (("only_candidate", "Only in the candidate"), ("only_baseline", "Only in the baseline")):
+        if s[key]:
+            lines.append(f"{who} (largest first): " + "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, "
+                                                                f"{k['us']:.0f} µs)" for k in s[key]))
+    return lines + [""]
+
+
+def moved(base_split: dict | None, head_split: dict | None) -> list[dict]:
+    """Per op family, the candidate's device time in BASE's profiled step and in HEAD's (each beside its own stock
+    run's), largest move first: where a kernel change moved the time. [] unless both were profiled."""
+    if not base_split or not head_split:
+        return []
+    b = {r["family"]: r for r in base_split["families"]}
+    h = {r["family"]: r for r in head_split["families"]}
+    rows = []
+    for fam in set(b) | set(h):
+        rb, rh = b.get(fam, {}), h.get(fam, {})
+        rows.append({"family": fam, "base_stock_us": rb.get("baseline_us", 0.0), "base_us": rb.get("candidate_us", 0.0),
+                     "head_stock_us": rh.get("baseline_us", 0.0), "head_us": rh.get("candidate_us", 0.0),
+                     "delta_us": round(rh.get("candidate_us", 0.0) - rb.get("candidate_us", 0.0), 1)})
+    return sorted(rows, key=lambda r: -abs(r["delta_us"]))
