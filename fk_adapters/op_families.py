@@ -16,7 +16,11 @@ FAMILIES: list[tuple[str, str]] = [
     # routing (top-k, grouped top-k, the fused gate) stays the engine's: its own family, outside the fused_moe slot
     ("moe routing", r"topk_?gating|topk_?softmax|moe_?fused_?gate|grouped_?topk|router"),
     ("moe", r"moe|expert|grouped_?gemm|matmul_ogs"),  # ogs: triton_kernels' MoE matmul
-    ("ssm / linear attention", r"mamba|ssd_|selective|_scan|causal_conv|gated_delta|chunk_gla|kda|linear_attn|fla_"),
+    # the linear-attention / SSM slots cover the recurrence: the mixers' conv1d and gating stay the engine's
+    ("ssm conv / gating", r"causal_conv|gdn_gating|post_conv_prep|kda_gate"),
+    ("ssm / linear attention", r"mamba|ssd_|selective|_scan|gated_delta|chunk_gla|kda|linear_attn|fla_|gdn|"
+                               r"ssm_update|chunk_state|state_passing|bmm_chunk|chunk_cumsum|chunk_fwd_kernel_o|"
+                               r"recompute_w_u|chunk_local_cumsum|solve_tril|scaled_dot_kkt|fused_recurrent"),
     # the paged_attention slot covers the attention kernel itself: the cache writes and MLA stay the engine's
     ("kv cache write", r"reshape_and_cache|concat_and_cache|store_?kv|set_kv_buffer"),
     ("mla attention", r"mla"),
@@ -31,7 +35,9 @@ FAMILIES: list[tuple[str, str]] = [
 ]
 SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "activation": ("silu_and_mul", "gelu_and_mul"),
                  "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",),
-                 "attention": ("paged_attention",)}
+                 "attention": ("paged_attention",),
+                 "ssm / linear attention": ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
+                                            "ssm_state_update")}
 OTHER = "other"
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES]
 

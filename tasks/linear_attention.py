@@ -19,7 +19,7 @@ L2_EPS = 1e-6
 # index; KDA's per-key decay; one head of 128 (the engines' K = V = 128); bf16 states as SGLang and vLLM may keep.
 GDN_CASES = (
     {"lens": (5, 3), "h": 2, "hv": 4, "k": 16, "v": 16, "init": (False, True), "slots": 4},
-    {"lens": (7,), "h": 1, "hv": 1, "k": 32, "v": 16, "init": (True,), "slots": 2, "l2": False},
+    {"lens": (7,), "h": 1, "hv": 1, "k": 32, "v": 16, "init": (True,), "slots": 2},
     {"lens": (4, 2, 6), "h": 2, "hv": 2, "k": 16, "v": 32, "init": (True, True, False), "slots": 5, "skip": 1},
     {"lens": (6, 3), "h": 2, "hv": 4, "k": 16, "v": 16, "init": (True, False), "slots": 3, "per_key_decay": True},
     {"lens": (9,), "h": 1, "hv": 2, "k": 128, "v": 128, "init": (True,), "slots": 2},
@@ -34,14 +34,28 @@ GDN_DECODE_CASES = (
 )
 
 
+_NOT_YET = {"sglang": "no hook written yet (the seams are mapped: TritonGDNKernel.extend / packed_decode, "
+                      "mamba_chunk_scan_combined / selective_state_update; docs/design/linear-attention-ssm.md)",
+            "transformers": "no function swap written yet (mapped: docs/design/linear-attention-ssm.md, section 4)"}
+_GDN_ENTRY = {"vllm": ("QwenGatedDeltaNetAttention._forward_core (PluggableLayer, Qwen3-Next / Qwen3.5): the engine's "
+                       "conv1d and gating, then prefill tokens to gated_delta_rule and decode tokens to "
+                       "gated_delta_rule_decode over the state pool; speculative decoding, Kimi-Linear's KDA and "
+                       "ROCm's AITER path stay stock",)}
+_SSD_ENTRY = {"vllm": ("MambaMixer2.conv_ssm_forward (PluggableLayer: Mamba2, NemotronH, Falcon-H1, GraniteMoeHybrid, "
+                       "Zamba2): the engine's conv1d, then prefill tokens to ssd_chunk_scan and decode tokens to "
+                       "ssm_state_update over the state pool; speculative decoding, prefix-cache 'all' mode, prefill "
+                       "checkpoints, ReplaySSM and Mamba1 (Jamba) stay stock",)}
+
+
 def _pool_slot(**kw) -> Slot:
     """A slot over an engine's state pool: it writes the states and ``out`` in place."""
-    return Slot(mutates=("state", "out"), **kw)
+    return Slot(mutates=("state", "out"), not_entered=_NOT_YET, **kw)
 
 
 def _indices(case, gen, device):
-    """Distinct pool slots for the case's sequences, the one at ``skip`` (if any) a pad (-1)."""
-    idx = torch.randperm(case["slots"], generator=gen)[:len(case["lens"])].to(torch.int32)
+    """Distinct pool slots for the case's sequences, the one at ``skip`` (if any) a pad (-1). Slot 0 stays free:
+    vLLM reserves it (its null block) and its kernels skip it."""
+    idx = (torch.randperm(case["slots"] - 1, generator=gen)[:len(case["lens"])] + 1).to(torch.int32)
     if "skip" in case:
         idx[case["skip"]] = -1
     return idx.to(device)
@@ -170,6 +184,7 @@ _GDN_ARGS = ("q: Tensor[T, H, K], k: Tensor[T, H, K], v: Tensor[T, HV, V], g: Te
              "float32, beta: Tensor[T, HV], state: Tensor[S, HV, V, K], state_indices: Tensor[R] int32")
 
 GATED_DELTA_RULE = _pool_slot(
+    entries=_GDN_ENTRY,
     name="gated_delta_rule",
     summary="the chunked gated delta rule of a prefill (varlen), over the engine's state pool, into out",
     signature=(f"gated_delta_rule({_GDN_ARGS}, cu_seqlens: Tensor[R+1] int32, has_initial_state: Tensor[R] bool | "
@@ -184,6 +199,7 @@ GATED_DELTA_RULE = _pool_slot(
 )
 
 GATED_DELTA_RULE_DECODE = _pool_slot(
+    entries=_GDN_ENTRY,
     name="gated_delta_rule_decode",
     summary="one gated-delta-rule step per sequence (decode), over the engine's state pool, into out",
     signature=(f"gated_delta_rule_decode({_GDN_ARGS.replace('[T', '[R')}, scale: float, use_qk_l2norm: bool, "
@@ -311,6 +327,8 @@ _SSD_SCHEMA = ("Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Te
                "Tensor state_indices")
 
 SSD_CHUNK_SCAN = _pool_slot(
+    entries=_SSD_ENTRY,
+    growth=4,  # y = C (dt x B): four activations multiplied
     name="ssd_chunk_scan",
     summary="Mamba2's selective state-space scan of a prefill (varlen), over the engine's state pool, into out",
     signature=(f"ssd_chunk_scan({_SSD_ARGS}, cu_seqlens: Tensor[R+1] int32, has_initial_state: Tensor[R] bool | "
@@ -324,6 +342,8 @@ SSD_CHUNK_SCAN = _pool_slot(
 )
 
 SSM_STATE_UPDATE = _pool_slot(
+    entries=_SSD_ENTRY,
+    growth=4,  # y = C (dt x B): four activations multiplied
     name="ssm_state_update",
     summary="one Mamba2 state-space step per sequence (decode), over the engine's state pool, into out",
     signature=f"ssm_state_update({_SSD_ARGS.replace('[T', '[R')}, out: Tensor[R, H, P]) -> None",

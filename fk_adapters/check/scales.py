@@ -142,6 +142,48 @@ def cache_blocks_used(names: list[str], sig: list) -> list:
     return [dict(a, shape=[n_blocks, *a["shape"][1:]]) if n in CACHES else a for n, a in zip(names, sig)]
 
 
+def pool_slots_used(names: list[str], sig: list) -> list:
+    """The signature with a recurrent-state pool cut to the slots its indices can name (plus the free slot 0): the
+    engine's whole pool (thousands of slots) would cost seconds per input."""
+    by_name = dict(zip(names, sig))
+    if not (by_name.get("state_indices") and by_name.get("state")):
+        return sig
+    slots = min(by_name["state"]["shape"][0], by_name["state_indices"]["shape"][0] + 1)
+    return [dict(a, shape=[slots, *a["shape"][1:]]) if n == "state" else a for n, a in zip(names, sig)]
+
+
+def recurrent_metadata(sig: dict, gen, device) -> dict:
+    """Pool slots, sequence starts and initial-state flags that agree with the captured shapes (``sig``: the
+    signature by argument name): the T tokens shared by the R sequences, distinct slots from 1 (slot 0 left free, as
+    vLLM's null block), about half of the sequences carrying a state."""
+    import torch
+
+    r = sig["state_indices"]["shape"][0]
+    t = (sig.get("q") or sig["x"])["shape"][0]
+    lens = [t // r + (i < t % r) for i in range(r)] if r else []
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
+    return {"state_indices": torch.randperm(sig["state"]["shape"][0] - 1, generator=gen, device=device)[:r] + 1,
+            "cu_seqlens": torch.tensor(starts, device=device),
+            "has_initial_state": torch.rand(r, generator=gen, device=device) < 0.5}
+
+
+def recurrent_gate(name: str, shape, gen, device):
+    """The gates of the linear-attention / SSM slots in their own ranges: log decay g < 0, beta in (0, 1), Mamba2's
+    A in [-16, -1] and dt_bias giving a softplus'd step in [0.001, 0.1] (its initialisation's ranges)."""
+    import torch
+
+    u = torch.rand(tuple(shape), generator=gen, dtype=torch.float64, device=device)
+    if name == "g":
+        return -(0.01 + 2 * u)
+    if name == "beta":
+        return 0.02 + 0.96 * u
+    if name == "A":
+        return -(1 + 15 * u)
+    return torch.log(torch.expm1(0.001 + 0.099 * u))  # dt_bias
+
+
 def attention_metadata(sig: dict, gen, device) -> dict:
     """A block table, key counts and query starts that agree with each other and with the captured shapes
     (``sig``: the signature by argument name): the T query rows shared by the B requests, none over max_query_len,

@@ -8,7 +8,7 @@ import math
 
 from fk_adapters.check import scales
 
-_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32")
+_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")
 MATRICES = ("w13", "w2")  # weight stacks, drawn at a trained layer's scale like a 2-D ``weight``
 
 
@@ -54,6 +54,14 @@ def _values(name: str, shape, dtype, gen, sig_by_name, device, draw: dict):
         if "attention" not in draw:
             draw["attention"] = scales.attention_metadata(sig_by_name, gen, device)
         return draw["attention"][name].to(dtype)
+    if name in ("state_indices", "cu_seqlens", "has_initial_state"):  # drawn together, like the attention metadata
+        if "recurrent" not in draw:
+            draw["recurrent"] = scales.recurrent_metadata(sig_by_name, gen, device)
+        return draw["recurrent"][name].to(dtype)
+    if name in ("g", "beta", "A", "dt_bias"):
+        return scales.recurrent_gate(name, shape, gen, device).to(dtype)
+    if name == "D":
+        return scales.weight(shape, gen, device, stats).to(dtype)
     return scales.activation(shape, dtype, draw["scale"], gen, device, stats, draw["growth"], draw["row"]).to(dtype)
 
 
@@ -71,7 +79,7 @@ def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True, sc
     import torch
 
     names = slot.param_names()
-    sig = scales.cache_blocks_used(names, sig)
+    sig = scales.pool_slots_used(names, scales.cache_blocks_used(names, sig))
     by_name = dict(zip(names, sig))
     gen = torch.Generator(device=device).manual_seed(seed)
     draw = {"scale": scale, "stats": stats, "growth": slot.growth, "row": seed}

@@ -5,13 +5,17 @@
 #   setsid nohup bash reports/gpu/issue30.sh ENGINE runs > /tmp/fk-work/i30-ENGINE.log 2>&1 < /dev/null &
 #   bash reports/gpu/issue30.sh ENGINE pack                      # /tmp/fk-work/i30/ENGINE (no weights) -> $OUT
 # Steps ($STEPS, in this order by default, each independent of a failed one before it):
-#   gputests  the natives of every slot and the Triton attention kernel against the references -> gputests.txt
+#   gputests  the natives of every slot, the Triton attention and recurrent kernels against the references (FLA
+#             autotunes its kernels on first use: minutes) -> gputests.txt
 #   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: attention enters and runs
 #   capture   $CAPTURE (default fk46-llama-3.1) served eagerly, --smoke, --profile: slot calls, shapes, coverage
 #   check     the Triton and passthrough paged_attention and gemm against the engine's own kernels on those shapes
 #   ab        the Triton plugin A/B on $SC (default fk46-llama-3.1; --smoke, compiled + graphs, $AB_INTERLEAVE rounds)
 #   wrong     fk-wrong's wrong-attention (eager: not graph safe) and wrong-gemm, correctness only: both must FAIL
 #   pass      the passthrough plugin against ab's baseline (correctness only): must PASS with its natives proven
+#   linear    the linear-attention / SSM slots on each of $LINEAR (default fk46-mamba2 fk46-qwen3-next): capture with
+#             --profile (coverage), fk check of the slots on its shapes, the Triton A/B (compiled + graphs), fk-wrong's wrong-ssd / wrong-gdn (eager: not graph
+#             safe) and passthrough (correctness only, against the A/B's baseline)
 #   moe       issue 29's leftovers: $MOE (default fk46-mixtral) captured with --profile (coverage without fk's value
 #             statistics in the profile), then fused_moe and gemm checked on its shapes
 set -u
@@ -32,8 +36,8 @@ case $1 in
       echo "=== $step $(date -u +%H:%M:%S)"
       case $step in
         gputests)
-          (cd "$REPO" && python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_attention.py \
-            "tests/engines/$ENGINE" -k "${GPUTESTS_K:-natives or test_triton_attention}" 2>&1 | tail -30) \
+          (cd "$REPO" && python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_attention.py tests/plugins/test_triton_linear_attention.py \
+            "tests/engines/$ENGINE" -k "${GPUTESTS_K:-natives or test_triton_attention or linear}" 2>&1 | tail -30) \
             > "$W/gputests.txt"
           tail -3 "$W/gputests.txt" ;;
         tiny)
@@ -57,6 +61,20 @@ case $1 in
         pass)
           $RUN --plugins passthrough --scenario "$SC" --smoke --correctness-only --baseline-from "$W/ab-triton" \
             --out "$W/ab-passthrough" ;;
+        linear)
+          for L in ${LINEAR:-fk46-mamba2 fk46-qwen3-next}; do
+            case $L in *mamba*) WRONG=wrong-ssd ;; *) WRONG=wrong-gdn ;; esac
+            $FK capture --engine "$ENGINE" --scenario "$L" --profile --smoke --model-cache $MODELS --timeout 900 \
+              --out "$W/fk46"
+            $FK check --engine "$ENGINE" --plugins triton,passthrough,$WRONG \
+              --slots gated_delta_rule,gated_delta_rule_decode,ssd_chunk_scan,ssm_state_update \
+              --workload "$W/fk46/$L/$ENGINE.json" --max-shapes 4 --timeout 600 --out "$W/check-$L"
+            $RUN --plugins triton --scenario "$L" --smoke --interleave 0 --out "$W/ab-triton-$L"
+            $RUN --plugins $WRONG --scenario "$L" --mode eager --smoke --correctness-only --out "$W/ab-$WRONG-$L"
+            $RUN --plugins passthrough --scenario "$L" --smoke --correctness-only --baseline-from "$W/ab-triton-$L" \
+              --out "$W/ab-passthrough-$L"
+          done
+          $FK coverage --results "$W/fk46" --out "$W/fk46" | tail -1 ;;
         moe)
           M=${MOE:-fk46-mixtral}
           $FK capture --engine "$ENGINE" --scenario "$M" --profile --smoke --model-cache $MODELS --timeout 900 \

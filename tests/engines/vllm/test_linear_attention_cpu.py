@@ -1,0 +1,89 @@
+"""The linear-attention / SSM slots in real vLLM on CPU (vllm-cpu): the slots' references run every Mamba2 and Gated
+DeltaNet mixer (prefill and decode) and agree, passthrough (vllm-cpu's own kernels through the slots) agrees,
+fk-wrong's SSD variant fails the end-to-end diff and its GDN variant fails fk check on the captured shapes.
+Marked `engine` (about a minute a test); vLLM runs in subprocesses."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.engines.vllm.test_vllm_cpu import fk_capture, fk_run
+
+pytestmark = [pytest.mark.engine,
+              pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
+
+REFERENCE = """
+from fk_adapters import Kernel, hookimpl
+from fk_adapters.tasks import SLOTS
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot=s, fn=SLOTS[s].reference, name=f"reference_{s}", devices=("cpu",))
+            for s in ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update")]
+"""
+# the mixer class each tiny model routes, its layers, and its (prefill, decode) slots
+MIXERS = {"tiny-mamba2": ("MambaMixer2", 2, ("ssd_chunk_scan", "ssm_state_update")),
+          "tiny-qwen3-next": ("QwenGatedDeltaNetAttention", 1, ("gated_delta_rule", "gated_delta_rule_decode"))}
+
+
+def _run(tmp_path, plugin, scenario, env=None):
+    p, res = fk_run(tmp_path, "--plugins", plugin, "--scenario", scenario, "--no-multiprocessing",
+                    "--correctness-only", "--allow-uncovered", env=env)
+    assert res is not None, p.stderr[-3000:]
+    return p, res, res["scenarios"][0]
+
+
+def _exercised(row, scenario):
+    cls, layers, slots = MIXERS[scenario]
+    for slot in slots:
+        ev = row["evidence"]["slots"][slot]
+        assert ev["status"] == "exercised" and ev["layers"] == layers and ev["calls"] > 0, (slot, ev)
+        assert cls in " ".join(ev["entered"]), ev
+
+
+@pytest.mark.parametrize("scenario", sorted(MIXERS))
+def test_the_slots_references_run_every_mixer_and_agree(tmp_path, make_plugin, scenario):
+    make_plugin("la_ref", REFERENCE)
+    site = str(next(p for p in sys.path if p.endswith("site")))
+    p, res, row = _run(tmp_path, "la_ref", scenario,
+                       env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
+    _exercised(row, scenario)
+
+
+def test_a_scan_without_its_skip_connection_fails_the_diff(tmp_path):
+    p, res, row = _run(tmp_path, "wrong-ssd", "tiny-mamba2")
+    assert p.returncode == 1 and row["status"] == "INCORRECT" and res["verdict"] == "FAIL", row["failures"]
+    _exercised(row, "tiny-mamba2")
+
+
+def test_capture_records_the_gdn_slots_and_check_catches_wrong_value_heads(tmp_path):
+    """tiny-qwen3-next's one GDN layer sits behind a gated RMSNorm: in bfloat16 end to end, wrong-gdn (value heads
+    reversed) moves the logprobs by about 0.01 on average, inside the fixed bar (0.04). fk check sees it."""
+    p, out = fk_capture(tmp_path, "--engine", "vllm", "--scenario", "tiny-qwen3-next", "--quick")
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    wl = json.loads((out / "tiny-qwen3-next" / "vllm.json").read_text())
+    for slot in ("gated_delta_rule", "gated_delta_rule_decode"):
+        rows = wl["slots"][slot]
+        assert rows and all(r["calls"] > 0 for r in rows)
+        q, v, state = rows[0]["args"][0], rows[0]["args"][2], rows[0]["args"][5]
+        assert q["shape"][1:] == [1, 128] and v["shape"][1:] == [2, 128] and state["shape"][1:] == [2, 128, 128]
+    c = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--plugins",
+                        "passthrough,wrong-gdn", "--slots", "gated_delta_rule,gated_delta_rule_decode", "--workload",
+                        str(out / "tiny-qwen3-next" / "vllm.json"), "--device", "cpu", "--max-shapes", "1", "--out",
+                        str(tmp_path / "check")], capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+    res = json.loads((tmp_path / "check" / "results.json").read_text())
+    status = {(r["plugin"], r["slot"]): r["status"] for r in res["slots"]}
+    want = {("passthrough", s): "PASSED" for s in ("gated_delta_rule", "gated_delta_rule_decode")}
+    want |= {("wrong-gdn", s): "INCORRECT" for s in ("gated_delta_rule", "gated_delta_rule_decode")}
+    assert status == want, (c.stdout[-3000:], res["slots"])
+
+
+@pytest.mark.parametrize("scenario", sorted(MIXERS))
+def test_passthrough_runs_vllm_cpus_own_kernels_through_the_slots(tmp_path, scenario):
+    p, res, row = _run(tmp_path, "passthrough", scenario)
+    assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
+    _exercised(row, scenario)
