@@ -20,7 +20,7 @@ import torch
 
 from fk_adapters import probe
 from fk_adapters.engines import calls, install_common
-from fk_adapters.engines.transformers import experts
+from fk_adapters.engines.transformers import experts, recurrent
 from fk_adapters.engines.transformers.natives import NATIVES
 
 # (atol, rtol) within which a module's own forward counts as the slot's math
@@ -235,5 +235,7 @@ def install(model, chosen: dict) -> dict[str, list[str]]:
     A chosen slot transformers does not host (fused_add_rms_norm, rotary_embedding: HF has no such
     modules) enters nothing: [] (the runner reports it n/a)."""
     hosted = {s: v for s, v in chosen.items() if s in NATIVES}
-    entered = route(model, install_common.wrap_chosen(hosted, NATIVES))
+    ops = install_common.wrap_chosen(hosted, NATIVES)
+    entered = route(model, {s: op for s, op in ops.items() if s not in recurrent.SLOTS})
+    entered |= recurrent.route(model, {s: op for s, op in ops.items() if s in recurrent.SLOTS})
     return {s: entered.get(s, []) for s in chosen}
