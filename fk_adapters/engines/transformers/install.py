@@ -9,7 +9,8 @@ the module's own forward with every argument, counted in ``probe.not_routed`` wi
 
 ``gemm`` enters every module whose type is exactly ``nn.Linear`` (a subclass, e.g. a quantized linear, stays stock);
 ``fused_moe`` every MoE experts module (``experts.py``), checked against the slot's reference, since its native is
-the module's own forward.
+the module's own forward. The linear-attention / SSM slots enter through the scan functions their mixers call
+(``recurrent.py``).
 """
 from __future__ import annotations
 
