@@ -5,7 +5,7 @@ import json
 
 from tabulate import tabulate
 
-from fk_adapters import variation
+from fk_adapters import variation, wall_time
 from fk_adapters.engine_integrity import describe
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.results import Kind, RunResults, ScenarioStatus as S, SideBySide, SlotEvidence as E, as_record
@@ -113,6 +113,7 @@ def render_run(run: RunResults) -> str:
     elif run.correctness_only:
         lines += ["", "## Performance", "", "Not measured: `--correctness-only` (no throughput or latency phases)."]
     lines += _time_split_lines(rows)
+    lines += wall_time.markdown(rows, run.wall_s)
     if run.noise_floor:
         lines += _noise_floor_lines(run.noise_floor)
     if perf_rows and not run.aa:

@@ -106,6 +106,7 @@ class RunResults(EngineResults):
     verdict: str = ""
     problems: list[str] = field(default_factory=list)
     noise_floor: dict | None = None  # an A/A run's
+    wall_s: float | None = None  # this invocation's wall time (scenarios kept from an interrupted run not included)
 
 
 @dataclass

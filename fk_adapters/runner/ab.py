@@ -132,7 +132,7 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
 
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
-            "reused_age_s", "runtime", "gpu_share", "kept_from_partial")
+            "reused_age_s", "runtime", "gpu_share", "kept_from_partial", "phases")
     out = {k: res[k] for k in keep if k in res}
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
@@ -251,7 +251,9 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict, native: set[str] =
 
 
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
+    t0 = time.perf_counter()
     model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg), echo)
+    weights_s = round(time.perf_counter() - t0, 1)
     job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
     if cfg.correctness_only:
         job.pop("perf", None)
@@ -260,6 +262,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     runs, bad = _engine_runs(cfg, sc, job, echo)
     base, cand = runs["baseline"][0], runs["candidate"][0]
     row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": weights_key,
+           "weights_s": weights_s,
            "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")
                      if k in sc.model},
            "baseline": _summary(base), "candidate": _summary(cand), "failures": [], "timeout_s": cfg.timeout_s}
@@ -573,6 +576,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                  + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
                  + f" [{_duration(took)} so far{eta}]")
         results["scenarios"].append(row)
+        results["wall_s"] = round(time.monotonic() - t0, 1)
         finish(results, cfg)
         _write_atomic(path, results)  # after every scenario: an interrupted suite keeps what finished
     return results

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from fk_adapters import gpu_lock, gpu_share
+from fk_adapters import gpu_lock, gpu_share, wall_time
 from fk_adapters.engines.driver_common import PARTIAL_FILE  # the driver's results so far, kept when it fails
 from fk_adapters.runner import reaper as reapers
 
@@ -47,7 +47,8 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
         reaper = reapers.start(proc.pid)
         try:
             watcher = gpu_share.Watcher(proc.pid).start() if watch_gpu else None
-            timed_out = _follow(proc, log, echo, t0, t0 + timeout_s)
+            marks: list[list] = []
+            timed_out = _follow(proc, log, echo, t0, t0 + timeout_s, marks)
             if timed_out:
                 _kill_tree(proc)
             proc.wait()
@@ -67,14 +68,15 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
     res["returncode"] = proc.returncode
     res["wall_s"] = wall
     res["log"] = log_path
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    res["phases"] = wall_time.process(marks, wall, text)
     if shared is not None:
         res["gpu_share"] = shared
         with open(os.path.join(run_dir, GPU_SHARE_FILE), "w") as f:
             json.dump(shared, f)
     if res["status"] != "ok":
         _keep_partial(res, os.path.join(run_dir, PARTIAL_FILE))
-        with open(log_path, errors="replace") as f:
-            text = f.read()
         res["log_tail"] = text[-4000:]
         cause = first_logged_error(text)
         if cause and cause not in res.get("error", ""):
@@ -82,9 +84,9 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
     return res
 
 
-def _follow(proc: subprocess.Popen, log, echo, t0: float, deadline: float) -> bool:
+def _follow(proc: subprocess.Popen, log, echo, t0: float, deadline: float, marks: list) -> bool:
     """Copy the engine's output into its log until it ends (False) or the deadline passes (True), echoing its
-    [fk] progress lines."""
+    [fk] progress lines and adding each to ``marks`` with when it arrived."""
     import selectors
 
     sel = selectors.DefaultSelector()
@@ -101,8 +103,10 @@ def _follow(proc: subprocess.Popen, log, echo, t0: float, deadline: float) -> bo
         if not line:
             return False
         log.write(line)
-        if echo and line.startswith("[fk]"):  # the phase, and when it began in this engine run
-            echo(f"{line[5:].rstrip()} [{time.perf_counter() - t0:.0f} s]")
+        if line.startswith("[fk]"):  # the phase, and when it began in this engine run
+            marks.append([line[5:].rstrip(), round(time.perf_counter() - t0, 2)])
+            if echo:
+                echo(f"{marks[-1][0]} [{marks[-1][1]:.0f} s]")
 
 
 def _keep_partial(res: dict, path: str) -> None:

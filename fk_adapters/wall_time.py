@@ -1,0 +1,83 @@
+"""Where the wall time of a run went: each engine process's phases (its ``[fk]`` progress lines, timed by the runner
+as they arrive), in a few kinds; what the engine's own log says its start spent on weights, torch.compile and CUDA
+graphs; per scenario, beside the seeded weights, summed over every process it started."""
+from __future__ import annotations
+
+import re
+
+IMPORT, START = "python + engine import", "engine start"
+KINDS = (IMPORT, START, "correctness", "timed runs", "profile")
+# What vLLM logs about its start (seen in vLLM 0.26's logs under reports/gpu): parts of "engine start".
+START_PARTS = {"loading weights": re.compile(r"Loading weights took ([\d.]+) seconds"),
+               "torch.compile": re.compile(r"torch\.compile took ([\d.]+) s in total"),
+               "CUDA graphs": re.compile(r"Graph capturing finished in ([\d.]+) secs")}
+
+
+def kind(phase: str) -> str | None:
+    """The kind of a phase after the first (the engine's start); None for a note, which continues the kind before."""
+    if phase.startswith("correctness"):
+        return "correctness"
+    if phase.startswith(("throughput", "latency")):
+        return "timed runs"
+    if phase.startswith("profil"):
+        return "profile"
+    return None
+
+
+def process(marks: list[list], wall_s: float, log_text: str = "") -> dict:
+    """Seconds per kind in one engine process. ``marks``: [phase, seconds since the process started] of its progress
+    lines; before the first, the import; the first is its start; each lasts until the next of another kind."""
+    out = dict.fromkeys(KINDS, 0.0)
+    current, since = IMPORT, 0.0
+    for n, (phase, t) in enumerate(marks):
+        new = START if n == 0 else kind(phase)
+        if new and new != current:
+            out[current] += t - since
+            current, since = new, t
+    out[current] += max(wall_s - since, 0.0)
+    out = {k: round(v, 1) for k, v in out.items() if v}
+    parts = {name: sum(float(x) for x in pattern.findall(log_text)) for name, pattern in START_PARTS.items()}
+    if any(parts.values()):
+        out["start_parts"] = {k: round(v, 1) for k, v in parts.items() if v}
+    out["total"] = round(wall_s, 1)
+    return out
+
+
+def _processes(row: dict) -> list[dict]:
+    rounds = (row.get("rounds") or {}).get("runs")
+    runs = [r for side in rounds for r in side] if rounds else [row.get("baseline") or {}, row.get("candidate") or {}]
+    return [r for r in runs + [row.get("reference") or {}] if r.get("phases") and not r.get("reused_from")]
+
+
+def scenario(row: dict) -> dict | None:
+    """A scenario's wall time: the seeded weights, and per kind the sum over the engine processes it started (reused
+    runs cost nothing here); None for a row from before fk timed phases."""
+    procs = _processes(row)
+    if not procs and "weights_s" not in row:
+        return None
+    out = {"weights": row.get("weights_s", 0.0), "processes": len(procs)}
+    for k in (*KINDS, "total"):
+        out[k] = round(sum(p["phases"].get(k, 0.0) for p in procs), 1)
+    for p in procs:
+        for k, v in (p["phases"].get("start_parts") or {}).items():
+            out.setdefault("start_parts", {})[k] = round(out.get("start_parts", {}).get(k, 0.0) + v, 1)
+    return out
+
+
+def markdown(rows: list[dict], run_wall_s: float | None) -> list[str]:
+    """The table of every scenario's wall time, and the run's total."""
+    from tabulate import tabulate
+
+    split = [(r["scenario"], s) for r in rows if (s := scenario(r))]
+    if not split:
+        return []
+    table = [[name, s["processes"], f"{s['weights']:.0f}", *(f"{s[k]:.0f}" for k in KINDS), f"{s['total']:.0f}",
+              ", ".join(f"{k} {v:.0f}" for k, v in (s.get("start_parts") or {}).items()) or "-"]
+             for name, s in split]
+    total = f" The whole run took {run_wall_s / 60:.1f} min." if run_wall_s else ""
+    return ["", "## Where the wall time went", "",
+            "Seconds per scenario, summed over the engine processes it started (both sides, every round, the float32 "
+            "reference; runs reused from another folder cost nothing here): each process's phases as its progress "
+            f"lines arrived, and what the engine logged of its start.{total}", "",
+            tabulate(table, headers=["scenario", "processes", "seeded weights", *KINDS, "processes' total",
+                                     "of the start (engine log)"], tablefmt="github")]

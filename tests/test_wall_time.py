@@ -1,0 +1,48 @@
+"""Where the wall time went: an engine process's progress lines in kinds, the engine's own start log, per scenario."""
+from fk_adapters import wall_time
+
+MARKS = [["starting vLLM 0.26.0 (compiled)", 4.0], ["correctness: greedy generation", 64.0],
+         ["correctness: teacher-forced logprobs", 70.0], ["throughput balanced: repeat 1/3", 75.0],
+         ["no probe from the schedulers (TimeoutError: x)", 80.0], ["latency batch1: 3 repeats", 90.0],
+         ["profiling a few steps", 100.0]]
+LOG = ("INFO Loading weights took 2.50 seconds\nINFO torch.compile took 30.25 s in total\n"
+       "INFO Graph capturing finished in 6 secs, took 0.28 GiB\n")
+
+
+def test_a_process_splits_into_import_start_and_its_phases():
+    p = wall_time.process(MARKS, 104.5, LOG)
+    assert p == {"python + engine import": 4.0, "engine start": 60.0, "correctness": 11.0, "timed runs": 25.0,
+                 "profile": 4.5, "start_parts": {"loading weights": 2.5, "torch.compile": 30.2, "CUDA graphs": 6.0},
+                 "total": 104.5}
+    assert sum(v for k, v in p.items() if k in wall_time.KINDS) == p["total"]
+
+
+def test_a_process_that_died_in_its_start_is_all_start():
+    assert wall_time.process(MARKS[:1], 30.0) == {"python + engine import": 4.0, "engine start": 26.0, "total": 30.0}
+    assert wall_time.process([], 3.0) == {"python + engine import": 3.0, "total": 3.0}
+
+
+def _side(total, reused=False):
+    out = {"phases": wall_time.process(MARKS, total, LOG), "wall_s": total}
+    return dict(out, reused_from="/elsewhere") if reused else out
+
+
+def test_a_scenario_sums_its_processes_and_leaves_reused_ones_out():
+    row = {"scenario": "s", "weights_s": 12.0, "baseline": _side(110.0, reused=True), "candidate": _side(104.5),
+           "reference": _side(104.5)}
+    s = wall_time.scenario(row)
+    assert s["processes"] == 2 and s["weights"] == 12.0 and s["total"] == 209.0
+    assert s["start_parts"]["torch.compile"] == 60.4 and s["engine start"] == 120.0 and s["timed runs"] == 50.0
+    md = "\n".join(wall_time.markdown([row], 250.0))
+    assert "| s " in md and "4.2 min" in md and "torch.compile 60" in md
+
+
+def test_interleaved_rounds_count_every_process():
+    row = {"scenario": "s", "weights_s": 0.0, "baseline": _side(100.0), "candidate": _side(100.0),
+           "rounds": {"runs": [[_side(100.0), _side(100.0), _side(100.0)], [_side(100.0)] * 3]}}
+    assert wall_time.scenario(row)["processes"] == 6
+
+
+def test_rows_from_before_phases_were_timed_render_nothing():
+    assert wall_time.scenario({"scenario": "old", "baseline": {"wall_s": 3}}) is None
+    assert wall_time.markdown([{"scenario": "old"}], None) == []
