@@ -1,0 +1,64 @@
+#!/bin/bash
+# Issue 31 (performance that explains itself) on the lent GPU, one engine per hold (vllm 0.26.0 or sglang 0.5.15),
+# after ../shared/device/stage.py ENGINE and its install:
+#   bash reports/gpu/fk_gpu.sh ENGINE setup                      # fk and its plugins into the staged site
+#   setsid nohup bash reports/gpu/issue31.sh ENGINE runs > /tmp/fk-work/i31-ENGINE.log 2>&1 < /dev/null &
+#   bash reports/gpu/issue31.sh ENGINE pack                      # /tmp/fk-work/i31/ENGINE (no weights) -> $OUT
+# Keep a polling call in flight while the runs go: an idle machine is taken back after ~30 s.
+# Steps ($STEPS, in this order by default, each independent of a failed one before it):
+#   suite     `fk run --suite fk46-llm --smoke` with the Triton plugin, compiled, one round (--interleave 0): the wall
+#             time per phase of a whole suite (the report's "Where the wall time went"); bar: 25 minutes
+#   adapter   the adapter's cost: A/A, then passthrough, $ROUNDS (5) interleaved rounds each, on llama31-8b-decode and
+#             llama31-8b-4l-prefill, compiled (vLLM) / default (SGLang): the passthrough's 95% interval (its report)
+#             beside the A/A's, the floor of the same hold
+#   checkc    `fk check` of the Triton plugin on $CAPTURE's captured shapes with both baselines: the engine's kernel
+#             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta
+#   split     the Triton A/B on $SC (compiled, $AB_INTERLEAVE rounds) with its profiled step: the report's "Where the
+#             device time went" must name the kernels behind >= 80% of the delta
+set -u
+ENGINE=$1; shift
+export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
+export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
+REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i31/$ENGINE; MODELS=/tmp/fk-models
+mkdir -p "$W"
+FK="python3 -m fk_adapters.cli.main"
+SC=${SC:-fk46-llama-3.1}
+CAPTURE=${CAPTURE:-fk46-llama-3.1}
+ROUNDS=${ROUNDS:-5}
+RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
+
+case $1 in
+  runs)
+    cd "$W" || exit 1
+    for step in ${STEPS:-suite adapter checkc split}; do
+      echo "=== $step $(date -u +%H:%M:%S)"
+      case $step in
+        suite)
+          /usr/bin/time -v $RUN --plugins triton --suite fk46-llm --smoke --interleave 0 --allow-unexercised \
+            --out "$W/suite-fk46-llm" 2> "$W/suite-fk46-llm.time" | tail -3
+          grep -E "Elapsed|Maximum resident" "$W/suite-fk46-llm.time" ;;
+        adapter)
+          for S in llama31-8b-decode llama31-8b-4l-prefill; do
+            $RUN --aa --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-aa-$S" | tail -1
+            $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-pass-$S" | tail -1
+          done ;;
+        checkc)
+          $FK capture --engine "$ENGINE" --scenario "$CAPTURE" --profile --smoke --model-cache $MODELS --timeout 900 \
+            --out "$W/fk46"
+          $FK check --engine "$ENGINE" --plugins triton,passthrough \
+            --slots rms_norm,fused_add_rms_norm,silu_and_mul,rotary_embedding,gemm \
+            --workload "$W/fk46/$CAPTURE/$ENGINE.json" --max-shapes ${MAX_SHAPES:-6} --timeout 600 \
+            --out "$W/check-$CAPTURE" | tail -3 ;;
+        split)
+          $RUN --plugins triton --scenario "$SC" --smoke --interleave "${AB_INTERLEAVE:-3}" --out "$W/ab-triton-$SC" \
+            | tail -1 ;;
+      esac
+      echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
+    done
+    echo "=== all done" ;;
+  pack)
+    mkdir -p "${OUT:?}" && tar czf "$OUT/i31-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
+      -C "$ROOT/i31" "$ENGINE" && ls -la "$OUT" ;;
+  *) echo "usage: issue31.sh ENGINE runs|pack"; exit 2 ;;
+esac
