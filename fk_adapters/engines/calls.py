@@ -72,7 +72,8 @@ def left_stock(slot: str, why: str) -> None:
 
 
 def _in_tree(cls, method: str) -> list[inspect.Parameter] | None:
-    """The parameters of ``cls.method`` after ``self`` (None where it has none of its own or cannot be read)."""
+    """The parameters of ``cls.method`` after ``self`` (all of them for a module's function; None where it has none
+    of its own or cannot be read)."""
     raw = inspect.getattr_static(cls, method, None)
     if raw is None:
         return None
@@ -80,7 +81,7 @@ def _in_tree(cls, method: str) -> list[inspect.Parameter] | None:
         ps = list(inspect.signature(getattr(cls, method)).parameters.values())
     except (TypeError, ValueError):
         return None
-    if not isinstance(raw, (staticmethod, classmethod)):
+    if not isinstance(raw, (staticmethod, classmethod)) and not inspect.ismodule(cls):
         ps = ps[1:]
     return ps if any(p.kind in _NAMED for p in ps) else None  # only *args/**kwargs: a dispatcher, no interface
 

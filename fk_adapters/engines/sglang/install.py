@@ -9,7 +9,7 @@ import logging
 import pkgutil
 
 from fk_adapters.engines import install_common
-from fk_adapters.engines.sglang import targets
+from fk_adapters.engines.sglang import linear_attention, targets
 from fk_adapters.engines.sglang.natives import NATIVES
 from fk_adapters.kernel import Kernel
 
@@ -64,10 +64,12 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     except ImportError:
         pass
     _point_runtime()
+    linear_attention.point_runtime()
     guard = targets.ModeGuard(chosen, engine_modes, _capturing)
     wrapped = {s: guard.wrap(s, op) for s, op in install_common.wrap_chosen(chosen, NATIVES).items()}
+    counters: dict[str, list] = {}  # constructor path -> the layer counters of the targets counting there
     return install_common.enter(chosen, wrapped, ((t, t.slots) for t in targets.TARGETS),
-                                lambda t, mine: _register(hook_registry, t, mine))
+                                lambda t, mine: _register(hook_registry, t, mine, counters))
 
 
 def _linear_backend_why() -> str:
@@ -122,15 +124,17 @@ def _point_runtime() -> None:
     targets.Runtime.lm_head_why = staticmethod(_lm_head_why)
 
 
-def _register(hooks, t: targets.Target, mine: dict) -> str:
-    """One AROUND hook (``hooks``: SGLang's hook_registry) on the method ``t`` names and one on its ``__init__``;
-    the path entered, for the report."""
+def _register(hooks, t: targets.Target, mine: dict, counters: dict[str, list]) -> str:
+    """One AROUND hook (``hooks``: SGLang's hook_registry) on the method ``t`` names and one on its ``__init__``
+    (shared by the targets counting at the same constructor: ``counters``); the path entered, for the report."""
     around = hooks.HookType.AROUND
     drift, note = _drift(t)
     hooks.HookRegistry.register(t.path, targets.make_hook(t, mine, drift), around)
     if t.counts_layers:
-        hooks.HookRegistry.register(t.init_path, targets.make_init_hook(t, tuple(mine), _host(t.cls), drift),
-                                    around)
+        if t.init_path not in counters:
+            counters[t.init_path] = []
+            hooks.HookRegistry.register(t.init_path, targets.make_counting_hook(counters[t.init_path]), around)
+        counters[t.init_path].append(targets.make_layer_counter(t, tuple(mine), _host(t.cls), drift))
     return install_common.where(t.path, note)
 
 

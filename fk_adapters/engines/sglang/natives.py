@@ -1,8 +1,10 @@
 """SGLang 0.5.15's own CUDA kernels for each slot, in the slot's interface.
 
 What a passthrough plugin routes to: the kernels ``forward_cuda`` calls on its default
-path (sgl_kernel norms, sglang.jit_kernel activations and RoPE). Imported lazily: these
-modules exist only where SGLang runs (CUDA). Never call a hooked ``forward_cuda`` here.
+path (sgl_kernel norms, sglang.jit_kernel activations and RoPE; FLA and Mamba kernels for
+the linear-attention slots). Imported lazily: these modules exist only where SGLang runs
+(CUDA). Never call a hooked method or function here (``forward_cuda``, TritonGDNKernel's,
+``mamba_chunk_scan_combined``, ``selective_state_update``): the hook would call itself.
 """
 from __future__ import annotations
 
@@ -101,5 +103,114 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
                             causal=True, window_size=(window_left, 0), softcap=softcap, out=out)
 
 
+SSD_CHUNK = 256  # Mamba2's chunk size (the scan's result does not depend on it)
+
+
+def _live(state_indices, cu_seqlens):
+    """(token rows, pool indices, cu_seqlens) of the sequences not skipped (index >= 0); None when none is live.
+    All live (SGLang's prefill): the tensors as given. Syncs: prefill only."""
+    live = state_indices >= 0
+    if bool(live.all()):
+        return slice(None), state_indices, cu_seqlens, live
+    if not bool(live.any()):
+        return None
+    lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    rows = torch.repeat_interleave(live, lens)
+    cu = torch.cat([lens.new_zeros(1), lens[live].cumsum(0)]).to(torch.int32)
+    return rows, state_indices[live], cu, live
+
+
+def _contiguous_pool(state):
+    """SGLang's kernels index a pool as contiguous slots (page-major pools go through contiguous copies there too)."""
+    return state if state.is_contiguous() else state.contiguous()
+
+
+def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
+                     out):
+    """FLA's chunk kernel as TritonGDNKernel.extend calls it, in place on the pool at the live indices; a sequence
+    without an initial state has its slot zeroed first (as SGLang zeroes a slot it hands out)."""
+    from sglang.srt.layers.attention.fla.chunk import chunk_gated_delta_rule
+
+    if g.dim() != 2:
+        raise NotImplementedError("SGLang's GDN chunk kernel takes a per-head decay g [T, HV], not KDA's per-key one")
+    if q.dtype == torch.float32:
+        raise NotImplementedError("SGLang's GDN chunk kernel takes bfloat16/float16 q, k, v (it asserts)")
+    batch = _live(state_indices, cu_seqlens)
+    if batch is None:
+        return
+    rows, idx, cu, live = batch
+    pool = _contiguous_pool(state)
+    if has_initial_state is not None:
+        pool[idx[~has_initial_state[live]].long()] = 0
+    o, _, _ = chunk_gated_delta_rule(q=q[rows][None], k=k[rows][None], v=v[rows][None], g=g[rows].float()[None],
+                                     beta=beta[rows].float()[None], scale=scale, initial_state=pool,
+                                     initial_state_indices=idx, cu_seqlens=cu, use_qk_l2norm_in_kernel=use_qk_l2norm)
+    if pool is not state:
+        state.copy_(pool)
+    out[rows] = o[0].to(out.dtype)
+
+
+def gated_delta_rule_decode(q, k, v, g, beta, state, state_indices, scale, use_qk_l2norm, out):
+    """FLA's recurrent update (g and beta given; the kernel the fused sigmoid-gating decode is built on), one token
+    per sequence, in place on the pool. Graph-safe: the kernel skips index < 0 itself; those rows of out are kept."""
+    from sglang.srt.layers.attention.fla.fused_recurrent import fused_recurrent_gated_delta_rule_update
+
+    if g.dim() != 2:
+        raise NotImplementedError("SGLang's GDN decode kernel takes a per-head decay g [R, HV], not KDA's per-key one")
+    pool = _contiguous_pool(state)
+    o = fused_recurrent_gated_delta_rule_update(
+        q=q[:, None], k=k[:, None], v=v[:, None], g=g.float()[:, None], beta=beta.float()[:, None], scale=scale,
+        initial_state_source=pool, initial_state_indices=state_indices, use_qk_l2norm_in_kernel=use_qk_l2norm)
+    if pool is not state:
+        state.copy_(pool)
+    out.copy_(torch.where((state_indices >= 0)[:, None, None], o[:, 0].to(out.dtype), out))
+
+
+def ssd_chunk_scan(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out):
+    """SGLang's SSD chunk scan (``_mamba_chunk_scan_combined_fwd``: the public function is hooked) over the live
+    sequences' gathered states, with the chunk metadata SGLang's Mamba2 backend computes; final states scattered."""
+    from sglang.srt.layers.attention.mamba.mamba2_metadata import Mamba2Metadata
+    from sglang.srt.layers.attention.mamba.ops.ssd_combined import _mamba_chunk_scan_combined_fwd
+
+    batch = _live(state_indices, cu_seqlens)
+    if batch is None:
+        return
+    rows, idx, cu, live = batch
+    idx = idx.long()
+    h0 = state[idx]
+    if has_initial_state is not None:
+        h0 = torch.where(has_initial_state[live][:, None, None, None], h0, 0)
+    xs = x[rows]
+    t, n = xs.shape[0], idx.shape[0]
+    seq_idx = torch.repeat_interleave(torch.arange(n, dtype=torch.int32, device=x.device), cu.diff(),
+                                      output_size=t)[None]
+    chunk_indices, chunk_offsets = Mamba2Metadata._query_start_loc_to_chunk_indices_offsets(cu, SSD_CHUNK, t)
+    y = torch.empty((1, t) + tuple(out.shape[1:]), dtype=out.dtype, device=out.device)
+    *_, varlen = _mamba_chunk_scan_combined_fwd(
+        xs[None], dt[rows][None], A, B[rows][None], C[rows][None], SSD_CHUNK, D=D, z=None, dt_bias=dt_bias,
+        initial_states=h0, seq_idx=seq_idx, chunk_indices=chunk_indices, chunk_offsets=chunk_offsets, cu_seqlens=cu,
+        dt_softplus=True, dt_limit=(0.0, float("inf")), state_dtype=state.dtype, out=y)
+    state[idx] = varlen.to(state.dtype)
+    out[rows] = y[0]
+
+
+def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
+    """SGLang's selective state update: the backend its server configured (the dispatcher's callable, not the hooked
+    dispatch function), else the default Triton kernel (``fk check`` runs with no engine). Graph-safe; pad rows
+    (index < 0) keep their out."""
+    from sglang.srt.layers.attention.mamba.ops import ssu_dispatch
+
+    kernel = ssu_dispatch._mamba_ssu_backend
+    if kernel is None:
+        from sglang.srt.layers.attention.mamba.ops.mamba_ssm import selective_state_update as kernel
+    _, h, p, n = state.shape
+    y = torch.empty_like(out)
+    kernel(state, x, dt[..., None].expand(-1, -1, p), A[:, None, None].expand(h, p, n).float(), B, C,
+           D=None if D is None else D[:, None].expand(h, p), z=None, dt_bias=dt_bias[:, None].expand(h, p),
+           dt_softplus=True, state_batch_indices=state_indices, pad_slot_id=-1, out=y)
+    out.copy_(torch.where((state_indices >= 0)[:, None, None], y, out))
+
+
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
-                                   gemm, fused_moe, paged_attention)}
+                                   gemm, fused_moe, paged_attention, gated_delta_rule, gated_delta_rule_decode,
+                                   ssd_chunk_scan, ssm_state_update)}

@@ -14,61 +14,12 @@ rebinds every module attribute that *is* the patched object.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from fk_adapters import probe, safety
 from fk_adapters.engines import calls
+from fk_adapters.engines.sglang import linear_attention
+from fk_adapters.engines.sglang.base import NOT_SELECTED, Runtime, Stock, Target  # noqa: F401 (re-exported)
 from fk_adapters.tasks import SLOTS
-
-NOT_SELECTED = ""  # Stock reason: no kernel chosen for this slot (not counted)
-
-
-@dataclass(frozen=True)
-class Stock:
-    """The adapter declines this call: run SGLang's original, record ``why`` (if any) for ``slot``."""
-
-    slot: str
-    why: str = NOT_SELECTED
-
-
-@dataclass(frozen=True)
-class Target:
-    cls: str  # dotted path of the class whose method is hooked
-    slots: tuple[str, ...]
-    adapter: Callable  # adapter(ops, self, <the call's arguments it knows>) -> SGLang's result | Stock
-    layer_check: Callable = lambda layer: ""  # why a built layer can never route ("" if it can)
-    method: str = "forward_cuda"
-    slot_of: Callable | None = None  # slot_of(args, kwargs): the slot a call is for, where there are several
-    init_cls: str = ""  # the class whose __init__ counts built layers, where not ``cls`` (a method's layer)
-    built: Callable | None = None  # built(layer) -> why a built layer never routes; default: layer_reason
-    counts_layers: bool = True  # False: another target of the same slot counts its layers
-
-    @property
-    def params(self) -> calls.Params:
-        """The call arguments the adapter knows (after ``ops`` and the layer)."""
-        return calls.Params.of(self.adapter, skip=2)
-
-    def slot(self, args: tuple, kwargs: dict) -> str:
-        return self.slot_of(args, kwargs) if self.slot_of else self.slots[0]
-
-    @property
-    def path(self) -> str:
-        return f"{self.cls}.{self.method}"
-
-    @property
-    def init_path(self) -> str:
-        return f"{self.init_cls or self.cls}.__init__"
-
-
-class Runtime:
-    """Engine state the adapters consult per call; ``install`` points these at SGLang's."""
-
-    batch_invariant: Callable[[], bool] = staticmethod(lambda: False)
-    linear_backend_why: Callable[[], str] = staticmethod(lambda: "")  # a non-default GEMM backend (aiter, cutedsl)
-    lm_head_why: Callable[[], str] = staticmethod(lambda: "")  # a server arg that changes the head's GEMM
-    combine: Callable = staticmethod(lambda hidden_states: (hidden_states,))  # SGLang's StandardCombineInput
-    kv_write_loc: Callable = staticmethod(lambda loc, swa_loc: loc)  # SGLang's KVWriteLoc
-    attention_backend_why: Callable[[], str] = staticmethod(lambda: "")  # no half of the server on fa3
 
 
 def _weight(layer):
@@ -377,7 +328,7 @@ TARGETS: tuple[Target, ...] = (
     Target(_FA, ("paged_attention",), attention_extend, method="forward_extend",
            init_cls=_L + "radix_attention.RadixAttention", built=attention_built),
     Target(_FA, ("paged_attention",), attention_decode, method="forward_decode", counts_layers=False),
-)
+) + linear_attention.TARGETS
 
 # Catalog slots with no SGLang target, and SGLang layers known to stay stock.
 UNCOVERED_SLOTS: dict[str, str] = {name: s.not_entered["sglang"] for name, s in SLOTS.items()
@@ -432,7 +383,7 @@ def make_hook(target: Target, ops: dict, drift: str = "") -> Callable:
     adapter, params = target.adapter, target.params
 
     def hook(original, *args, **kwargs):
-        call = args[1:]  # after the layer
+        call = args[1:] if target.bound else args  # after the layer, for a method
         why = drift or calls.unknown(params, call, kwargs)
         out = Stock(target.slot(call, kwargs), why) if why else adapter(ops, *args, **kwargs)
         if isinstance(out, Stock):
@@ -445,11 +396,10 @@ def make_hook(target: Target, ops: dict, drift: str = "") -> Callable:
     return hook
 
 
-def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], type], drift: str = "") -> Callable:
-    """AROUND hook for ``target.init_path``: count layers built that can (or never can) route."""
+def make_layer_counter(target: Target, slots, host: Callable[[], type], drift: str = "") -> Callable:
+    """count(layer): one layer built for ``slots``, counted as routable or, with why, as never routing."""
 
-    def hook(original, layer, *args, **kwargs):
-        original(layer, *args, **kwargs)
+    def count(layer):
         if target.built:
             why = drift or target.built(layer)
         else:
@@ -457,7 +407,24 @@ def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], ty
             why = drift or layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))
         probe.layer_built(slots, why)
 
+    return count
+
+
+def make_counting_hook(counters: list[Callable]) -> Callable:
+    """AROUND hook for a constructor: build the layer, then count it with every counter (the targets whose
+    layers it builds: one hook per constructor however many targets count there)."""
+
+    def hook(original, layer, *args, **kwargs):
+        original(layer, *args, **kwargs)
+        for count in counters:
+            count(layer)
+
     return hook
+
+
+def make_init_hook(target: Target, slots: tuple[str, ...], host: Callable[[], type], drift: str = "") -> Callable:
+    """AROUND hook for ``target.init_path``: count layers built that can (or never can) route."""
+    return make_counting_hook([make_layer_counter(target, slots, host, drift)])
 
 
 class ModeGuard:

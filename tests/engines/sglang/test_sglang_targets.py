@@ -11,12 +11,13 @@ import torch
 
 from fk_adapters import probe, safety
 from fk_adapters.engines import get
-from fk_adapters.engines.sglang import driver, targets
+from fk_adapters.engines.sglang import driver, linear_attention, targets
 from fk_adapters.kernel import Kernel
 from fk_adapters.tasks import SLOTS
-from tests.engines.sglang import attention_fakes, gemm_moe_fakes
+from tests.engines.sglang import attention_fakes, gemm_moe_fakes, linear_fakes
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+LINEAR = set(linear_attention.GDN + linear_attention.SSD)  # in place on a state pool: test_sglang_linear_attention
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +72,9 @@ def test_every_slot_has_a_target_or_a_documented_reason():
     assert covered | set(targets.UNCOVERED_SLOTS) == set(SLOTS)
     for t in targets.TARGETS:
         assert t.path.startswith("sglang.srt.layers.")
-        assert t.path.endswith((".forward_cuda", ".apply", "._compute_lm_head", ".forward_extend", ".forward_decode"))
+        assert t.path.endswith((".forward_cuda", ".apply", "._compute_lm_head", ".forward_extend", ".forward_decode",
+                                ".extend", ".packed_decode", ".decode", ".target_verify", ".mamba_chunk_scan_combined",
+                                ".selective_state_update"))
         assert t.init_path.endswith(".__init__")
     assert targets.by_slot()["gemm"].path == "sglang.srt.layers.quantization.unquant.UnquantizedLinearMethod.apply"
     assert targets.by_slot()["gemm"].init_path == "sglang.srt.layers.linear.LinearBase.__init__"
@@ -151,6 +154,8 @@ def _call_for(slot):
         return gemm_moe_fakes.moe_method(), (gemm_moe_fakes.moe_layer(), gemm_moe_fakes.dispatch(x))
     if slot == "paged_attention":  # the hooked method's self is the attention backend
         return attention_fakes.simple_call(x)
+    if slot in LINEAR:  # a GDN kernel method's self is the kernel; a Mamba2 op function has none
+        return linear_fakes.simple_call(slot)
     return rms_layer(), (x, torch.randn(3, 8) if slot == "fused_add_rms_norm" else None, None)
 
 
@@ -442,7 +447,7 @@ def test_targets_resolve_in_installed_sglang():
     for t in targets.TARGETS:
         fn = pkgutil.resolve_name(t.path)
         params = list(inspect.signature(fn).parameters)
-        assert params[0] == "self"
+        assert (params[0] == "self") == t.bound  # a Mamba2 op is a module function
 
 
 def _ref_layer(slot, case_args):
@@ -467,7 +472,7 @@ def _ref_layer(slot, case_args):
     return layer, (pos, q, k), {}
 
 
-@pytest.mark.parametrize("slot", sorted(targets.by_slot()))
+@pytest.mark.parametrize("slot", sorted(set(targets.by_slot()) - LINEAR))
 def test_hooked_call_through_a_real_op_matches_the_reference(slot):
     """The reference kernel behind ops.wrap, entered through the hook, gives the reference result."""
     from fk_adapters import ops
