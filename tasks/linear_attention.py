@@ -34,17 +34,33 @@ GDN_DECODE_CASES = (
 )
 
 
-_NOT_YET = {"sglang": "no hook written yet (the seams are mapped: TritonGDNKernel.extend / packed_decode, "
-                      "mamba_chunk_scan_combined / selective_state_update; docs/design/linear-attention-ssm.md)",
-            "transformers": "no function swap written yet (mapped: docs/design/linear-attention-ssm.md, section 4)"}
+_NOT_YET: dict[str, str] = {}
 _GDN_ENTRY = {"vllm": ("QwenGatedDeltaNetAttention._forward_core (PluggableLayer, Qwen3-Next / Qwen3.5): the engine's "
                        "conv1d and gating, then prefill tokens to gated_delta_rule and decode tokens to "
                        "gated_delta_rule_decode over the state pool; speculative decoding, Kimi-Linear's KDA and "
-                       "ROCm's AITER path stay stock",)}
+                       "ROCm's AITER path stay stock",),
+              "sglang": ("TritonGDNKernel.extend (prefill: the engine's conv1d, split and gating, then "
+                         "gated_delta_rule) and .packed_decode / .decode (gated_delta_rule_decode, the gating of the "
+                         "raw a/b done in plain torch as the engine's kernel does it), in place on the state pool at "
+                         "cache_indices (Qwen3-Next / Qwen3.5); mamba radix-cache tracking steps, ReplaySSM, "
+                         "speculative verify, non-Triton GDN backends and Kimi-Linear's KDA stay stock",),
+              "transformers": ("the module globals torch_chunk_gated_delta_rule (prefill) and "
+                               "torch_recurrent_gated_delta_rule (cached decode) of the model's module, swapped "
+                               "(Qwen3-Next, Qwen3.5, OLMo-Hybrid): a padded batch as R = B sequences over a pool of "
+                               "B states; packed varlen calls (cu_seqlens) stay stock",)}
 _SSD_ENTRY = {"vllm": ("MambaMixer2.conv_ssm_forward (PluggableLayer: Mamba2, NemotronH, Falcon-H1, GraniteMoeHybrid, "
                        "Zamba2): the engine's conv1d, then prefill tokens to ssd_chunk_scan and decode tokens to "
                        "ssm_state_update over the state pool; speculative decoding, prefix-cache 'all' mode, prefill "
-                       "checkpoints, ReplaySSM and Mamba1 (Jamba) stay stock",)}
+                       "checkpoints, ReplaySSM and Mamba1 (Jamba) stay stock",),
+              "sglang": ("the functions mamba_chunk_scan_combined (prefill: ssd_chunk_scan over the call's initial "
+                         "states, its final states returned for the engine to scatter) and selective_state_update "
+                         "(decode: ssm_state_update on the pool at state_batch_indices), as MambaMixer2 calls them "
+                         "(NemotronH, Falcon-H1, GraniteMoeHybrid); mamba radix-cache tracking steps, speculative "
+                         "verify, z-gated, clamped or per-channel calls and stochastic rounding stay stock",),
+              "transformers": ("the module globals mamba2_chunk_scan (prefill) and mamba2_selective_state_update "
+                               "(cached decode) of the model's module, swapped (Mamba2, Bamba, Falcon-H1, "
+                               "NemotronH, GraniteMoeHybrid, Zamba2): a padded batch as R = B sequences; calls with z, "
+                               "a dt clamp, packed varlen or per-element dt/A/D stay stock",)}
 
 
 def _pool_slot(**kw) -> Slot:
