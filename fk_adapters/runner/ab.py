@@ -250,10 +250,15 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict, native: set[str] =
     return out
 
 
-def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
+def _seeded_weights(cfg: RunConfig, sc: Scenario, echo) -> tuple[str, str, float]:
+    """The scenario's seeded checkpoint (``scenario_checkpoint``) and the seconds it took (cached: about none)."""
     t0 = time.perf_counter()
-    model_dir, weights_key = scenario_checkpoint(sc, _cache_root(cfg), echo)
-    weights_s = round(time.perf_counter() - t0, 1)
+    model_dir, key = scenario_checkpoint(sc, _cache_root(cfg), echo)
+    return model_dir, key, round(time.perf_counter() - t0, 1)
+
+
+def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
+    model_dir, weights_key, weights_s = _seeded_weights(cfg, sc, echo)
     job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
     if cfg.correctness_only:
         job.pop("perf", None)
