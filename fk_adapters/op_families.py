@@ -33,9 +33,10 @@ FAMILIES: list[tuple[str, str]] = [
     ("reduce", r"reduce|_sum|_mean|norm_kernel"),
     ("copy / elementwise", r"copy|memcpy|memset|fill|elementwise|vectorized|unrolled|cat_|transpose|cast"),
 ]
-SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "activation": ("silu_and_mul", "gelu_and_mul"),
+SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "layer_norm": ("layer_norm",), "conv": ("conv2d",),
+                 "activation": ("silu_and_mul", "gelu_and_mul"),
                  "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",),
-                 "attention": ("paged_attention",),
+                 "attention": ("paged_attention", "sdpa"),
                  "ssm / linear attention": ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
                                             "ssm_state_update")}
 OTHER = "other"

@@ -67,3 +67,57 @@ FUSED_ADD_RMS_NORM = Slot(
         "sglang": ("RMSNorm.forward_cuda (sglang.srt.layers.layernorm), residual given",),
     },
 )
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """out = (x - mean(x, -1)) / sqrt(var(x, -1) + eps) * weight + bias over the last dim (biased variance;
+    weight and bias optional), all in float32 (float64 for float64 inputs), cast once to x.dtype."""
+    xf = acc(x)
+    centred = xf - xf.mean(dim=-1, keepdim=True)
+    y = centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * acc(weight)
+    if bias is not None:
+        y = y + acc(bias)
+    return y.to(x.dtype)
+
+
+# ViT widths (with and without an affine), a row far off zero (the mean must be taken out first), a ConvNeXt-like
+# channel norm of 3-D input, weight without bias
+LAYER_NORM_CASES = ({"tokens": 7, "hidden": 128, "weight": True, "bias": True},
+                    {"tokens": 33, "hidden": 768, "weight": True, "bias": True, "offset": 100.0},
+                    {"tokens": 5, "hidden": 96, "weight": False, "bias": False},
+                    {"tokens": 16, "hidden": 40, "weight": True, "bias": False, "lead": 2})
+
+
+def _layer_norm_inputs(case, dtype, device, gen):
+    shape = (case.get("lead", 1) * case["tokens"], case["hidden"])
+    x = torch.randn(shape, generator=gen) + case.get("offset", 0.0)
+    if "lead" in case:
+        x = x.view(case["lead"], case["tokens"], case["hidden"])
+    w = 1.0 + 0.1 * torch.randn(case["hidden"], generator=gen) if case["weight"] else None
+    b = 0.1 * torch.randn(case["hidden"], generator=gen) if case["bias"] else None
+    return tuple(v if v is None else v.to(device=device, dtype=dtype) for v in (x, w, b)) + (1e-5,)
+
+
+LAYER_NORM = Slot(
+    name="layer_norm",
+    summary="layer normalization over the last dim with an optional learned weight and bias",
+    signature=("layer_norm(x: Tensor[..., D], weight: Tensor[D] | None, bias: Tensor[D] | None, eps: float) "
+               "-> Tensor[..., D]"),
+    schema="(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor",
+    fake=lambda x, weight, bias, eps: x.new_empty(x.shape),
+    reference=layer_norm,
+    make_inputs=_layer_norm_inputs,
+    cases=LAYER_NORM_CASES,
+    traffic=lambda x, weight, bias, eps: 2 * _nbytes(x) + _nbytes(weight) + _nbytes(bias),
+    entries={
+        "transformers": ("forward(x) of each module whose type is exactly torch.nn.LayerNorm over one (last) dim, "
+                         "per instance, when its own forward agrees with the slot (ViT, DINOv3, SigLIP, BERT, "
+                         "ConvNeXt-V2, SwinV2); leading dims of x flattened",),
+    },
+    not_entered={
+        "vllm": "its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock",
+        "sglang": "its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock",
+    },
+)

@@ -9,14 +9,15 @@ from fk_adapters.engines.sglang.targets import UNCOVERED_SLOTS
 from fk_adapters.tasks import SLOTS
 
 EXPECTED = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe",
-            "paged_attention"}
+            "paged_attention", "layer_norm", "conv2d", "sdpa"}
 
 
 def test_catalog_has_the_required_slots_with_engine_entries():
     assert EXPECTED <= set(SLOTS)
     for s in SLOTS.values():
         assert s.signature.startswith(s.name + "(") and s.schema and s.cases
-        assert "vllm" in s.entries and set(s.entries) <= {"vllm", "sglang", "transformers"} and all(s.entries.values())
+        assert set(s.entries) <= {"vllm", "sglang", "transformers"} and all(s.entries.values())
+        assert "vllm" in s.entries or "vllm" in s.not_entered  # where it enters vLLM, or why not
         assert not set(s.entries) & set(s.not_entered) and all(s.not_entered.values())
         assert "sglang" in s.entries or s.name in UNCOVERED_SLOTS  # not hooked there yet, with its reason
 
