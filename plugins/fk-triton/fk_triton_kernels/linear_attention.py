@@ -51,6 +51,16 @@ def _gdn_scan(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, h, bos, eos, hk, hv
 
 
 @triton.jit
+def _initial_state(tile, rows_ok, cols, n_cols, flag_ptr, HAS_INIT: tl.constexpr):
+    """A sequence's state tile in float32: from its pool slot, or zeros where its has_initial_state flag is False (the
+    slot is then not read)."""
+    n_read = n_cols
+    if HAS_INIT:
+        n_read = n_cols * (tl.load(flag_ptr) != 0).to(tl.int32)
+    return tl.load(tile, mask=rows_ok[:, None] & (cols[None, :] < n_read), other=0.0).to(tl.float32)
+
+
+@triton.jit
 def fk_triton_gdn_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, idx_ptr, cu_ptr, init_ptr, out_ptr, scale,
                          eps, group, K, V, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                          stride_gt, stride_gh, stride_bt, stride_bh, stride_ss, stride_sh, stride_sv, stride_sk,
@@ -64,10 +74,7 @@ def fk_triton_gdn_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, state_ptr, idx_pt
     v_idx, k_idx = vb * BLOCK_V + tl.arange(0, BLOCK_V), tl.arange(0, BLOCK_K)
     v_ok, k_ok = v_idx < V, k_idx < K
     tile = state_ptr + s * stride_ss + hv * stride_sh + v_idx[:, None] * stride_sv + k_idx[None, :] * stride_sk
-    k_read = K
-    if HAS_INIT:  # False: from zeros (the slot is not read)
-        k_read = K * (tl.load(init_ptr + n * stride_init) != 0).to(tl.int32)
-    h = tl.load(tile, mask=v_ok[:, None] & (k_idx[None, :] < k_read), other=0.0).to(tl.float32)
+    h = _initial_state(tile, v_ok, k_idx, K, init_ptr + n * stride_init, HAS_INIT)
     h = _gdn_scan(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, h, bos, eos, hv // group, hv, v_idx, k_idx, v_ok,
                   k_ok, scale, eps, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt,
                   stride_gh, stride_bt, stride_bh, stride_ot, stride_oh, PER_KEY, L2)
@@ -133,10 +140,7 @@ def fk_triton_ssd_kernel(x_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, bias_ptr, st
     p_idx, n_idx = pb * BLOCK_P + tl.arange(0, BLOCK_P), tl.arange(0, BLOCK_N)
     p_ok, n_ok = p_idx < P, n_idx < N
     tile = state_ptr + s * stride_ss + hd * stride_sh + p_idx[:, None] * stride_sp + n_idx[None, :] * stride_sn
-    n_read = N
-    if HAS_INIT:  # False: from zeros (the slot is not read)
-        n_read = N * (tl.load(init_ptr + n * stride_init) != 0).to(tl.int32)
-    h = tl.load(tile, mask=p_ok[:, None] & (n_idx[None, :] < n_read), other=0.0).to(tl.float32)
+    h = _initial_state(tile, p_ok, n_idx, N, init_ptr + n * stride_init, HAS_INIT)
     a = tl.load(a_ptr + hd * stride_a).to(tl.float32)
     d_skip = tl.load(d_ptr + hd * stride_d).to(tl.float32)  # unused where HAS_D is False (d_ptr is then A)
     bias = tl.load(bias_ptr + hd * stride_bias).to(tl.float32)
