@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.engines.transformers.test_transformers_cpu import fk
-from tests.engines.vllm.test_linear_attention_cpu import REFERENCE
+from tests.engines.vllm.test_linear_attention_cpu import REFERENCE, mixers_exercised
 
 pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
@@ -27,11 +27,7 @@ def _run(tmp_path, plugin, scenario, env=None):
 
 
 def _exercised(row, scenario):
-    cls, layers, slots = MIXERS[scenario]
-    for slot in slots:
-        ev = row["evidence"]["slots"][slot]
-        assert ev["status"] == "exercised" and ev["layers"] == layers and ev["calls"] > 0, (slot, ev)
-        assert cls in " ".join(ev["entered"]), ev
+    mixers_exercised(row, *MIXERS[scenario])
 
 
 @pytest.mark.parametrize("scenario", sorted(MIXERS))

@@ -37,7 +37,11 @@ def _run(tmp_path, plugin, scenario, env=None):
 
 
 def _exercised(row, scenario):
-    cls, layers, slots = MIXERS[scenario]
+    mixers_exercised(row, *MIXERS[scenario])
+
+
+def mixers_exercised(row, cls: str, layers: int, slots: tuple[str, ...]):
+    """Each of the family's slots ran in every one of its ``layers`` mixers of class ``cls``."""
     for slot in slots:
         ev = row["evidence"]["slots"][slot]
         assert ev["status"] == "exercised" and ev["layers"] == layers and ev["calls"] > 0, (slot, ev)
