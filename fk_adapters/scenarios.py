@@ -14,6 +14,7 @@ from importlib import resources
 import tomllib
 
 from fk_adapters import draft_weights, engines
+from fk_adapters.engines.transformers import libraries
 from fk_adapters.metrics import THRESHOLDS
 
 REQUIRED_MODEL_KEYS = ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -65,6 +66,11 @@ class Scenario:
         raise ScenarioError(f"scenario {self.name!r}: no vocab_size in [model] (nor in its text_config)")
 
     @property
+    def library(self) -> str:
+        """The library whose model class [model] names (``library``; none: transformers)."""
+        return libraries.of(self.model)
+
+    @property
     def family(self) -> str:
         return self.catalog.get("family", "llm") if self.catalog else "llm"
 
@@ -89,6 +95,7 @@ def _check(sc: Scenario) -> None:
         raise ScenarioError(f"{where}: dtype {sc.dtype!r} not one of {', '.join(THRESHOLDS)}")
     _check_engine_numbers(sc, where)
     _check_inputs(sc, where)
+    _check_library(sc, where)
     if sc.catalog and not (set(sc.hosts) & set(ENGINE_HOSTS) and sc.family == "llm"):
         return  # no token workloads: described here, run by another host or not at all
     # catalog entries keep their checkpoint's layout
@@ -111,6 +118,20 @@ def _check(sc: Scenario) -> None:
             if bad:
                 raise ScenarioError(f"{where}: [perf.{kind}.{wname}] needs positive integers {', '.join(bad)}")
     _check_lengths(sc, where)
+
+
+def _check_library(sc: Scenario, where: str) -> None:
+    """A [model] of another library than transformers names that library's model ``class``, and only the
+    transformers host loads it."""
+    if sc.library == libraries.DEFAULT:
+        return
+    if sc.library not in libraries.NAMES:
+        raise ScenarioError(f"{where}: [model] library {sc.library!r} not one of {', '.join(libraries.NAMES)}")
+    if not isinstance(sc.model.get("class"), str):
+        raise ScenarioError(f"{where}: [model] library = {sc.library!r} needs the model's class")
+    others = [h for h in sc.hosts if h != "transformers"]
+    if others:
+        raise ScenarioError(f"{where}: a {sc.library} model is hosted by transformers only, not {', '.join(others)}")
 
 
 def _positive_int(v) -> bool:
@@ -312,11 +333,13 @@ TRANSFORMERS_REQUESTS = 4  # correctness prompts of an LLM scenario that has no 
 def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:
     """Eager, always. LLMs: token workloads ([correctness] and [perf], else from [inputs]: prompt_len, output_len,
     one throughput workload per batch size, latency at the smallest); other families: [inputs] for one forward
-    on a seeded batch (the smallest batch size) and items/s per batch size."""
+    on a seeded batch (the smallest batch size) and items/s per batch size. ``library`` and ``architectures`` say
+    which class the driver loads (another library's model: [model] class)."""
     rng = random.Random(sc.seed)
     batches = sorted({int(b) for b in sc.inputs.get("batches", [2])})
+    archs = [sc.model["class"]] if sc.library != libraries.DEFAULT else list(sc.model["architectures"])
     job = {"engine": "transformers", "model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": "eager",
-           "architectures": list(sc.model["architectures"]), "family": sc.family, "inputs": dict(sc.inputs)}
+           "library": sc.library, "architectures": archs, "family": sc.family, "inputs": dict(sc.inputs)}
     perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1)}
     if sc.family != "llm":
         job["correctness_batch"] = batches[0]

@@ -8,7 +8,9 @@ bytes: baseline and candidate load the very same files.
 The Llama, Qwen2 and Gemma families have their layouts written out here. Every other
 architecture is built by HF transformers from its config (the model's own seeded init), then
 every parameter the init left constant (norm weights, biases, D) is spread out the same way,
-and ``save_pretrained`` writes it in the checkpoint's own tensor names. A scenario's EAGLE-3 draft head
+and ``save_pretrained`` writes it in the checkpoint's own tensor names. A [model] of another library
+(``library = "diffusers"``) is built the same way by that library's loader
+(``fk_adapters.engines.transformers.libraries``). A scenario's EAGLE-3 draft head
 ([speculative.model]) is written beside its target by ``fk_adapters.draft_weights``.
 """
 from __future__ import annotations
@@ -63,14 +65,14 @@ def parameter_shapes(config: dict) -> dict[str, tuple[tuple[int, ...], str]]:
 
 
 def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> str:
-    """Write config.json + model.safetensors into out_dir (reused when already there); return its digest."""
+    """Write config.json + the weights' safetensors into out_dir (reused when already there); return its digest."""
     import torch
     from safetensors.torch import save_file
 
     cfg = dict(config, torch_dtype=dtype)
     generic = (cfg.get("architectures") or [""])[0] not in FAMILIES
     fixes = CHECKPOINT_KEY_FIXES.get(cfg.get("model_type"))
-    made_by = [seed] + ([_transformers_version(config), device, fixes] if generic else [])  # the bytes depend on these
+    made_by = [seed] + ([_writer_version(config), device, fixes] if generic else [])  # the bytes depend on these
     key = hashlib.sha256(json.dumps([cfg, *made_by], sort_keys=True).encode()).hexdigest()[:16]
     stamp = os.path.join(out_dir, "fk-weights.json")
     if os.path.exists(stamp):
@@ -81,7 +83,7 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     if generic:
         write_with_transformers(config, out_dir, seed, dtype, device)
         with open(stamp, "w") as f:
-            json.dump({"key": key, "seed": seed, "dtype": dtype, "writer": "transformers"}, f)
+            json.dump({"key": key, "seed": seed, "dtype": dtype, "writer": _library(config)}, f)
         return key
     gemma = FAMILIES.get((cfg.get("architectures") or [""])[0]) == "gemma"
     std = cfg.get("initializer_range", 0.02)
@@ -119,10 +121,28 @@ def _builds_here(config: dict) -> bool:
     return config.get("model_type") in CONFIG_MAPPING and model_class(config["architectures"][0]) is not None
 
 
+def _library(config: dict) -> str:
+    """The library that builds this checkpoint ([model] library; none: transformers)."""
+    return config.get("library") or "transformers"
+
+
 def _writer_env(config: dict) -> dict | None:
     """The environment of the process that builds this checkpoint elsewhere; None: this one builds it."""
     path = os.environ.get(WRITER_PATH_VAR)
-    return dict(os.environ, PYTHONPATH=path) if path and not _builds_here(config) else None
+    if not path or _library(config) != "transformers":
+        return None
+    return dict(os.environ, PYTHONPATH=path) if not _builds_here(config) else None
+
+
+def _writer_version(config: dict) -> str:
+    """What keys a built checkpoint's bytes besides its config and seed: the version of the library that builds it
+    (transformers: its version alone, as ever)."""
+    library = _library(config)
+    if library == "transformers":
+        return _transformers_version(config)
+    from fk_adapters.engines.transformers import libraries
+
+    return f"{library} {libraries.loader(library).version()}"
 
 
 def _transformers_version(config: dict) -> str:
@@ -157,7 +177,8 @@ def _hf_config(config: dict):
 
 
 def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> None:
-    """Build the model with transformers (seeded), spread its constant parameters, save it.
+    """Build the model with transformers, or the library [model] names (seeded), spread its constant parameters,
+    save it.
 
     On ``cuda`` the work runs in a child process, so this one never holds a CUDA context; so does it, with
     $FK_WEIGHTS_PYTHONPATH as its PYTHONPATH, when this process's transformers cannot build the checkpoint."""
@@ -176,7 +197,26 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, d
         raise WeightsError(f"writing the weights on {device} failed: {_last_line(done)[-500:]}")
 
 
+def spread_constants(model, seed: int, std: float = 0.02) -> None:
+    """Spread every 1-D parameter the init left constant (norm weights, biases, D), in place: a norm weight by
+    N(0, 0.1), a bias by N(0, std), so a kernel that ignores or mis-indexes one changes the outputs."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            flat = p.reshape(-1)
+            if p.ndim == 1 and p.numel() > 1 and bool((flat == flat[0]).all()):
+                scale = std if name.endswith("bias") else 0.1
+                p.add_((scale * torch.randn(p.shape, generator=gen)).to(p.device, p.dtype))
+
+
 def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
+    if _library(config) != "transformers":
+        from fk_adapters.engines.transformers import libraries
+
+        libraries.loader(_library(config)).build_and_save(config, out_dir, seed, dtype, device)
+        return
     import torch
     import transformers
 
@@ -191,13 +231,7 @@ def _build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: s
     torch.manual_seed(seed)
     with torch.device(device):
         model = cls._from_config(cfg, dtype=getattr(torch, dtype))
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            flat = p.reshape(-1)
-            if p.ndim == 1 and p.numel() > 1 and bool((flat == flat[0]).all()):
-                scale = std if name.endswith("bias") else 0.1
-                p.add_((scale * torch.randn(p.shape, generator=gen)).to(p.device, p.dtype))
+    spread_constants(model, seed, std)
     model.save_pretrained(out_dir)
     _keep_architecture(out_dir, arch)
     rename_checkpoint_keys(out_dir, CHECKPOINT_KEY_FIXES.get(config.get("model_type"), ()))

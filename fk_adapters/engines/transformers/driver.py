@@ -9,7 +9,8 @@ tokens/s. Other families: one forward on a seeded batch whose floating outputs a
 ``outputs.safetensors`` for the runner to diff, and items/s. In float16/bfloat16 each side first saves the stock
 model's float32 forward of that batch to ``reference.safetensors``, before any plugin is installed (``_reference``):
 the baseline's is the truth both sides are judged against; the candidate makes its own so that both processes have
-the same history.
+the same history. A model of another library (the job's ``library``, ``libraries/``) is loaded by that library's
+loader as one module whose call is one item (a diffusion model: its whole denoising loop), with its own inputs.
 """
 from __future__ import annotations
 
@@ -28,7 +29,12 @@ REFERENCE_FILE = "reference.safetensors"
 def load_model(job: dict, device: str):
     import transformers
 
+    from fk_adapters.engines.transformers import libraries
     from fk_adapters.model_classes import model_class
+
+    library = libraries.of(job)
+    if library != libraries.DEFAULT:
+        return libraries.loader(library).load(job, device)
 
     arch = job["architectures"][0]
     cls = model_class(arch)
@@ -183,13 +189,19 @@ def _save(tensors: dict, name: str) -> str:
     return path
 
 
-def _correctness_batch(model, job: dict, device: str) -> dict:
+def batch(model, job: dict, b: int, device: str) -> dict:
+    """Seeded inputs of one call of ``model`` over ``b`` items: ``inputs.py``'s, or its library loader's."""
     import torch
 
-    from fk_adapters.engines.transformers import inputs
+    from fk_adapters.engines.transformers import inputs, libraries
 
-    return inputs.batch(model, job["inputs"], job["correctness_batch"], job.get("seed", 0), device,
-                        getattr(torch, job["dtype"]))
+    library = libraries.of(job)
+    make = inputs.batch if library == libraries.DEFAULT else libraries.loader(library).batch
+    return make(model, job["inputs"], b, job.get("seed", 0), device, getattr(torch, job["dtype"]))
+
+
+def _correctness_batch(model, job: dict, device: str) -> dict:
+    return batch(model, job, job["correctness_batch"], device)
 
 
 def upcast(model, dtype, done: dict) -> None:
@@ -260,15 +272,11 @@ class ItemsDriver(TransformersDriver):
 
     def perf(self, job: dict) -> dict:
         """Per batch size: items/s over ``iters`` forwards per repeat, and the latency of one forward."""
-        import torch
-
-        from fk_adapters.engines.transformers import inputs
-
-        perf, seed, dtype = job["perf"], job.get("seed", 0), getattr(torch, job["dtype"])
+        perf = job["perf"]
         reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
         with unfinished_perf() as out:
             for b in perf["batches"]:
-                x = inputs.batch(self.model, job["inputs"], b, seed, self.device, dtype)
+                x = batch(self.model, job, b, self.device)
                 for _ in range(warm):
                     self._forwards(x, 1)
                 rows = []
