@@ -30,9 +30,10 @@ if importlib.util.find_spec("fk_triton_kernels") is None:  # not installed: use 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 SLOT_NAMES = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
-# interpreted on a CPU as well; their kernels are tested in test_triton_linear_attention.py
+# declared for CUDA only; their kernels are tested under the interpreter in test_triton_gemm_moe.py,
+# test_triton_attention.py and test_triton_linear_attention.py
 RECURRENT = ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update")
-GPU_ONLY = ("gemm", "fused_moe", "paged_attention")  # tested in test_triton_gemm_moe.py, test_triton_attention.py
+GPU_ONLY = ("gemm", "fused_moe", "paged_attention", *RECURRENT)
 
 if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no GPU and TRITON_INTERPRET is not 1", allow_module_level=True)
@@ -246,7 +247,7 @@ def test_fk_kernels_declares_all_slots_with_real_kernel_names():
     from fk_triton_kernels import plugin
 
     declared = plugin.fk_kernels(engine="vllm", device=DEVICE)
-    assert sorted(k.slot for k in declared) == sorted(SLOT_NAMES + RECURRENT + GPU_ONLY)
+    assert sorted(k.slot for k in declared) == sorted(SLOT_NAMES + GPU_ONLY)
     for kern in declared:
         kern.validate(SLOTS)
         module = _module_of(kern.slot)
@@ -289,7 +290,7 @@ def test_devices_follow_triton_interpret(monkeypatch):
     assert {k.devices for k in plugin.fk_kernels(engine="none", device="cuda")} == {("cuda",)}
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     devices = {k.slot: k.devices for k in plugin.fk_kernels(engine="none", device="cpu")}
-    assert devices == {**dict.fromkeys(SLOT_NAMES + RECURRENT, ("cuda", "cpu")), **dict.fromkeys(GPU_ONLY, ("cuda",))}
+    assert devices == {**dict.fromkeys(SLOT_NAMES, ("cuda", "cpu")), **dict.fromkeys(GPU_ONLY, ("cuda",))}
 
 
 def test_hooks_through_pluggy():
@@ -303,7 +304,7 @@ def test_hooks_through_pluggy():
     pm.register(plugin)
     assert pm.hook.fk_plugin_info() == [{"backend": "triton", "triton": triton.__version__}]
     (declared,) = pm.hook.fk_kernels(engine="sglang", device=DEVICE)
-    assert len(declared) == len(SLOT_NAMES + RECURRENT + GPU_ONLY)
+    assert len(declared) == len(SLOT_NAMES + GPU_ONLY)
 
 
 def test_entry_point_when_installed():

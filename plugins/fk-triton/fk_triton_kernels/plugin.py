@@ -25,9 +25,10 @@ SLOT_KERNELS = {
     "ssd_chunk_scan": ("linear_attention", "ssd_chunk_scan", ("fk_triton_ssd_kernel",)),
     "ssm_state_update": ("linear_attention", "ssm_state_update", ("fk_triton_ssm_update_kernel",)),
 }
-# Interpreted on a CPU these would carry every linear layer (every attention layer) of a model through Triton's
-# interpreter: far too slow.
-GPU_ONLY = ("gemm", "fused_moe", "paged_attention")
+# Interpreted on a CPU these would carry every linear layer (every attention layer, every token of every mixer's scan)
+# of a model through Triton's interpreter: far too slow. Their kernels are tested under the interpreter directly.
+GPU_ONLY = ("gemm", "fused_moe", "paged_attention", "gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
+            "ssm_state_update")
 
 
 @hookimpl
