@@ -1,5 +1,5 @@
-"""fk-wrong's wrong-gemm and wrong-moe: wrong against the slots' references, yet finite and of the right scale, so
-that only a real numerical diff catches them."""
+"""fk-wrong's wrong-gemm, wrong-moe and the non-LLM slots' wrong variants: wrong against the slots' references, yet
+finite and of the right scale, so that only a real numerical diff catches them."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,7 +14,13 @@ from fk_adapters.tasks import SLOTS
 if importlib.util.find_spec("fk_wrong") is None:  # not installed: use the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "fk-wrong"))
 
-from fk_wrong import gemm as wrong_gemm, moe as wrong_moe  # noqa: E402
+from fk_wrong import (  # noqa: E402
+                      conv as wrong_conv,
+                      gemm as wrong_gemm,
+                      layer_norm as wrong_layer_norm,
+                      moe as wrong_moe,
+                      sdpa as wrong_sdpa,
+)
 
 
 def _both(slot, fn, index):
@@ -104,3 +110,44 @@ def test_wrong_attention_is_off_everywhere_by_a_little():
         assert torch.equal(got[owned:], want[owned:])  # rows no request owns: untouched by both
         _plausible(got[:owned], want[:owned], 0.5)
         assert (got[:owned] - want[:owned]).abs().amax() > 1e-3
+
+
+@pytest.mark.parametrize("index", range(len(SLOTS["layer_norm"].cases)))
+def test_wrong_layer_norm_is_off_by_the_rows_mean_only(index):
+    got, want = _both("layer_norm", wrong_layer_norm.uncentred_layer_norm, index)
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    assert not torch.allclose(got, want, atol=1e-3, rtol=1e-3)
+    s = SLOTS["layer_norm"]
+    x, w, b, eps = s.make_inputs(s.cases[index], torch.float32, "cpu", torch.Generator().manual_seed(index))
+    centred = x - x.mean(dim=-1, keepdim=True)  # rows of zero mean: exact
+    torch.testing.assert_close(wrong_layer_norm.uncentred_layer_norm(centred, w, b, eps),
+                               s.reference(centred, w, b, eps), atol=1e-4, rtol=1e-4)  # the mean's rounding
+
+
+@pytest.mark.parametrize("index", range(len(SLOTS["conv2d"].cases)))
+def test_wrong_conv2d_leaves_out_each_groups_last_channel(index):
+    got, want = _both("conv2d", wrong_conv.short_channel_conv2d, index)
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    assert not torch.allclose(got, want, atol=1e-3, rtol=1e-3)
+    s = SLOTS["conv2d"]
+    x, w, *rest = s.make_inputs(s.cases[index], torch.float32, "cpu", torch.Generator().manual_seed(index))
+    w[:, -1] = 0  # a weight that never reads that channel: exact
+    torch.testing.assert_close(wrong_conv.short_channel_conv2d(x, w, *rest), s.reference(x, w, *rest))
+
+
+@pytest.mark.parametrize("index", range(len(SLOTS["sdpa"].cases)))
+def test_wrong_sdpa_never_attends_the_last_key(index):
+    got, want = _both("sdpa", wrong_sdpa.last_key_dropped_sdpa, index)
+    _plausible(got, want, 1.0)
+    case = SLOTS["sdpa"].cases[index]
+    unseen = case.get("causal") and case["s"] > case["l"]  # top-left causal: no query reaches the last key anyway
+    assert torch.allclose(got, want, atol=1e-6) if unseen else not torch.allclose(got, want, atol=1e-3, rtol=1e-3)
+    s = SLOTS["sdpa"]
+    q, k, v, mask, causal, scale = s.make_inputs(s.cases[index], torch.float32, "cpu",
+                                                 torch.Generator().manual_seed(index))
+    hidden = torch.ones(k.shape[2], dtype=torch.bool)
+    hidden[-1] = False  # the last key masked out by the caller: exact
+    mask = hidden if mask is None else (mask & hidden if mask.dtype == torch.bool else mask.masked_fill(~hidden, -1e30))
+    if not causal:
+        torch.testing.assert_close(wrong_sdpa.last_key_dropped_sdpa(q, k, v, mask, causal, scale),
+                                   s.reference(q, k, v, mask, causal, scale))

@@ -9,8 +9,9 @@ the module's own forward with every argument, counted in ``probe.not_routed`` wi
 
 ``gemm`` enters every module whose type is exactly ``nn.Linear`` (a subclass, e.g. a quantized linear, stays stock);
 ``fused_moe`` every MoE experts module (``experts.py``), checked against the slot's reference, since its native is
-the module's own forward. The linear-attention / SSM slots enter through the scan functions their mixers call
-(``recurrent.py``).
+the module's own forward. ``layer_norm`` and ``conv2d`` enter modules whose type is exactly ``nn.LayerNorm`` (over one
+dim) / ``nn.Conv2d`` (zero padding). The linear-attention / SSM slots enter through the scan functions their mixers
+call (``recurrent.py``), ``sdpa`` through transformers' attention registry (``attention.py``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import torch
 
 from fk_adapters import probe
 from fk_adapters.engines import calls, install_common
-from fk_adapters.engines.transformers import experts, recurrent
+from fk_adapters.engines.transformers import attention, experts, recurrent
 from fk_adapters.engines.transformers.natives import NATIVES
 
 # (atol, rtol) within which a module's own forward counts as the slot's math
@@ -98,6 +99,35 @@ def _gemm_forward(m, fn, original):
     return _checked(m, "gemm", routed, original)
 
 
+def _same_dtype(m, slot: str, routed, original):
+    """``routed(x)`` when ``x`` has the module's weight dtype, else the module's own forward, counted with why."""
+    def call(x):
+        w = m.weight
+        if w is not None and x.dtype != w.dtype:
+            calls.left_stock(slot, f"{type(m).__name__}: input {x.dtype}, weight {w.dtype}")
+            return original(x)
+        return routed(x)
+
+    return call
+
+
+def _layer_norm_forward(m, fn, original):
+    def routed(x):
+        return fn(x.reshape(-1, x.shape[-1]), m.weight, m.bias, float(m.eps)).reshape(x.shape)
+
+    return _checked(m, "layer_norm", _same_dtype(m, "layer_norm", routed, original), original)
+
+
+def _conv_forward(m, fn, padding: tuple, original):
+    def routed(x):
+        if x.dim() != 4:
+            calls.left_stock("conv2d", f"{type(m).__name__}: unbatched {x.dim()}-D input")
+            return original(x)
+        return fn(x, m.weight, m.bias, tuple(m.stride), padding, tuple(m.dilation), m.groups)
+
+    return _checked(m, "conv2d", _same_dtype(m, "conv2d", routed, original), original)
+
+
 def _experts_forward(m, fn, lay: experts.Layout, original):
     def routed(hidden_states, top_k_index, top_k_weights):
         w13, w2, b13, b2 = lay.args(m)
@@ -107,10 +137,11 @@ def _experts_forward(m, fn, lay: experts.Layout, original):
     return _checked(m, "fused_moe", routed, original, inputs=3)
 
 
-def _one_input(m, width: int):
-    """A seeded [1, 3, width] input in the module's dtype and device, as a one-element args tuple."""
-    p = next(m.parameters())
-    x = torch.randn(1, 3, width, generator=torch.Generator().manual_seed(0))
+def _one_input(m, width: int, shape: tuple = (1, 3)):
+    """A seeded [*shape, width] input in the module's dtype and device (float32 on a CPU for a module without
+    parameters), as a one-element args tuple."""
+    p = next(m.parameters(), torch.empty(0))
+    x = torch.randn(*shape, width, generator=torch.Generator().manual_seed(0))
     return (x.to(device=p.device, dtype=p.dtype),)
 
 
@@ -139,6 +170,44 @@ def _linear_candidate(m, cls: str) -> Candidate:
                      lambda: _one_input(m, m.in_features))
 
 
+def _layer_norm_candidate(m, cls: str) -> Candidate:
+    from torch import nn
+
+    if type(m) is not nn.LayerNorm:
+        return Candidate("layer_norm", "a subclass of nn.LayerNorm (its own forward)")
+    if len(m.normalized_shape) != 1:
+        return Candidate("layer_norm", f"normalizes over {len(m.normalized_shape)} dims")
+    return Candidate("layer_norm", "", lambda fn, original: _layer_norm_forward(m, fn, original), cls,
+                     lambda: _one_input(m, m.normalized_shape[0]))
+
+
+def _int_padding(m) -> tuple | str:
+    """The module's padding as (rows, columns) on each side, or why the slot cannot take it."""
+    if m.padding == "valid":
+        return (0, 0)
+    if m.padding == "same":
+        total = [d * (k - 1) for d, k in zip(m.dilation, m.kernel_size)]
+        if any(t % 2 for t in total):
+            return "padding 'same' with an even kernel extent (pads one side more)"
+        return tuple(t // 2 for t in total)
+    return tuple(m.padding)
+
+
+def _conv_candidate(m, cls: str) -> Candidate:
+    from torch import nn
+
+    if type(m) is not nn.Conv2d:
+        return Candidate("conv2d", "a subclass of nn.Conv2d (its own forward)")
+    if m.padding_mode != "zeros":
+        return Candidate("conv2d", f"padding_mode '{m.padding_mode}' (the slot pads with zeros)")
+    padding = _int_padding(m)
+    if isinstance(padding, str):
+        return Candidate("conv2d", padding)
+    size = [d * (k - 1) + 1 + 2 * s for d, k, s in zip(m.dilation, m.kernel_size, m.stride)]
+    return Candidate("conv2d", "", lambda fn, original: _conv_forward(m, fn, padding, original), cls,
+                     lambda: _one_input(m, size[1], (2, m.in_channels, size[0])))
+
+
 def _experts_candidate(m, cls: str) -> Candidate:
     lay = experts.layout(m, _activation)
     if isinstance(lay, str):
@@ -154,6 +223,10 @@ def candidate(m) -> Candidate | None:
     cls = type(m).__name__
     if isinstance(m, nn.Linear):
         return _linear_candidate(m, cls)
+    if isinstance(m, nn.LayerNorm):
+        return _layer_norm_candidate(m, cls)
+    if isinstance(m, nn.Conv2d):
+        return _conv_candidate(m, cls)
     if experts.is_experts(m):
         return _experts_candidate(m, cls)
     if cls.endswith("RMSNorm"):
@@ -237,6 +310,8 @@ def install(model, chosen: dict) -> dict[str, list[str]]:
     modules) enters nothing: [] (the runner reports it n/a)."""
     hosted = {s: v for s, v in chosen.items() if s in NATIVES}
     ops = install_common.wrap_chosen(hosted, NATIVES)
-    entered = route(model, {s: op for s, op in ops.items() if s not in recurrent.SLOTS})
+    entered = route(model, {s: op for s, op in ops.items() if s not in (*recurrent.SLOTS, attention.SLOT)})
     entered |= recurrent.route(model, {s: op for s, op in ops.items() if s in recurrent.SLOTS})
+    if attention.SLOT in ops:
+        entered[attention.SLOT] = attention.route(model, ops[attention.SLOT])
     return {s: entered.get(s, []) for s in chosen}

@@ -136,3 +136,30 @@ def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
 
 NATIVES |= {"gated_delta_rule": gated_delta_rule, "gated_delta_rule_decode": gated_delta_rule_decode,
             "ssd_chunk_scan": ssd_chunk_scan, "ssm_state_update": ssm_state_update}
+
+
+# The non-LLM slots: nn.LayerNorm.forward, nn.Conv2d's zero-padded F.conv2d, transformers' sdpa_attention_forward.
+def layer_norm(x, weight, bias, eps):
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def conv2d(x, weight, bias, stride, padding, dilation, groups):
+    return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
+def sdpa(q, k, v, attn_mask, is_causal, scale):
+    """F.scaled_dot_product_attention as transformers calls it: GQA through enable_gqa where it uses that, else
+    the kv heads repeated (its repeat_kv)."""
+    from transformers.integrations.sdpa_attention import repeat_kv, use_gqa_in_sdpa
+
+    kwargs = {}
+    group = q.shape[1] // k.shape[1]
+    if group > 1 and use_gqa_in_sdpa(attn_mask, k, v):
+        kwargs["enable_gqa"] = True
+    elif group > 1:
+        k, v = repeat_kv(k, group), repeat_kv(v, group)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=0.0, scale=scale,
+                                          is_causal=is_causal, **kwargs)
+
+
+NATIVES |= {"layer_norm": layer_norm, "conv2d": conv2d, "sdpa": sdpa}
