@@ -198,3 +198,22 @@ def test_inputs_numbers_must_be_positive(tmp_path):
         path.write_text(text.replace(old, new))
         with pytest.raises(ScenarioError, match=re.escape(message)):
             scenarios.load(str(path))
+
+
+def test_a_diffusers_scenario_names_its_class_and_is_hosted_by_transformers_alone(tmp_path):
+    suite = scenarios.load_suite("tiny-diffusers")
+    assert {(s.name, s.library, s.model["class"], s.family) for s in suite} == {
+        ("tiny-flux", "diffusers", "FluxTransformer2DModel", "diffusion"),
+        ("tiny-sdxl", "diffusers", "UNet2DConditionModel", "diffusion")}
+    assert scenarios.load("tiny-dinov3").library == "transformers"  # no library: transformers, as ever
+    for s in suite:
+        scenarios.check_runnable(s, "transformers")
+    text = scenarios._builtin_dir().joinpath("tiny-flux.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    for old, new, error in (('library = "diffusers"', 'library = "timm"', "library 'timm' not one of"),
+                            ('class = "FluxTransformer2DModel"', "", "needs the model's class"),
+                            ('hosts = ["transformers"]', 'hosts = ["transformers", "vllm"]',
+                             "hosted by transformers only, not vllm")):
+        bad.write_text(text.replace(old, new))
+        with pytest.raises(ScenarioError, match=error):
+            scenarios.load(str(bad))
