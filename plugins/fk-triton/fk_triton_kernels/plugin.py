@@ -24,11 +24,15 @@ SLOT_KERNELS = {
     "gated_delta_rule_decode": ("linear_attention", "gated_delta_rule_decode", ("fk_triton_gdn_decode_kernel",)),
     "ssd_chunk_scan": ("linear_attention", "ssd_chunk_scan", ("fk_triton_ssd_kernel",)),
     "ssm_state_update": ("linear_attention", "ssm_state_update", ("fk_triton_ssm_update_kernel",)),
+    "layer_norm": ("layer_norm", "layer_norm", ("fk_triton_layer_norm_kernel",)),
+    "conv2d": ("conv", "conv2d", ("fk_triton_conv2d_kernel",)),
+    "sdpa": ("sdpa", "sdpa", ("fk_triton_sdpa_kernel",)),
 }
-# Interpreted on a CPU these would carry every linear layer (every attention layer, every token of every mixer's scan)
-# of a model through Triton's interpreter: far too slow. Their kernels are tested under the interpreter directly.
+# Interpreted on a CPU these would carry every linear layer (every attention layer, every token of every mixer's scan,
+# every conv) of a model through Triton's interpreter: far too slow. layer_norm would be fast enough, but it would
+# enter every CPU encoder / vision scenario of a Triton run. Their kernels are tested under the interpreter directly.
 GPU_ONLY = ("gemm", "fused_moe", "paged_attention", "gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
-            "ssm_state_update")
+            "ssm_state_update", "layer_norm", "conv2d", "sdpa")
 
 
 @hookimpl
