@@ -204,3 +204,10 @@ def test_natives_are_transformers_own_ops_bit_for_bit():
     for attn, causal in ((None, True), (mask, False)):
         want = sdpa_attention_forward(m, q, k, v, attn, is_causal=causal, scaling=0.25)[0]
         assert torch.equal(natives.sdpa(q, k, v, attn, causal, 0.25).transpose(1, 2), want)
+
+
+def test_fk_passthrough_offers_the_new_slots_with_the_engines_own_ops():
+    fk_passthrough = pytest.importorskip("fk_passthrough")
+    kernels = {k.slot: k for k in fk_passthrough.fk_kernels(engine="transformers", device="cpu")}
+    for slot in VISION:
+        assert "cpu" in kernels[slot].devices and kernels[slot].factory(natives.NATIVES[slot]) is natives.NATIVES[slot]
