@@ -12,7 +12,7 @@ import importlib
 import math
 import sys
 
-from fk_adapters.check import guards, scales, signature, timing
+from fk_adapters.check import compiled, guards, scales, signature, timing
 from fk_adapters.engines.driver_common import main, phase
 
 
@@ -77,10 +77,12 @@ def correctness_round(slot, sig, cand, eng, device: str, seed: int, prev=None, s
 
 
 def check_signature(slot, sig: list, cand, eng, device: str, clock: timing.Clock, cfg: dict, seed: int,
-                    integrity: guards.TimingIntegrity | None = None, values: dict | None = None) -> dict:
+                    integrity: guards.TimingIntegrity | None = None, values: dict | None = None,
+                    native=None) -> dict:
     """Correctness rounds at each scale (``scales.plan``), interleaved timing, escape check, a last round
-    after the timing, and whether any timing function was replaced meanwhile."""
-    row = _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values)
+    after the timing, and whether any timing function was replaced meanwhile. ``native(args)``: the engine's
+    compiled native forward for these arguments (``compiled.Native``), timed beside the two kernels."""
+    row = _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values, native)
     if integrity is not None:
         row["problems"] += integrity.changed()
     return row
@@ -103,20 +105,50 @@ def _scale_rounds(row: dict, slot, sig, cand, eng, device, seed, values, rounds:
     row["failed_scales"] = [s for s, d in row["scales"].items() if d["failed"]]
 
 
-def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None) -> dict:
+def compiled_baseline(slot, sig, native, eng, device, seed, scale, values) -> tuple:
+    """(the engine's compiled native forward for ``sig``, or None; what it is, or why it is not timed). Built and
+    compiled here (its compile time outside the timing); it must be a compiled graph of torch ops (never the engine's
+    kernel) and agree with the engine's kernel as a candidate must."""
+    args = signature.make_inputs(slot, sig, device, seed, scale=scale, stats=values)
+    try:
+        built = native(_clone(args))
+        problems = compiled.fallback_problems(built)
+        if not problems:
+            eng_args = _clone(args)
+            engine_out = _results(slot, eng(*eng_args), eng_args)
+            dtype = guards.dtype_name(args[slot.dtype_arg])
+            for g, e, x in zip(built.fn(*_clone(args)), engine_out, slot.run_reference(_exact_inputs(args))):
+                problems += guards.compare(g, e, x, dtype)[0]
+    except Exception as exc:  # the engine's forward, not the plugin: reported, never the plugin's failure
+        return None, {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    if problems:
+        return None, {"error": "; ".join(problems)[:500]}
+    return built, {"source": built.source, "graphs": len(built.graphs), "graph_ops": built.graph_ops()}
+
+
+def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None, native=None) -> dict:
     row: dict = {"args": sig, "problems": [], "flags": [], "scales": {}}
     _scale_rounds(row, slot, sig, cand, eng, device, seed, values, cfg.get("rounds", 3))
     if row["problems"]:
         return row
     base = scales.base(values)
+    fns = {"candidate": cand, "engine": eng}
+    if native is not None:
+        built, row["compiled_baseline"] = compiled_baseline(slot, sig, native, eng, device, seed + 200, base, values)
+        if built is None:
+            row["flags"].append(f"the engine's compiled native forward: {row['compiled_baseline']['error']}: "
+                                "no ratio against it")
+        else:
+            fns["compiled"] = built.fn
     sets0 = signature.make_inputs(slot, sig, device, seed + 100, scale=base, stats=values)
     traffic = slot.traffic(*sets0) if slot.traffic else 0  # before the timing: it may read the inputs (a sync)
     n = timing.buffer_sets(sum(a.numel() * a.element_size() for a in sets0 if hasattr(a, "numel")), clock.flush_bytes)
     sets = [sets0] + [signature.make_inputs(slot, sig, device, seed + 101 + k, scale=base, stats=values)
                       for k in range(n - 1)]
-    times, host = timing.bench_pair(clock, {"candidate": cand, "engine": eng}, sets, cfg.get("warmup", 10),
-                                    cfg.get("repeats", 50))
+    times, host = timing.bench_pair(clock, fns, sets, cfg.get("warmup", 10), cfg.get("repeats", 50))
     row["candidate"], row["engine"] = timing.summary(times["candidate"]), timing.summary(times["engine"])
+    if "compiled" in times:
+        row["compiled"] = timing.summary(times["compiled"])
     if host["candidate"]:
         row["host"] = {n: timing.summary(host[n]) for n in host}
         row["flags"] += [f"{n}: its host launch ({row['host'][n]['median_s'] * 1e6:.0f} µs) outlasts the GPU spin that "
@@ -129,6 +161,8 @@ def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None
     row["problems"] += [f"after timing: {p}" for p in problems]
     c, e = row["candidate"]["median_s"], row["engine"]["median_s"]
     row["speedup"] = e / c if c > 0 else math.inf
+    if "compiled" in row:
+        row["speedup_compiled"] = row["compiled"]["median_s"] / c if c > 0 else math.inf
     row["traffic_bytes"] = traffic
     row["candidate_Bps"], row["engine_Bps"] = timing.rates(traffic, c, e)
     if slot.flops:
@@ -155,6 +189,19 @@ def _load(job: dict):
     return kernel_callable(chosen[job["slot"]][1], natives), natives[job["slot"]]
 
 
+def _compiled_native(job: dict, res: dict):
+    """``build(args)`` of the slot's compiled native forward where the engine's compiled mode runs one, else None;
+    ``res["compiled_baseline"]`` says which, and why (``compiled.Plan``)."""
+    engine = compiled.engine_module(job["engine"])
+    try:
+        plan = engine.plan(job["slot"]) if engine else compiled.no_compile_plan(job["engine"])
+    except Exception as exc:  # an engine whose compiled config cannot be read: said, not taken for "eager"
+        res["compiled_baseline"] = {"compiles": None, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        return None
+    res["compiled_baseline"] = plan.as_dict()
+    return (lambda args: engine.build(job["slot"], args)) if plan.compiles else None
+
+
 def run(job: dict) -> dict:
     from fk_adapters.tasks import SLOTS
 
@@ -164,6 +211,7 @@ def run(job: dict) -> dict:
     cand, eng = _load(job)
     res = {"status": "ok", "engine": job["engine"], "plugin": job["plugin"], "slot": job["slot"],
            "device": job["device"], "shapes": []}
+    native = _compiled_native(job, res)
     if job["device"] == "cuda":
         import torch
 
@@ -175,7 +223,7 @@ def run(job: dict) -> dict:
         phase(f"{job['slot']}: shape {i + 1}/{len(job['signatures'])}")
         signature.validate(slot, w["args"])
         row = check_signature(slot, w["args"], cand, eng, job["device"], clock, job.get("config", {}),
-                              seed=1000 * i, integrity=integrity, values=w.get("value_stats"))
+                              seed=1000 * i, integrity=integrity, values=w.get("value_stats"), native=native)
         row["calls"] = w.get("calls", 1)
         if w.get("value_stats"):
             row["value_stats"] = w["value_stats"]

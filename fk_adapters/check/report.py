@@ -65,6 +65,28 @@ def _slot_speedup(s: dict) -> str:
     return f"{s['geomean_speedup']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
 
 
+def _slot_compiled(s: dict) -> str:
+    """The speedup over the compiled native forward, ``= eager`` where the compiled mode runs the engine's kernel,
+    or - (older results, no compiled baseline, or a shape without one)."""
+    plan = s.get("compiled_baseline")
+    if not plan:
+        return "-"
+    if plan.get("compiles") is False:
+        return "= eager"
+    if s.get("geomean_speedup_compiled") is None:
+        return "-"
+    rng = s.get("geomean_speedup_compiled_range")
+    return f"{s['geomean_speedup_compiled']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
+
+
+def _predicts(s: dict) -> str:
+    which = s.get("predicts")
+    if not which:
+        return "-"
+    value = s.get("predicted_speedup")
+    return f"{which}" + (f" ({value:.3f})" if value is not None else "")
+
+
 def _result(row: dict) -> str:
     if row["problems"]:
         return f"FAIL ({', '.join(row['failed_scales'])})" if row.get("failed_scales") else "FAIL"
@@ -81,7 +103,7 @@ def _scales(row: dict) -> str:
 def render_check(results) -> str:
     """The markdown report of ``fk check`` results (its record, or the results file's content)."""
     check = results if isinstance(results, CheckResults) else CheckResults.from_dict(results)
-    lines = _header(check) + ["", "## Per slot", "", _slot_table(check.slots)]
+    lines = _header(check) + ["", "## Per slot", "", _slot_table(check.slots)] + _baselines(check)
     shared = [f"- **{s['workload']} {s['plugin']}:{s['slot']}**: another process used the GPU during its timings "
               f"({gpu_share.describe(s['gpu_shared_with'])}): its speedups are not comparable"
               for s in check.slots if s.get("gpu_shared_with")]
@@ -91,7 +113,8 @@ def render_check(results) -> str:
     if rows:
         lines += ["", "## Per shape", "", PER_SHAPE_NOTE, "",
                   tabulate(rows, headers=["plugin", "slot", "shape", "calls", "traffic MB", "candidate µs", "engine µs",
-                                          "cand. host µs", "engine host µs", "speedup",
+                                          "compiled native µs", "cand. host µs", "engine host µs", "speedup",
+                                          "vs compiled",
                                           "candidate GB/s", "of ceiling", "engine GB/s", "of ceiling",
                                           "TFLOP/s cand. / engine", "scales",
                                           "captured values", "result"],
@@ -106,8 +129,11 @@ def render_check(results) -> str:
 PER_SHAPE_NOTE = (
     "Times: median per call ± half the interquartile range. On CUDA: device time (the host's launch "
     "work hidden behind a GPU spin, as under CUDA graphs), and apart from it the host time of each call "
-    "(its launch cost in eager mode). Speedup: engine over candidate device time; its spread per slot: the "
-    "call-weighted geomeans of engine q1 / candidate q3 and engine q3 / candidate q1. Bandwidth: the slot's "
+    "(its launch cost in eager mode). Speedup: engine kernel over candidate device time; its spread per slot: the "
+    "call-weighted geomeans of engine q1 / candidate q3 and engine q3 / candidate q1. Compiled native: the "
+    "engine's own native forward of the slot compiled by Inductor as its compiled mode runs it, timed in the same "
+    "interleaved rounds (vs compiled: its time over the candidate's; - where the compiled mode runs the engine's "
+    "kernel or the results predate it). Bandwidth: the slot's "
     "least memory traffic per call (traffic MB: bytes read + written) over the median time, and its "
     "fraction of the copy ceiling measured in the same run. TFLOP/s (slots that count their floating-point "
     "operations, e.g. gemm, fused_moe): the operations per call over the median time.")
@@ -121,6 +147,8 @@ def _header(check: CheckResults) -> list[str]:
     if check.command:
         lines.append(f"- command: `{check.command}`")
     cfg = check.config
+    if cfg.get("mode"):
+        lines.append(f"- mode judged: {cfg['mode']} (which speedup predicts a run's delta: section Baselines)")
     return lines + [
         f"- per shape: {cfg.get('rounds', 3)} correctness rounds on fresh inputs "
         f"at the base scale (captured, where the workload has value statistics, else normal), one round at each "
@@ -136,12 +164,51 @@ def _header(check: CheckResults) -> list[str]:
         f"{OUTLIER_SPAN:g}x the tolerance (counted in the result column)"]
 
 
+def _baselines(check: CheckResults) -> list[str]:
+    """Per slot, what the compiled baseline is (or why it is the eager one) and which speedup predicts a run."""
+    seen, lines = set(), []
+    for s in check.slots:
+        plan = s.get("compiled_baseline")
+        if not plan or s["slot"] in seen:
+            continue
+        seen.add(s["slot"])
+        what = (plan.get("includes") if plan.get("compiles") else
+                f"the engine's kernel: {plan.get('why') or plan.get('error', '?')}")
+        sources = sorted({r["compiled_baseline"]["source"] for r in s.get("shapes", [])
+                          if (r.get("compiled_baseline") or {}).get("source")})
+        lines.append(f"- **{s['slot']}**: compiled mode runs {what}"
+                     + (f" (compiled: `{', '.join(sources)}`)" if sources else "")
+                     + (f"; predicts the run's delta: the {s['predicts']} ratio" if s.get("predicts") else "")
+                     + (f" ({s['predicts_why']})" if s.get("predicts_why") and s["predicts_why"] not in what else ""))
+    settings = next((s["compiled_baseline"]["settings"] for s in check.slots
+                     if (s.get("compiled_baseline") or {}).get("settings")), None)
+    if not lines:
+        return []
+    return ["", "## Baselines", "", BASELINES_NOTE.format(mode=check.config.get("mode", "eager")), ""] + lines + (
+        [f"- the engine's compile settings read: {_settings(settings)}"] if settings else [])
+
+
+BASELINES_NOTE = (
+    "Mode judged: **{mode}**. Each slot's candidate is timed against the engine's kernel (eager) and, where the "
+    "engine's compiled mode runs the slot's native torch forward through Inductor instead (vLLM: custom ops off under "
+    "Inductor), against that forward taken from the engine's own code and compiled the same way (the token count "
+    "symbolic, whole graph; compile time excluded). The ratio that predicts an end-to-end run's delta: in compiled "
+    "mode the compiled one for the slots the engine compiles, the eager one for those it keeps as its kernels; in "
+    "eager mode (and for SGLang, which runs no torch.compile by default) the eager one.")
+
+
+def _settings(settings: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in settings.items() if v not in (None, "", [], {}))
+
+
 def _slot_table(slots: list[dict]) -> str:
     table = [[s["workload"], s["plugin"], s["slot"], s["status"] + failed_at(s), _covered(s), _slot_speedup(s),
+              _slot_compiled(s), _predicts(s),
               _tflops(*(s.get("flops_per_s") or (None, None))), _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)]
              for s in slots]
     return tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
-                                    "speedup (call-weighted geomean) [spread]",
+                                    "speedup vs engine kernel (call-weighted geomean) [spread]",
+                                    "vs compiled native [spread]", "predicts a run",
                                     "TFLOP/s cand. / engine (all calls)", "copy ceiling GB/s", "flagged"],
                     tablefmt="github")
 
@@ -154,9 +221,10 @@ def _per_shape(slots: list[dict]) -> tuple[list[list], list[str], list[str]]:
             label = shape_label(r["args"])
             host = r.get("host", {})
             rows.append([s["plugin"], s["slot"], label, r["calls"], _mb(r.get("traffic_bytes")),
-                         _us(r.get("candidate")), _us(r.get("engine")),
+                         _us(r.get("candidate")), _us(r.get("engine")), _us(r.get("compiled")),
                          _us(host.get("candidate"), spread=False), _us(host.get("engine"), spread=False),
                          "-" if r.get("speedup") is None else f"{r['speedup']:.3f}",
+                         "-" if r.get("speedup_compiled") is None else f"{r['speedup_compiled']:.3f}",
                          _gbs(r.get("candidate_Bps")), _pct(r.get("candidate_frac_ceiling")),
                          _gbs(r.get("engine_Bps")), _pct(r.get("engine_frac_ceiling")),
                          _tflops(r.get("candidate_flops_per_s"), r.get("engine_flops_per_s")),

@@ -25,18 +25,18 @@ def weighted_geomean(pairs: list[tuple[float, int]]) -> float | None:
     return math.exp(sum(w * math.log(x) for x, w in pairs) / sum(w for _, w in pairs))
 
 
-def speedup_range(row: dict) -> tuple[float, float] | None:
-    """The speedup's spread: engine over candidate time, each taken at the far ends of its
-    interquartile range (a 1.00x that is real lies inside it)."""
-    c, e = row.get("candidate") or {}, row.get("engine") or {}
+def speedup_range(row: dict, base: str = "engine") -> tuple[float, float] | None:
+    """The speedup's spread: ``base`` (the engine's kernel, or its ``compiled`` native forward) over candidate time,
+    each taken at the far ends of its interquartile range (a 1.00x that is real lies inside it)."""
+    c, e = row.get("candidate") or {}, row.get(base) or {}
     if not c.get("n") or not e.get("n") or not c.get("q1_s", 0) > 0 or "q3_s" not in e:
         return None
     return e["q1_s"] / c["q3_s"], e["q3_s"] / c["q1_s"]
 
 
-def slot_speedup_range(shapes: list[dict]) -> tuple[float, float] | None:
+def slot_speedup_range(shapes: list[dict], base: str = "engine") -> tuple[float, float] | None:
     """Call-weighted geomeans of the per-shape lower and upper speedup bounds."""
-    ranges = [(speedup_range(r), r["calls"]) for r in shapes]
+    ranges = [(speedup_range(r, base), r["calls"]) for r in shapes]
     if not ranges or any(r is None for r, _ in ranges):
         return None
     lo = weighted_geomean([(r[0], w) for r, w in ranges])
@@ -67,8 +67,27 @@ def failed_at(entry: dict) -> str:
     return f" at scale {', '.join(entry['failed_scales'])}" if entry.get("failed_scales") else ""
 
 
-def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
-    """Status, flags and the call-weighted geomean speedup of one slot's driver result."""
+def compiled_speedup(shapes: list[dict]) -> float | None:
+    """The call-weighted geomean speedup over the engine's compiled native forward: None unless every shape has one."""
+    if not shapes or any(r.get("speedup_compiled") is None for r in shapes):
+        return None
+    return weighted_geomean([(r["speedup_compiled"], r["calls"]) for r in shapes])
+
+
+def predictor(plan: dict | None, mode: str) -> tuple[str | None, str]:
+    """Which speedup predicts the end-to-end delta of an ``fk run`` in ``mode``: ("eager" | "compiled" | None, why)."""
+    if mode != "compiled":
+        return "eager", "fk run --mode eager runs the engine's kernels"
+    if not plan or plan.get("compiles") is None:
+        return None, "the engine's compiled mode could not be read" + (f": {plan['error']}" if plan else "")
+    if plan["compiles"]:
+        return "compiled", "the engine's compiled mode runs the slot's native forward through Inductor"
+    return "eager", plan.get("why", "")
+
+
+def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP, mode: str = "eager") -> dict:
+    """Status, flags and the call-weighted geomean speedups of one slot's driver result (over the engine's kernel,
+    and over its compiled native forward where its compiled mode runs one), and which predicts a run in ``mode``."""
     if res.get("status") != "ok":
         return {"status": CheckStatus.TIMEOUT if res.get("status") == "timeout" else CheckStatus.RUNTIME_ERROR,
                 "error": res.get("error", res.get("status")), "log": res.get("log"), "shapes": []}
@@ -80,12 +99,20 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP) -> dict:
             row["engine_frac_ceiling"] = row["engine_Bps"] / ceiling
     bad = [r for r in res["shapes"] if r["problems"]]
     failed_scales = list(dict.fromkeys(s for r in res["shapes"] for s in r.get("failed_scales", [])))
+    plan = res.get("compiled_baseline")
+    predicts, why = predictor(plan, mode)
+    compiled_geomean = None if bad or not (plan or {}).get("compiles") else compiled_speedup(res["shapes"])
+    eager_geomean = None if bad else weighted_geomean([(r.get("speedup"), r["calls"]) for r in res["shapes"]])
     return {"status": verdict.check_slot(bool(bad)), "shapes": res["shapes"], "copy_ceiling_Bps": ceiling,
+            "compiled_baseline": plan, "predicts": predicts, "predicts_why": why,
+            "geomean_speedup_compiled": compiled_geomean,
+            "geomean_speedup_compiled_range": None if compiled_geomean is None else
+            slot_speedup_range(res["shapes"], "compiled"),
+            "predicted_speedup": {"eager": eager_geomean, "compiled": compiled_geomean}.get(predicts),
             "failed_scales": failed_scales,
             "device_name": res.get("device_name"), "log": res.get("log"),
             "calls": sum(r["calls"] for r in res["shapes"]),
-            "geomean_speedup": None if bad else weighted_geomean([(r.get("speedup"), r["calls"])
-                                                                  for r in res["shapes"]]),
+            "geomean_speedup": eager_geomean,
             "geomean_speedup_range": None if bad else slot_speedup_range(res["shapes"]),
             "flops_per_s": None if bad else slot_flop_rates(res["shapes"]),
             "flagged": sum(bool(r["flags"]) for r in res["shapes"])}
@@ -121,7 +148,7 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                 run_dir = os.path.join(out_dir, "logs", entry["workload"], plugin, slot)
                 res = run_job(spec.python, DRIVER, job, run_dir, spec.env(device), timeout_s,
                               echo=lambda m: echo(f"  {m}"), watch_gpu=device == "cuda")
-                entry.update(summarise(res, config.get("flag_speedup", FLAG_SPEEDUP)))
+                entry.update(summarise(res, config.get("flag_speedup", FLAG_SPEEDUP), config.get("mode", "eager")))
                 shared = gpu_share.foreign(res)
                 if shared:  # its timings ran beside another GPU process
                     entry["gpu_shared_with"] = shared
@@ -132,7 +159,9 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                 results["slots"].append(entry)
                 echo(f"{entry['workload']} {plugin}:{slot}: {entry['status']}"
                      + failed_at(entry)
-                     + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else ""))
+                     + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else "")
+                     + (f", {entry['geomean_speedup_compiled']:.3f} over the compiled native forward"
+                        if entry.get("geomean_speedup_compiled") else ""))
                 save()
     save()
     return results

@@ -23,6 +23,9 @@ def add_parser(sub):
     p.add_argument("--workloads-dir", default="workloads", help="where fk capture wrote its files (%(default)s)")
     p.add_argument("--slots", help="only these slots, comma separated")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--mode", choices=("eager", "compiled"),
+                   help="the engine mode whose end-to-end delta the report predicts (as fk run's --mode); default: "
+                        "fk run's, compiled on cuda for vLLM, else eager (SGLang: eager only)")
     p.add_argument("--rounds", type=int, default=3, help="correctness rounds on fresh inputs per shape (%(default)s)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per kernel and shape (%(default)s)")
     p.add_argument("--repeats", type=int, default=50, help="timed calls per kernel and shape (%(default)s)")
@@ -60,6 +63,16 @@ def _check_counts(args) -> None:
             raise UsageError(f"{flag} must be at least {least}, not {value}")
 
 
+def _mode(args, engine: str, device: str) -> str:
+    from fk_adapters.check import compiled
+
+    if args.mode is None:
+        return compiled.default_mode(engine, device)
+    if args.mode == "compiled" and engine not in compiled.ENGINES:
+        raise UsageError(f"--mode compiled: {compiled.no_compile_plan(engine).why}; fk check judges it eager")
+    return args.mode
+
+
 def run(args) -> int:
     from fk_adapters.check.runner import run_check
     from fk_adapters.plugins import parse_allowlist
@@ -69,6 +82,7 @@ def run(args) -> int:
     common.check_device(spec, device)
     common.check_timeout(args.timeout)
     _check_counts(args)
+    mode = _mode(args, spec.name, device)
     common.check_writable_dir(args.out)
     paths = list(args.workload) + [os.path.join(args.workloads_dir, s, f"{spec.name}.json") for s in args.scenario]
     if not paths:
@@ -84,9 +98,10 @@ def run(args) -> int:
         plugin_slots[name] = sorted(common.kernels_in_engine([name], spec, device)[0])
     version = engines.check_installed(spec)
     integrity = common.verify_engines([spec], args.allow_modified_engine)
-    config = {"rounds": args.rounds, "warmup": args.warmup, "repeats": args.repeats, "flag_speedup": args.flag_speedup}
+    config = {"rounds": args.rounds, "warmup": args.warmup, "repeats": args.repeats, "flag_speedup": args.flag_speedup,
+              "mode": mode}
     print(f"fk check: {', '.join(plugins)} vs. {describe(spec.name, integrity[spec.name], version)} kernels "
-          f"on {device}, {len(workloads)} workload(s) -> {args.out}", flush=True)
+          f"on {device}, {mode} mode judged, {len(workloads)} workload(s) -> {args.out}", flush=True)
     results = run_check(spec, plugin_slots, workloads, device, args.out, config, args.timeout, args.max_shapes,
                         command=common.command_line(), engine_version=version,
                         echo=lambda m: print(f"  {m}", flush=True))
