@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fk-installed
 
-.PHONY: setup demo test test-fast lint clean
+.PHONY: setup demo test test-all test-fast lint clean
 
 setup: $(STAMP)
 
@@ -26,9 +26,14 @@ demo: setup
 	$(BIN)/fk doctor --engine vllm
 	$(BIN)/fk run --plugins triton --suite tiny --out reports/cpu-tiny-triton --force
 
-# What CI runs: every test that runs on a CPU, the real-engine ones (vLLM, HF transformers on CPU) included.
+# What CI runs: every test that runs on a CPU, the real-engine ones (vLLM, HF transformers on CPU) included, but for
+# the few marked `slow` whose proof another test here gives too (CI's 90 minutes).
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30 -m "not slow"
+
+# Everything that runs on a CPU, the `slow` duplicates too.
+test-all: setup
+	$(BIN)/python -m pytest -q --durations=30
 
 # The inner loop: the same without the tests that start a real engine (marker `engine`).
 test-fast: setup

@@ -125,6 +125,7 @@ def test_the_driver_never_times_an_eager_kernel_as_the_compiled_baseline():
 
 @pytest.mark.engine
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+@pytest.mark.slow  # an Inductor compile per slot; test_runner's passthrough fk check compiles and checks all five
 @pytest.mark.parametrize("slot", COMPILED)
 def test_vllm_compiles_its_own_native_forward(slot):
     from fk_adapters.check import compiled_vllm

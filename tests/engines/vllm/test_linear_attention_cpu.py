@@ -29,11 +29,29 @@ MIXERS = {"tiny-mamba2": ("MambaMixer2", 2, ("ssd_chunk_scan", "ssm_state_update
           "tiny-qwen3-next": ("QwenGatedDeltaNetAttention", 1, ("gated_delta_rule", "gated_delta_rule_decode"))}
 
 
-def _run(tmp_path, plugin, scenario, env=None):
+def _run(tmp_path, plugin, scenario, env=None, shared=None):
+    """``fk run`` of ``plugin`` on ``scenario``; ``shared`` (the passthrough fixture's folder): its seeded models and
+    its stock run of the scenario are reused (--baseline-from), one vLLM process less per test."""
+    more = ["--model-cache", str(shared / "models")] if shared else []
+    if shared and plugin != "passthrough":
+        more += ["--baseline-from", str(shared / scenario / "out")]
     p, res = fk_run(tmp_path, "--plugins", plugin, "--scenario", scenario, "--no-multiprocessing",
-                    "--correctness-only", "--allow-uncovered", env=env)
+                    "--correctness-only", "--allow-uncovered", *more, env=env)
     assert res is not None, p.stderr[-3000:]
+    assert bool(res["scenarios"][0]["baseline"].get("reused_from")) == ("--baseline-from" in more)
     return p, res, res["scenarios"][0]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """passthrough on each tiny model, run once: the folder (its models and stock runs, reused by the other tests)
+    and {scenario: (process, results, row)}."""
+    root = tmp_path_factory.mktemp("linear")
+    runs = {}
+    for scenario in sorted(MIXERS):
+        (root / scenario).mkdir()
+        runs[scenario] = _run(root / scenario, "passthrough", scenario, shared=root)
+    return root, runs
 
 
 def _exercised(row, scenario):
@@ -49,17 +67,17 @@ def mixers_exercised(row, cls: str, layers: int, slots: tuple[str, ...]):
 
 
 @pytest.mark.parametrize("scenario", sorted(MIXERS))
-def test_the_slots_references_run_every_mixer_and_agree(tmp_path, make_plugin, scenario):
+def test_the_slots_references_run_every_mixer_and_agree(tmp_path, make_plugin, scenario, shared):
     make_plugin("la_ref", REFERENCE)
     site = str(next(p for p in sys.path if p.endswith("site")))
     p, res, row = _run(tmp_path, "la_ref", scenario,
-                       env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")})
+                       env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")}, shared=shared[0])
     assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
     _exercised(row, scenario)
 
 
-def test_a_scan_without_its_skip_connection_fails_the_diff(tmp_path):
-    p, res, row = _run(tmp_path, "wrong-ssd", "tiny-mamba2")
+def test_a_scan_without_its_skip_connection_fails_the_diff(tmp_path, shared):
+    p, res, row = _run(tmp_path, "wrong-ssd", "tiny-mamba2", shared=shared[0])
     assert p.returncode == 1 and row["status"] == "INCORRECT" and res["verdict"] == "FAIL", row["failures"]
     _exercised(row, "tiny-mamba2")
 
@@ -87,7 +105,7 @@ def test_capture_records_the_gdn_slots_and_check_catches_wrong_value_heads(tmp_p
 
 
 @pytest.mark.parametrize("scenario", sorted(MIXERS))
-def test_passthrough_runs_vllm_cpus_own_kernels_through_the_slots(tmp_path, scenario):
-    p, res, row = _run(tmp_path, "passthrough", scenario)
+def test_passthrough_runs_vllm_cpus_own_kernels_through_the_slots(scenario, shared):
+    p, res, row = shared[1][scenario]
     assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
     _exercised(row, scenario)

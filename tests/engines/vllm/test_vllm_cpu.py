@@ -74,6 +74,9 @@ def test_passthrough_is_exact_where_norms_take_strided_q_k_slices(tmp_path):
     assert row["evidence"]["slots"]["rms_norm"]["calls"] > 0
 
 
+# `make demo`'s own run (about 8 minutes); the kernels' math (tests/plugins), the vLLM seams (the other tests here) and
+# the plugin end to end in transformers (test_transformers_cpu.py) stay in `make test`
+@pytest.mark.slow
 def test_triton_plugin_agrees_on_the_tiny_suite(tmp_path):
     p, res = fk_run(tmp_path, "--plugins", "triton", "--suite", "tiny", "--no-multiprocessing", "--quick")
     assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
