@@ -11,6 +11,7 @@ from fk_adapters import probe  # noqa: E402
 from fk_adapters.engines.transformers import attention, install, natives  # noqa: E402
 from fk_adapters.kernel import Kernel  # noqa: E402
 from fk_adapters.tasks import SLOTS  # noqa: E402
+from tests.engines.transformers.test_install import clean_probe  # noqa: E402,F401 (autouse: counters cleared)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "plugins" / "fk-wrong"))
 from fk_wrong import conv as wrong_conv, layer_norm as wrong_ln, sdpa as wrong_sdpa  # noqa: E402
@@ -18,15 +19,6 @@ from fk_wrong import conv as wrong_conv, layer_norm as wrong_ln, sdpa as wrong_s
 VISION = ("layer_norm", "conv2d", "sdpa")
 DINO = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, patch_size=16,
             image_size=64, num_register_tokens=4, use_gated_mlp=True, hidden_act="silu", layerscale_value=1e-5)
-
-
-@pytest.fixture(autouse=True)
-def clean_probe():
-    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers):
-        c.clear()
-    yield
-    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers):
-        c.clear()
 
 
 def build(arch: str, config):
