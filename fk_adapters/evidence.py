@@ -55,6 +55,48 @@ def _ran(ok: bool) -> E:
     return E.EXERCISED if ok else E.NOT_EXERCISED
 
 
+def rank_evidence(probes: list[dict], profile: list[dict] | None, slot: str, key: str, names) -> dict[int, dict]:
+    """{rank: its layers, calls (and profiler hits) for ``slot``} over the tensor-parallel ranks the workers
+    reported ({} without tensor parallelism); a rank no worker reported is listed with ``reported`` False."""
+    ranked = [p for p in probes or [] if "rank" in p]
+    if not ranked:
+        return {}
+    out: dict[int, dict] = {r: {"reported": False} for r in range(max(p["world_size"] for p in ranked))}
+    for p in ranked:
+        out[p["rank"]] = {"reported": True, "layers": p.get("constructed", {}).get(slot, 0),
+                          "calls": p.get("calls", {}).get(key, 0)}
+    for prof in profile or []:
+        if "rank" in prof and out.get(prof["rank"], {}).get("reported"):
+            out[prof["rank"]]["profiler_hits"] = kernel_names.hits([prof], names)
+    return out
+
+
+def _judge_ranks(ev: dict, ranks: dict[int, dict], by_names: bool) -> None:
+    """Under tensor parallelism an exercised slot must be proven on every rank: else it was not exercised."""
+    if not ranks:
+        return
+    ev["ranks"] = ranks
+    missing = _ranks_without_proof(ranks, by_names)
+    if missing:
+        ev["status"] = E.NOT_EXERCISED
+        ev["proof"] += f"; but not on every tensor-parallel rank: {'; '.join(missing)}"
+    else:
+        ev["proof"] += f", on each of the {len(ranks)} tensor-parallel ranks"
+
+
+def _ranks_without_proof(ranks: dict[int, dict], by_names: bool) -> list[str]:
+    """Why each rank gives no proof that the kernel ran there (a rank with no layer for the slot needs none)."""
+    out = []
+    for r, ev in sorted(ranks.items()):
+        if not ev["reported"]:
+            out.append(f"rank {r}: no evidence reported")
+        elif ev["layers"] and by_names and "profiler_hits" not in ev:
+            out.append(f"rank {r}: not profiled")
+        elif ev["layers"] and (ev.get("profiler_hits", 0) if by_names else ev["calls"]) == 0:
+            out.append(f"rank {r}: {'no launch of its kernels' if by_names else 'no call'}")
+    return out
+
+
 def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
     """Evidence per installed slot for one candidate run; ``mode`` is one of MODES; ``native``: the kernel names
     the stock engine launches (the baseline's profile, ``kernel_names.known_native``)."""
@@ -99,12 +141,16 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
             how = (f"traced into the compiled graph {ev['traced']}x" if ev["traced"] else
                    "not traced in this process: its compiled graph came from the compile cache")
             ev["proof"] = f"op run {ev['calls']}x (capture/eager), {how}"
+        if ev["status"] == E.EXERCISED:
+            _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names),
+                         bool(names and profile is not None and mode != "eager"))
         slots[slot] = ev
     errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]
     errors += [f"pid {r['pid']}: plugin {p['name']!r} failed to load: {p['error']}"
                for r in loads for p in r.get("plugins", []) if p.get("error")]
     loaded_pids = {r["pid"] for r in loads}
-    workers = [{"pid": p["pid"], "plugins_loaded": p["pid"] in loaded_pids} for p in probes]
+    workers = [{"pid": p["pid"], "plugins_loaded": p["pid"] in loaded_pids,
+                **({"rank": p["rank"]} if "rank" in p else {})} for p in probes]
     return {"slots": slots, "processes": [{"pid": r["pid"], "role": r.get("role", ""),
                                            "inherited_from": r.get("inherited_from")} for r in loads],
             "workers": workers, "load_errors": errors}

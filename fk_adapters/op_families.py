@@ -10,6 +10,9 @@ import re
 from collections.abc import Iterable
 
 FAMILIES: list[tuple[str, str]] = [
+    # tensor parallelism's collectives: NCCL's, vLLM's / SGLang's custom all-reduce (cross_device_reduce_*)
+    ("all-reduce", r"all_?reduce|cross_device_reduce|custom_ar_|quick_?reduce"),
+    ("collectives (other)", r"nccl|all_?gather|reduce_?scatter|all_?to_?all"),
     ("rms_norm", r"rms_?norm"),
     ("layer_norm", r"layer_?norm|layernorm|group_?norm|ln_fwd"),
     ("rotary", r"rotary|rope"),
@@ -36,7 +39,7 @@ FAMILIES: list[tuple[str, str]] = [
 SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "layer_norm": ("layer_norm",), "conv": ("conv2d",),
                  "activation": ("silu_and_mul", "gelu_and_mul"),
                  "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",),
-                 "attention": ("paged_attention", "sdpa"),
+                 "attention": ("paged_attention", "sdpa"), "all-reduce": ("all_reduce",),
                  "ssm / linear attention": ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
                                             "ssm_state_update")}
 OTHER = "other"

@@ -24,6 +24,7 @@ stock_layers: Counter = Counter()  # {slot: layers built for it that can never r
 traced: Counter = Counter()
 signatures: defaultdict[str, Counter] = defaultdict(Counter)  # {slot: {signature key: calls}}, capture mode only
 value_stats: defaultdict[str, dict] = defaultdict(dict)  # {slot: {signature key: {arg: sums}}}, capture mode only
+rank: dict = {}  # {"rank", "world_size"} of this process's tensor-parallel group, where it has one of 2+ ranks
 
 
 def capturing() -> bool:
@@ -57,6 +58,11 @@ def layer_built(slots, why: str | None = None) -> None:
             constructed[s] += 1
 
 
+def set_rank(rank_in_group: int, world_size: int) -> None:
+    """This process is rank ``rank_in_group`` of a tensor-parallel group of ``world_size``: its evidence is per rank."""
+    rank.update(rank=rank_in_group, world_size=world_size)
+
+
 def reset_calls() -> None:
     calls.clear()
     signatures.clear()
@@ -64,7 +70,7 @@ def reset_calls() -> None:
 
 
 def snapshot() -> dict:
-    return {"pid": os.getpid(), "calls": dict(calls), "constructed": dict(constructed),
+    return {"pid": os.getpid(), **rank, "calls": dict(calls), "constructed": dict(constructed),
             "not_routed": dict(not_routed), "stock_layers": dict(stock_layers), "traced": dict(traced),
             "signatures": {slot: dict(c) for slot, c in signatures.items()}, "value_stats": _value_stats()}
 

@@ -24,7 +24,8 @@ ENGINE_HOSTS = ("vllm", "sglang")
 FAMILIES_OF_MODELS = ("llm", "embedding", "vision", "audio", "diffusion", "detection", "other")
 MAX_TOKENS = 1 << 20  # a sequence's length where neither [engine] max_model_len nor max_position_embeddings bounds it
 MAX_BATCH = 1 << 16  # requests of one workload, or items of one batch
-ENGINE_COUNTS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens")  # [engine] settings that count things
+ENGINE_COUNTS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size",
+                 "pipeline_parallel_size")  # [engine] settings that count things
 
 
 class ScenarioError(ValueError):
@@ -234,8 +235,8 @@ def check_runnable(sc: Scenario, engine: str) -> None:
         raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads for {engine}")
 
 
-def load(name_or_path: str) -> Scenario:
-    """Load a built-in scenario by name, or a scenario file by path."""
+def _read(name_or_path: str) -> tuple[str, dict]:
+    """(path, the parsed table) of a built-in scenario by name, or a scenario file by path."""
     if name_or_path.endswith(".toml") or os.sep in name_or_path:
         path = name_or_path
         if not os.path.isfile(path):
@@ -247,9 +248,36 @@ def load(name_or_path: str) -> Scenario:
             raise ScenarioError(f"unknown scenario {name_or_path!r} (built-in: {', '.join(builtin_names())})")
         path, text = str(res), res.read_text(encoding="utf-8")
     try:
-        data = tomllib.loads(text)
+        return path, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"malformed scenario file {path}: {exc}") from None
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """``base`` with ``over``'s keys: tables merged key by key, anything else replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _resolved(path: str, data: dict, seen: tuple[str, ...] = ()) -> dict:
+    """``data`` on top of the built-in scenario it ``extends`` (recursively); its suites are never inherited."""
+    base_name = data.get("extends")
+    if base_name is None:
+        return data
+    if not isinstance(base_name, str) or base_name in seen:
+        raise ScenarioError(f"scenario file {path}: extends {base_name!r} " +
+                            ("in a cycle" if base_name in seen else "must name a built-in scenario"))
+    base_path, base = _read(base_name)
+    base = dict(_resolved(base_path, base, seen + (base_name,)), suites=[])
+    return {k: v for k, v in _merged(base, data).items() if k != "extends"}
+
+
+def load(name_or_path: str) -> Scenario:
+    """Load a built-in scenario by name, or a scenario file by path (``extends = "name"``: on top of a built-in one)."""
+    path, data = _read(name_or_path)
+    data = _resolved(path, data)
     try:
         sc = Scenario(name=data["name"], path=path, model=dict(data["model"]), dtype=data["dtype"],
                       seed=data.get("seed", 0), description=data.get("description", ""),

@@ -4,6 +4,7 @@ Installed as ``fk_adapters.tasks``. ``SLOTS`` maps a slot name to its :class:`Sl
 """
 from fk_adapters.tasks.activations import GELU_AND_MUL, SILU_AND_MUL
 from fk_adapters.tasks.attention import PAGED_ATTENTION
+from fk_adapters.tasks.collective import ALL_REDUCE
 from fk_adapters.tasks.conv import CONV2D
 from fk_adapters.tasks.gemm import GEMM
 from fk_adapters.tasks.linear_attention import (
@@ -21,6 +22,6 @@ from fk_adapters.tasks.slot import Slot
 SLOTS: dict[str, Slot] = {s.name: s for s in (RMS_NORM, FUSED_ADD_RMS_NORM, SILU_AND_MUL, GELU_AND_MUL,
                                               ROTARY_EMBEDDING, GEMM, FUSED_MOE, PAGED_ATTENTION,
                                               GATED_DELTA_RULE, GATED_DELTA_RULE_DECODE, SSD_CHUNK_SCAN,
-                                              SSM_STATE_UPDATE, LAYER_NORM, CONV2D, SDPA)}
+                                              SSM_STATE_UPDATE, LAYER_NORM, CONV2D, SDPA, ALL_REDUCE)}
 
 __all__ = ["SLOTS", "Slot"]

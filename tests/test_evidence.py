@@ -110,3 +110,38 @@ def test_a_slot_whose_layers_all_stay_stock_says_so_instead_of_no_layer():
     assert s["gelu_and_mul"]["status"] == "n/a"
     assert s["gelu_and_mul"]["proof"] == "no layer the model built can route here (2 left stock, see the notes)"
     assert s["rms_norm"]["status"] == "exercised"  # a stock call of a routed layer changes nothing
+
+
+def _ranked(calls_per_rank, world=None, profile=None):
+    world = world or len(calls_per_rank)
+    return {"probe": [{"pid": 10 + r, "rank": r, "world_size": world, "calls": calls,
+                       "constructed": {"rms_norm": 5, "silu_and_mul": 2}} for r, calls in calls_per_rank.items()],
+            "profile": profile}
+
+
+def test_under_tensor_parallelism_every_rank_must_show_its_kernel_ran():
+    ev = evidence.judge(_ranked({0: {"p:rms_norm": 7}, 1: {"p:rms_norm": 7}}), [LOAD], "eager")
+    s = ev["slots"]["rms_norm"]
+    assert s["status"] == "exercised" and "each of the 2 tensor-parallel ranks" in s["proof"]
+    assert s["ranks"] == {r: {"reported": True, "layers": 5, "calls": 7} for r in (0, 1)}
+    assert [w["rank"] for w in ev["workers"]] == [0, 1]
+    ev = evidence.judge(_ranked({0: {"p:rms_norm": 14}, 1: {}}), [LOAD], "eager")
+    s = ev["slots"]["rms_norm"]
+    assert s["status"] == "not exercised" and "rank 1: no call" in s["proof"]  # the sum alone would pass
+
+
+def test_a_rank_that_reported_nothing_fails_the_slot():
+    ev = evidence.judge(_ranked({0: {"p:rms_norm": 7}, 1: {"p:rms_norm": 7}}, world=4), [LOAD], "eager")
+    s = ev["slots"]["rms_norm"]
+    assert s["status"] == "not exercised" and "rank 2: no evidence reported; rank 3: no evidence reported" in s["proof"]
+
+
+def test_by_profiler_names_each_rank_needs_its_own_launches():
+    profile = [{"pid": 10, "rank": 0, "kernels": {"my_norm_kernel": 16}}, {"pid": 11, "rank": 1, "kernels": {}}]
+    ev = evidence.judge(_ranked({0: {}, 1: {}}, profile=profile), [LOAD], "compiled")
+    s = ev["slots"]["rms_norm"]
+    assert s["status"] == "not exercised" and "rank 1: no launch of its kernels" in s["proof"]
+    profile[1]["kernels"] = {"my_norm_kernel": 16}
+    ev = evidence.judge(_ranked({0: {}, 1: {}}, profile=profile), [LOAD], "compiled")
+    s = ev["slots"]["rms_norm"]
+    assert s["status"] == "exercised" and s["ranks"][1]["profiler_hits"] == 16

@@ -115,7 +115,7 @@ def test_an_engine_hosted_llm_entry_needs_its_workloads(tmp_path):
 
 
 def test_every_fk46_entry_loads_with_a_distinct_number():
-    entries = [scenarios.load(n) for n in scenarios.builtin_names() if n.startswith("fk46-")]
+    entries = scenarios.load_suite("fk46")
     numbers = sorted(s.catalog["number"] for s in entries)
     assert numbers == list(range(1, 47))
     for s in entries:
@@ -217,3 +217,33 @@ def test_a_diffusers_scenario_names_its_class_and_is_hosted_by_transformers_alon
         bad.write_text(text.replace(old, new))
         with pytest.raises(ScenarioError, match=error):
             scenarios.load(str(bad))
+
+
+def test_a_scenario_extends_a_built_in_one_table_by_table_without_its_suites(tmp_path):
+    f = tmp_path / "x.toml"
+    f.write_text('name = "x"\nextends = "tiny-llama"\n'
+                 '[engine]\ntensor_parallel_size = 2\n[model]\nnum_hidden_layers = 1\n')
+    sc, base = scenarios.load(str(f)), scenarios.load("tiny-llama")
+    assert sc.name == "x" and sc.suites == [] and sc.dtype == base.dtype and sc.correctness == base.correctness
+    assert sc.engine == dict(base.engine, tensor_parallel_size=2)
+    assert sc.model == dict(base.model, num_hidden_layers=1)
+
+
+@pytest.mark.parametrize("extends, match", [("no-such-scenario", "unknown scenario"), (3, "must name")])
+def test_a_bad_extends_is_one_clear_error(tmp_path, extends, match):
+    f = tmp_path / "x.toml"
+    f.write_text(f'name = "x"\nextends = {extends!r}\n'.replace("'", '"'))
+    with pytest.raises(ScenarioError, match=match):
+        scenarios.load(str(f))
+
+
+def test_tensor_parallel_scenarios_keep_their_base_model_and_name_their_size():
+    for name, size in [("fk46-llama-3.1-tp2", 2), ("fk46-llama-3.1-tp4", 4), ("fk46-mixtral-tp2", 2),
+                       ("fk46-mixtral-tp4", 4), ("fk46-qwen3-next-tp2", 2), ("fk46-qwen3-next-tp4", 4)]:
+        sc = scenarios.load(name)
+        assert sc.engine["tensor_parallel_size"] == size and "fk46" not in sc.suites and "fk46-tp" in sc.suites
+        assert sc.model["num_hidden_layers"] == sc.catalog["layers"]["here"]
+        types = sc.model.get("layer_types")
+        assert types is None or len(types) == sc.model["num_hidden_layers"]
+        kv = sc.model["num_key_value_heads"]  # fewer KV heads than ranks: each is replicated (size a multiple of kv)
+        assert sc.model["num_attention_heads"] % size == 0 and (kv % size == 0 or size % kv == 0)

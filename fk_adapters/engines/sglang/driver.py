@@ -27,7 +27,8 @@ from fk_adapters.engines.driver_common import main, phase
 # vLLM-named scenario engine args and their SGLang ServerArgs names (unverified on GPU);
 # keys under engine_args["sglang"] are passed to sgl.Engine as they are.
 _ARG_MAP = {"max_model_len": "context_length", "max_num_seqs": "max_running_requests",
-            "gpu_memory_utilization": "mem_fraction_static"}
+            "gpu_memory_utilization": "mem_fraction_static", "tensor_parallel_size": "tp_size",
+            "pipeline_parallel_size": "pp_size"}
 
 
 def engine_kwargs(job: dict) -> tuple[dict, list[str]]:

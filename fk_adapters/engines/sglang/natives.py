@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from fk_adapters.groups import all_reduce
+
 _FAST_ROPE_HEAD_SIZES = (64, 128, 256, 512)  # forward_cuda's apply_rope path; others use the fallback kernel
 
 
@@ -213,4 +215,4 @@ def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
 
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
                                    gemm, fused_moe, paged_attention, gated_delta_rule, gated_delta_rule_decode,
-                                   ssd_chunk_scan, ssm_state_update)}
+                                   ssd_chunk_scan, ssm_state_update, all_reduce)}

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from fk_adapters import probe, safety
 from fk_adapters.engines import calls
-from fk_adapters.engines.sglang import linear_attention
+from fk_adapters.engines.sglang import collective, linear_attention
 from fk_adapters.engines.sglang.base import NOT_SELECTED, Runtime, Stock, Target  # noqa: F401 (re-exported)
 from fk_adapters.tasks import SLOTS
 
@@ -328,7 +328,7 @@ TARGETS: tuple[Target, ...] = (
     Target(_FA, ("paged_attention",), attention_extend, method="forward_extend",
            init_cls=_L + "radix_attention.RadixAttention", built=attention_built),
     Target(_FA, ("paged_attention",), attention_decode, method="forward_decode", counts_layers=False),
-) + linear_attention.TARGETS
+) + linear_attention.TARGETS + collective.TARGETS
 
 # Catalog slots with no SGLang target, and SGLang layers known to stay stock.
 UNCOVERED_SLOTS: dict[str, str] = {name: s.not_entered["sglang"] for name, s in SLOTS.items()
@@ -401,7 +401,10 @@ def make_layer_counter(target: Target, slots, host: Callable[[], type], drift: s
 
     def count(layer):
         if target.built:
-            why = drift or target.built(layer)
+            why = target.built(layer)
+            if why is None:  # nothing this slot could ever route (a one-rank group): not counted
+                return
+            why = drift or why
         else:
             cls = host()
             why = drift or layer_reason(target, layer, getattr(cls, target.method), getattr(cls, "forward", None))

@@ -124,6 +124,22 @@ def speculative_runtime(llm) -> dict:
     return out
 
 
+def cpu_threads_bind(workers: int) -> str | None:
+    """On a CPU build with several workers and no binding of the user's: this process's CPUs split evenly among
+    them, as VLLM_CPU_OMP_THREADS_BIND (vLLM's automatic binding wants a NUMA node per worker)."""
+    if workers <= 1 or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return None
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < workers:
+        return "nobind"
+    per = len(cpus) // workers
+    return "|".join(",".join(map(str, cpus[i * per:(i + 1) * per])) for i in range(workers))
+
+
 class VllmDriver(skeleton.Driver):
     """``vllm.LLM`` in this process; evidence from its workers through fk's worker extension (``fk_*`` RPCs)."""
 
@@ -136,6 +152,9 @@ class VllmDriver(skeleton.Driver):
 
     def prepare(self, job: dict, res: dict) -> None:
         self.args, self.speculative = engine_args(job, routes_attention()), bool(job.get("speculative"))
+        bind = cpu_threads_bind(self.args.get("tensor_parallel_size", 1) * self.args.get("pipeline_parallel_size", 1))
+        if bind:
+            res["cpu_threads_bind"] = os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
 
     def start(self, job: dict, res: dict) -> None:
         from vllm import LLM

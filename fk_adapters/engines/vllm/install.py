@@ -5,7 +5,7 @@ import logging
 
 from fk_adapters import safety
 from fk_adapters.engines import install_common
-from fk_adapters.engines.vllm import layers, linear_attention
+from fk_adapters.engines.vllm import collective, layers, linear_attention
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
 
@@ -86,10 +86,13 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     """
     wrapped = install_common.wrap_chosen(chosen, NATIVES)
     hosts = [((base, build), slots) for classes, slots, build in _targets() for base in classes]
-    entered = install_common.enter(chosen, {s: op for s, op in wrapped.items() if s != "paged_attention"}, hosts,
+    own_seams = ("paged_attention", collective.SLOT)
+    entered = install_common.enter(chosen, {s: op for s, op in wrapped.items() if s not in own_seams}, hosts,
                                    lambda host, mine: _register(*host, mine, chosen))
     if "paged_attention" in wrapped:
         entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen)]
+    if collective.SLOT in wrapped:
+        entered[collective.SLOT] = [collective.install(wrapped[collective.SLOT], chosen, engine_modes, log)]
     return entered
 
 

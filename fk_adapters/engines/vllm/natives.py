@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from fk_adapters.groups import all_reduce
+
 
 def rms_norm(x, weight, eps):
     if x.device.type == "cpu":  # the CPU kernel ignores row strides (q/k norms take slices of a fused qkv)
@@ -352,4 +354,4 @@ def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
 
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
                                    gemm, fused_moe, paged_attention, gated_delta_rule, gated_delta_rule_decode,
-                                   ssd_chunk_scan, ssm_state_update)}
+                                   ssd_chunk_scan, ssm_state_update, all_reduce)}

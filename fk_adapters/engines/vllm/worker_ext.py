@@ -13,7 +13,18 @@ MLA_LAYERS = ("MLAAttention",)  # vLLM's MLA layers: their own backends, never f
 class FkWorkerExtension:
     def fk_probe(self) -> dict:
         self._fk_count_mla()
+        self._fk_rank()
         return probe.snapshot()
+
+    @staticmethod
+    def _fk_rank() -> dict:
+        """This worker's tensor-parallel rank, where its group has 2+ ranks (then its evidence is judged per rank)."""
+        from vllm.distributed.parallel_state import get_tp_group
+
+        tp = get_tp_group()
+        if tp.world_size > 1:
+            probe.set_rank(tp.rank_in_group, tp.world_size)
+        return dict(probe.rank)
 
     def _fk_count_mla(self) -> None:
         """Where this worker routes paged_attention, count its model's MLA layers once, as left stock: they never
@@ -51,4 +62,4 @@ class FkWorkerExtension:
         prof.stop()
         kernels, kernel_us = op_families.kernel_times(prof)
         self._fk_prof = None
-        return {"pid": __import__("os").getpid(), "kernels": kernels, "kernel_us": kernel_us}
+        return {"pid": __import__("os").getpid(), **self._fk_rank(), "kernels": kernels, "kernel_us": kernel_us}

@@ -71,8 +71,9 @@ def test_every_slot_has_a_target_or_a_documented_reason():
     covered = set(targets.by_slot())
     assert covered | set(targets.UNCOVERED_SLOTS) == set(SLOTS)
     for t in targets.TARGETS:
-        assert t.path.startswith("sglang.srt.layers.")
-        assert t.path.endswith((".forward_cuda", ".apply", "._compute_lm_head", ".forward_extend", ".forward_decode",
+        assert t.path.startswith(("sglang.srt.layers.", "sglang.srt.distributed.parallel_state.GroupCoordinator"))
+        assert t.path.endswith((".all_reduce", ".forward_cuda", ".apply",
+                                "._compute_lm_head", ".forward_extend", ".forward_decode",
                                 ".extend", ".packed_decode", ".decode", ".target_verify", ".mamba_chunk_scan_combined",
                                 ".selective_state_update"))
         assert t.init_path.endswith(".__init__")
@@ -156,6 +157,8 @@ def _call_for(slot):
         return attention_fakes.simple_call(x)
     if slot in LINEAR:  # a GDN kernel method's self is the kernel; a Mamba2 op function has none
         return linear_fakes.simple_call(slot)
+    if slot == "all_reduce":  # the hooked method's self is a routed tensor-parallel group
+        return types.SimpleNamespace(unique_name="tp:0", world_size=2, _fk_routed=True), (x,)
     return rms_layer(), (x, torch.randn(3, 8) if slot == "fused_add_rms_norm" else None, None)
 
 
@@ -467,6 +470,9 @@ def _ref_layer(slot, case_args):
         return gemm_moe_fakes.call_for_case(slot, case_args)
     if slot == "paged_attention":
         return attention_fakes.call_for_case(case_args)
+    if slot == "all_reduce":  # a routed group named as the case's loopback group
+        x, name = case_args
+        return types.SimpleNamespace(unique_name=name, world_size=2, _fk_routed=True), (x,), {}
     pos, q, k, head_size, cache, neox = case_args
     layer = rope_layer(head_size=head_size, rotary_dim=cache.shape[-1], cos_sin_cache=cache, is_neox_style=neox)
     return layer, (pos, q, k), {}
