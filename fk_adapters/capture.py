@@ -85,12 +85,26 @@ def merge(snapshots: list[dict] | None) -> dict[str, Counter]:
     return out
 
 
-def slot_entries(final: Counter, at_start: Counter, stats: dict | None = None) -> list[dict]:
+def rank_calls(snapshots: list[dict] | None) -> dict[str, dict[str, dict[int, int]]]:
+    """{slot: {signature key: {tensor-parallel rank: calls}}} over the snapshots that name their rank."""
+    out: dict = defaultdict(lambda: defaultdict(dict))
+    for snap in snapshots or []:
+        if "rank" in snap:
+            for slot, counts in snap.get("signatures", {}).items():
+                for key, n in counts.items():
+                    out[slot][key][snap["rank"]] = out[slot][key].get(snap["rank"], 0) + n
+    return out
+
+
+def slot_entries(final: Counter, at_start: Counter, stats: dict | None = None, ranks: dict | None = None) -> list[dict]:
     """One entry per signature, most called first; ``startup_calls`` only where the engine start made some;
-    ``value_stats`` ({argument: summary}, ``fk_adapters.check.value_stats``) where ``stats`` has the signature."""
+    ``value_stats`` ({argument: summary}, ``fk_adapters.check.value_stats``) where ``stats`` has the signature;
+    ``ranks`` ({rank: calls}, engine start included) under tensor parallelism, where ``ranks`` has it."""
     rows = []
     for key, total in final.items():
         row = {"args": json.loads(key), "calls": total - at_start.get(key, 0)}
+        if (ranks or {}).get(key):
+            row["ranks"] = dict(sorted(ranks[key].items()))
         if at_start.get(key):
             row["startup_calls"] = at_start[key]
         if (stats or {}).get(key):
@@ -105,7 +119,9 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
     final, at_start = merge(res.get("probe")), merge(res.get("probe_after_start"))
     hooked = capture_slots(cfg.engine.name)
     stats = value_stats.merge(res.get("probe"))
-    slots = {s: slot_entries(final[s], at_start.get(s, Counter()), stats.get(s)) for s in hooked if final.get(s)}
+    per_rank = rank_calls(res.get("probe"))
+    slots = {s: slot_entries(final[s], at_start.get(s, Counter()), stats.get(s), per_rank.get(s))
+             for s in hooked if final.get(s)}
     not_routed = probe.merged(res.get("probe"), "not_routed")
     out = {**stamp(Kind.CAPTURE), "scenario": sc.name, "engine": cfg.engine.name,
            "engine_version": res.get("engine_version", "?"),
@@ -114,6 +130,9 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
            "fk_version": __version__, "quick": cfg.quick, "weights": weights,
            "model": {k: sc.model[k] for k in MODEL_FIELDS if k in sc.model}, "workers": len(res.get("probe") or []),
            "engine_integrity": cfg.engine_integrity}
+    sizes = {p["world_size"] for p in res.get("probe") or [] if "world_size" in p}
+    if sizes:  # each worker a rank: its shapes are the sharded ones
+        out["tensor_parallel_size"] = max(sizes)
     if res.get("runtime"):  # how the engine says it ran (SGLang): graphs off
         out["runtime"] = res["runtime"]
     if not_routed:  # calls (SGLang) or layers (vLLM) left on the engine's stock path: not in this file

@@ -3,11 +3,13 @@
 A collective kernel is called as ``all_reduce(x, group_name)`` (the name the engine gives its group, e.g. vLLM's
 "tp:0"); ``get(group_name)`` gives it the :class:`Group`: its rank and size, the engine's own collective (``native``),
 an all-gather in rank order and the torch.distributed process group. An engine adapter registers each group its
-slots enter; fk check and the tests register a :func:`loopback` group: one process playing every rank.
+slots enter. fk check plays every rank of a :func:`world` in one process (a thread per rank, meeting in the
+groups' collectives as real ranks do; :func:`run_as_every_rank`); a :func:`loopback` group has fixed peers instead.
 """
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +27,9 @@ class Group:
     world_size: int
     native: Callable  # native(x) -> the engine's own all-reduce of x (out of place)
     all_gather: Callable  # all_gather(x) -> Tensor[world_size, *x.shape], rank 0 first
-    process_group: object | None = None  # torch.distributed ProcessGroup of the device (None in a loopback)
+    process_group: object | None = None  # torch.distributed ProcessGroup of the device (None in one process)
+    peer_calls: tuple = ()  # rank 0 of a world: (rank, the arguments that rank's kernel is called with) of the others
+    abort: Callable = lambda: None  # releases every rank waiting in a collective of its world
 
 
 def routed_why(unique_name: str, world_size: int) -> str | None:
@@ -40,6 +44,10 @@ def routed_why(unique_name: str, world_size: int) -> str | None:
 def register(group: Group) -> Group:
     _GROUPS[group.name] = group
     return group
+
+
+def find(name: str) -> Group | None:
+    return _GROUPS.get(name)
 
 
 def get(name: str) -> Group:
@@ -69,6 +77,79 @@ def loopback(peers: list, rank: int = 0) -> str:
     name = f"fk-loopback:{next(_loopbacks)}"
     register(Group(name=name, rank=rank, world_size=world, native=native, all_gather=all_gather))
     return name
+
+
+class _Rendezvous:
+    """Where the threads playing a world's ranks meet: each leaves its tensor, all take everyone's in rank order."""
+
+    def __init__(self, world: int, timeout_s: float):
+        self.barrier, self.left = threading.Barrier(world, timeout=timeout_s), [None] * world
+
+    def exchange(self, rank: int, t):
+        import torch
+
+        self.left[rank] = t
+        self.barrier.wait()
+        out = torch.stack([v.to(t.dtype) for v in self.left])
+        self.barrier.wait()  # nobody leaves a new tensor before everyone took this round's
+        return out
+
+
+def world(xs: list, timeout_s: float = 120.0) -> str:
+    """Register the groups of an in-process world of ``len(xs)`` ranks, rank r calling with ``xs[r]``; return rank 0's
+    name. Through :func:`run_as_every_rank`, a kernel called with it runs once per rank, each in its own thread; their
+    natives and all-gathers exchange what each rank really sends."""
+    meet, base = _Rendezvous(len(xs), timeout_s), f"fk-world:{next(_loopbacks)}"
+    names = [f"{base}:{r}" for r in range(len(xs))]
+    for r, name in enumerate(names):
+        def gather(x, r=r):
+            return meet.exchange(r, x)
+
+        register(Group(name=name, rank=r, world_size=len(xs), native=lambda x, g=gather: g(x).sum(0), all_gather=gather,
+                       peer_calls=tuple((q, (xs[q], names[q])) for q in range(1, len(xs))) if r == 0 else (),
+                       abort=meet.barrier.abort))
+    return names[0]
+
+
+def run_as_every_rank(fn, args: tuple):
+    """``fn(*args)``; where an argument names rank 0 of a :func:`world`, every other rank's call of ``fn`` runs beside
+    it in a thread (its tensors as ``args[0]``'s dtype and device, fresh copies): rank 0's result."""
+    group = next((find(a) for a in args if isinstance(a, str) and find(a) is not None and find(a).peer_calls), None)
+    if group is None:
+        return fn(*args)
+    errors: list[BaseException] = []
+
+    def call(peer_args):
+        try:
+            fn(*peer_args)
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread)
+            errors.append(exc)
+            group.abort()
+
+    like = args[0]
+    threads = [threading.Thread(target=call, args=(tuple(v.to(device=like.device, dtype=like.dtype, copy=True)
+                                                         if hasattr(v, "to") else v for v in peer_args),))
+               for _, peer_args in group.peer_calls]
+    for t in threads:
+        t.start()
+    try:
+        out = fn(*args)
+    except threading.BrokenBarrierError:  # another rank failed first: its error is the one to tell
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0] from None
+        raise RuntimeError(f"the ranks of {group.name} did not all reach its collectives in time") from None
+    except BaseException:
+        group.abort()
+        for t in threads:
+            t.join()
+        raise
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
 
 
 def all_reduce(x, group_name: str):

@@ -19,10 +19,11 @@ def all_reduce(x: torch.Tensor, group_name: str) -> torch.Tensor:
 
 
 def _all_reduce_inputs(case, dtype, device, gen):
-    """This rank's x and a loopback group whose other ranks hold their own partial sums of the same scale."""
+    """Rank 0's x and its group in an in-process world (``groups.world``) whose ranks each hold their own partial
+    sum of the same scale."""
     shape = (case["tokens"], case["hidden"])
     xs = [torch.randn(shape, generator=gen).to(device=device, dtype=dtype) for _ in range(case["world"])]
-    return xs[0], groups.loopback(xs[1:])
+    return xs[0], groups.world(xs)
 
 
 def _all_reduce_traffic(x, group_name) -> int:
@@ -42,6 +43,8 @@ ALL_REDUCE = Slot(
     cases=ALL_REDUCE_CASES,
     traffic=_all_reduce_traffic,
     growth=1,
+    untimed=("fk check runs it in one process playing every rank (a loopback group): it judges the result; the "
+             "engine's collective and its speed exist only across real ranks, in an engine run"),
     entries={
         "vllm": ("GroupCoordinator._all_reduce_out_place (vllm.distributed.parallel_state) of the tensor-parallel "
                  "groups (unique_name 'tp:*'), which vLLM's all_reduce op runs on every platform; other groups "

@@ -35,6 +35,7 @@ class Slot:
     traffic: Callable | None = None  # traffic(*args) -> bytes a kernel must read plus write, at least
     flops: Callable | None = None  # flops(*args) -> floating-point operations of one call (a multiply-add: 2)
     growth: int = 1  # a result's magnitude grows as this power of its activations' (fk check's large scale)
+    untimed: str = ""  # why fk check judges this slot's results but times no call of it ("": it times them)
 
     @property
     def in_place(self) -> bool:
@@ -47,8 +48,10 @@ class Slot:
         """
         import torch
 
+        from fk_adapters import groups
+
         copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-        out = self.reference(*copies)
+        out = groups.run_as_every_rank(self.reference, copies)  # a collective's: every rank of an in-process world
         if not self.in_place:
             return (out,)
         return tuple(copies[i] for i in self.mutated_positions() if copies[i] is not None)

@@ -285,3 +285,14 @@ def test_on_gpu_stats_never_sync_the_host_and_are_skipped_under_graph_capture(mo
     assert list(snap["value_stats"]["rms_norm"]) == [_key(eager, w, 1e-5)]  # nothing while capturing
     got = value_stats.summarise(snap["value_stats"]["rms_norm"][_key(eager, w, 1e-5)]["x"])
     assert got["std"] == pytest.approx(float(eager.double().std(unbiased=False)), rel=1e-5)
+
+
+def test_under_tensor_parallelism_each_signature_lists_its_calls_per_rank(tmp_path):
+    sc = scenarios.load("tiny-llama-tp2")
+    ranked = [dict(_snap(1, {"rms_norm": {_sig(4): 5, _sig(1): 2}}), rank=0, world_size=2),
+              dict(_snap(2, {"rms_norm": {_sig(4): 5}}), rank=1, world_size=2)]
+    wl = capture.workload({"status": "ok", "probe": ranked}, sc, _cfg(tmp_path), "digest")
+    assert wl["tensor_parallel_size"] == 2
+    assert [(e["calls"], e["ranks"]) for e in wl["slots"]["rms_norm"]] == [(10, {0: 5, 1: 5}), (2, {0: 2})]
+    plain = capture.workload({"status": "ok", "probe": [_snap(1, {"rms_norm": {_sig(4): 5}})]}, sc, _cfg(tmp_path), "d")
+    assert "tensor_parallel_size" not in plain and "ranks" not in plain["slots"]["rms_norm"][0]

@@ -12,6 +12,7 @@ import importlib
 import math
 import sys
 
+from fk_adapters import groups
 from fk_adapters.check import compiled, guards, scales, signature, timing
 from fk_adapters.engines.driver_common import main, phase
 
@@ -49,11 +50,11 @@ def correctness_round(slot, sig, cand, eng, device: str, seed: int, prev=None, s
     dtype = guards.dtype_name(args[slot.dtype_arg])
     exact = slot.run_reference(_exact_inputs(args))
     eng_args = _clone(args)
-    engine_out = _results(slot, eng(*eng_args), eng_args)
+    engine_out = _results(slot, groups.run_as_every_rank(eng, eng_args), eng_args)
     before, mine = _clone(args), _clone(args)
     _poison_pool(engine_out, device)
     threads = guards.live_threads()
-    ret = cand(*mine)
+    ret = groups.run_as_every_rank(cand, mine)  # a collective's kernel: called on every rank of a world, rank 0 judged
     problems = guards.new_threads(threads)
     if slot.in_place and ret is not None:
         problems.append(f"{slot.name} works in place and must return None, returned {type(ret).__name__}")
@@ -129,7 +130,9 @@ def compiled_baseline(slot, sig, native, eng, device, seed, scale, values) -> tu
 def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None, native=None) -> dict:
     row: dict = {"args": sig, "problems": [], "flags": [], "scales": {}}
     _scale_rounds(row, slot, sig, cand, eng, device, seed, values, cfg.get("rounds", 3))
-    if row["problems"]:
+    if row["problems"] or slot.untimed:
+        if slot.untimed:
+            row["untimed"] = slot.untimed
         return row
     base = scales.base(values)
     fns = {"candidate": cand, "engine": eng}

@@ -59,6 +59,8 @@ def shape_label(args: list) -> str:
 
 
 def _slot_speedup(s: dict) -> str:
+    if s.get("untimed"):
+        return f"not timed: {s['untimed']}"
     if s.get("geomean_speedup") is None:
         return "-"
     rng = s.get("geomean_speedup_range") or slot_speedup_range(s.get("shapes", []))

@@ -115,7 +115,8 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP, mode: str = "eager"
             "geomean_speedup": eager_geomean,
             "geomean_speedup_range": None if bad else slot_speedup_range(res["shapes"]),
             "flops_per_s": None if bad else slot_flop_rates(res["shapes"]),
-            "flagged": sum(bool(r["flags"]) for r in res["shapes"])}
+            "flagged": sum(bool(r["flags"]) for r in res["shapes"]),
+            "untimed": next((r["untimed"] for r in res["shapes"] if r.get("untimed")), "")}
 
 
 def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], device: str, out_dir: str,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from fk_adapters import groups
 from fk_adapters.check import scales
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")
@@ -87,6 +88,11 @@ def make_inputs(slot, sig: list, device: str, seed: int, poison: bool = True, sc
     for name, a in zip(names, sig):
         if a is None:
             out.append(None)
+        elif "world_size" in a:  # a process group: this process plays every rank, each holding its own first argument
+            x = out[0]
+            peers = [_values(names[0], list(x.shape), x.dtype, gen, by_name, device, draw).to(x.dtype)
+                     for _ in range(a["world_size"] - 1)]
+            out.append(groups.world([x, *peers]))
         elif "shape" not in a:
             out.append(a["value"])
         else:

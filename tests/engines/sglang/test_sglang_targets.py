@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from fk_adapters import probe, safety
+from fk_adapters import groups, probe, safety
 from fk_adapters.engines import get
 from fk_adapters.engines.sglang import driver, linear_attention, targets
 from fk_adapters.kernel import Kernel
@@ -488,18 +488,23 @@ def test_hooked_call_through_a_real_op_matches_the_reference(slot):
     gen = torch.Generator().manual_seed(0)
     cases = [c for c in s.cases if c.get("activation") != "gelu_tanh"  # SGLang's MoE has erf gelu only
              and attention_fakes.plain(c)]  # SGLang's KV pool is one contiguous [slots, Hkv, D] buffer per layer
+    hook = targets.make_hook(targets.by_slot()[slot], {slot: op})
+
+    def through_hook(*case_args):
+        layer, call_args, call_kw = _ref_layer(slot, case_args)
+        return hook(lambda *a, **k: pytest.fail("went stock"), layer, *call_args, **call_kw)
+
     for case in cases:
         args = s.make_inputs(case, torch.float32, "cpu", gen)
         expected = s.run_reference(args)
-        layer, call_args, call_kw = _ref_layer(slot, tuple(a.clone() if isinstance(a, torch.Tensor) else a
-                                                         for a in args))
-        got = targets.make_hook(targets.by_slot()[slot], {slot: op})(
-            lambda *a, **k: pytest.fail("went stock"), layer, *call_args, **call_kw)
+        # a collective's case is rank 0 of an in-process world: every rank calls through the hook
+        got = groups.run_as_every_rank(through_hook, tuple(a.clone() if isinstance(a, torch.Tensor) else a
+                                                           for a in args))
         got = got if isinstance(got, tuple) else (got,)
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
             torch.testing.assert_close(g.view(e.shape), e)  # paged_attention returns [T, Hq * Dv]
-    assert probe.calls[ops.op_key("sglang_adapter_test", slot)] == len(cases)
+    assert probe.calls[ops.op_key("sglang_adapter_test", slot)] == sum(c.get("world", 1) for c in cases)  # every rank
 
 
 def test_register_hooks_through_sglang_registry(make_plugin, monkeypatch, tmp_path):

@@ -47,3 +47,30 @@ def test_an_all_reduce_that_drops_a_rank_fails_the_diff(passthrough, tmp_path):
     assert row["baseline"].get("reused_from")
     assert row["status"] == "INCORRECT" and p.returncode != 0
     assert row["evidence"]["slots"]["all_reduce"]["status"] == "exercised"  # it ran on both ranks, and was wrong
+
+
+def test_capture_records_each_ranks_sharded_shapes_and_check_runs_them(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.engines.vllm.test_vllm_cpu import fk_capture
+
+    p, out = fk_capture(tmp_path, "--engine", "vllm", "--scenario", SCENARIO, "--quick")
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    wl = json.loads((out / SCENARIO / "vllm.json").read_text())
+    assert wl["tensor_parallel_size"] == 2 and wl["workers"] == 2
+    gemm = wl["slots"]["gemm"]  # tiny-llama's qkv projection, [256 -> (8 + 2 * 4) heads x 32], split in two
+    assert any(r["args"][1]["shape"] == [256, 256] for r in gemm) and all(set(r["ranks"]) == {"0", "1"} for r in gemm)
+    reduce = wl["slots"]["all_reduce"]
+    assert reduce and all(r["args"][1] == {"value": "tp:0", "world_size": 2} for r in reduce)
+    assert all(r["ranks"]["0"] == r["ranks"]["1"] for r in reduce)
+    c = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--plugins",
+                        "passthrough,wrong-all-reduce", "--slots", "all_reduce,gemm", "--workload",
+                        str(out / SCENARIO / "vllm.json"), "--device", "cpu", "--max-shapes", "2", "--out",
+                        str(tmp_path / "check")], capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+    res = json.loads((tmp_path / "check" / "results.json").read_text())
+    status = {(r["plugin"], r["slot"]): r["status"] for r in res["slots"]}
+    assert status == {("passthrough", "all_reduce"): "PASSED", ("passthrough", "gemm"): "PASSED",
+                      ("wrong-all-reduce", "all_reduce"): "INCORRECT", ("wrong-all-reduce", "gemm"): "NOT_OFFERED"}, (
+        c.stdout[-3000:], res["slots"])
