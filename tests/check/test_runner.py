@@ -88,6 +88,7 @@ def test_bad_workloads_are_one_clear_line(tmp_path, capsys):
         assert message in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
+@pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
@@ -184,6 +185,7 @@ def fk_kernels(engine, device):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_a_hanging_kernel_times_out_alone_and_the_other_slots_are_checked(tmp_path, make_plugin):

@@ -22,6 +22,7 @@ def fk(tmp_path, command, *args, env=None):
     return p, (json.loads(results.read_text()) if results.exists() else None), out
 
 
+@pytest.mark.slow
 def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tmp_path):
     import torch
     from safetensors.torch import load_file

@@ -51,6 +51,7 @@ def test_a_softmax_10_percent_too_hot_fails_the_diff(tmp_path):
     assert row["correctness"]["teacher_forced"]["max_abs"] > res["thresholds"]["float32"]["max_abs"]
 
 
+@pytest.mark.slow
 def test_capture_records_the_engines_cache_views_and_check_runs_them(tmp_path):
     p, out = fk_capture(tmp_path, "--engine", "vllm", "--scenario", "tiny-llama", "--quick")
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])

@@ -22,7 +22,9 @@ def engine_processes(out) -> list[int]:
     return [p for d in dirs for p in processes_of(d)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL],
+                         ids=lambda s: s.name)
 def test_no_engine_process_survives_fk_while_a_kernel_hangs(tmp_path, sig):
     """fk-wrong's `hang`: its silu_and_mul never returns."""
     out = tmp_path / "out"

@@ -66,6 +66,7 @@ def test_a_moe_that_drops_expert_0_fails_the_diff(tmp_path, make_plugin):
     assert row["correctness"]["teacher_forced"]["max_abs"] > res["thresholds"]["float32"]["max_abs"]
 
 
+@pytest.mark.slow
 def test_capture_records_gemm_and_fused_moe(tmp_path):
     p, out = fk_capture(tmp_path, "--engine", "vllm", "--scenario", "tiny-mixtral", "--quick")
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])

