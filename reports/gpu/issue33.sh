@@ -1,0 +1,64 @@
+#!/bin/bash
+# Issue 33 (tensor parallelism) on a lent machine of 2 or 4 GPUs (kind nvidia-h100-x2 / nvidia-h200-x2 / -x4), one
+# engine per hold (vllm 0.26.0 or sglang 0.5.15), after ../shared/device/stage.py ENGINE and its install:
+#   bash reports/gpu/fk_gpu.sh ENGINE setup                      # fk and its plugins into the staged site
+#   setsid nohup bash reports/gpu/issue33.sh ENGINE runs > /tmp/fk-work/i33-ENGINE.log 2>&1 < /dev/null &
+#   bash reports/gpu/issue33.sh ENGINE pack                      # /tmp/fk-work/i33/ENGINE (no weights) -> $OUT
+# Keep a polling call in flight while the runs go: an idle machine is taken back after ~30 s.
+# Steps ($STEPS, in this order by default; each independent of a failed one before it), at TP=$TP (2 by default):
+#   capture   fk capture of fk46-llama-3.1-tp$TP, profiled: each rank's sharded shapes, the all-reduce calls, the
+#             device time per op family (all-reduce included)
+#   triton    the Triton plugin vs. stock on fk46-llama-3.1-tp$TP and fk46-mixtral-tp$TP, compiled, --smoke,
+#             $ROUNDS interleaved rounds: PASS with every slot proven on every rank (profiler names per rank)
+#   pass      passthrough vs. stock (all_reduce routed through fk), same scenarios and rounds: the adapter's cost at TP
+#   wrong     wrong-all-reduce, --correctness-only, --baseline-from the triton run: must FAIL
+#   check     fk check of passthrough and wrong-all-reduce on the captured shapes (all_reduce judged, not timed)
+set -u
+ENGINE=$1; shift
+export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
+export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
+REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i33/$ENGINE; MODELS=/tmp/fk-models
+mkdir -p "$W"
+FK="python3 -m fk_adapters.cli.main"
+TP=${TP:-2}
+ROUNDS=${ROUNDS:-3}
+SCENARIOS=${SCENARIOS:-"fk46-llama-3.1-tp$TP fk46-mixtral-tp$TP"}
+RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 1200 --allow-uncovered"
+
+case $1 in
+  runs)
+    cd "$W" || exit 1
+    nvidia-smi -L
+    for step in ${STEPS:-capture triton wrong pass check}; do
+      echo "=== $step $(date -u +%H:%M:%S)"
+      case $step in
+        capture)
+          $FK capture --engine "$ENGINE" --scenario "fk46-llama-3.1-tp$TP" --profile --smoke --model-cache $MODELS \
+            --timeout 1200 --out "$W/fk46" ;;
+        triton)
+          for S in $SCENARIOS; do
+            $RUN --plugins triton --scenario "$S" --smoke --interleave "$ROUNDS" --out "$W/ab-triton-$S" | tail -1
+          done ;;
+        wrong)
+          for S in $SCENARIOS; do
+            $RUN --plugins wrong-all-reduce --scenario "$S" --correctness-only --baseline-from "$W/ab-triton-$S" \
+              --out "$W/wrong-all-reduce-$S" | tail -1
+          done ;;
+        pass)
+          for S in $SCENARIOS; do
+            $RUN --plugins passthrough --scenario "$S" --smoke --interleave "$ROUNDS" --out "$W/ab-pass-$S" | tail -1
+          done ;;
+        check)
+          $FK check --engine "$ENGINE" --plugins passthrough,wrong-all-reduce,triton --slots all_reduce,gemm,rms_norm \
+            --workload "$W/fk46/fk46-llama-3.1-tp$TP/$ENGINE.json" --max-shapes 4 --timeout 600 \
+            --out "$W/check-tp$TP" | tail -3 ;;
+      esac
+      echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
+    done
+    echo "=== all done" ;;
+  pack)
+    mkdir -p "${OUT:?}" && tar czf "$OUT/i33-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
+      -C "$ROOT/i33" "$ENGINE" && ls -la "$OUT" ;;
+  *) echo "usage: issue33.sh ENGINE runs|pack"; exit 2 ;;
+esac
