@@ -17,6 +17,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -114,7 +115,8 @@ def read_probes(out_dir: str, tag: str) -> list[dict]:
 
 
 def kernel_counts(trace_dir: str) -> list[dict]:
-    """GPU kernel names with counts and device microseconds per Chrome trace file under ``trace_dir``."""
+    """GPU kernel names with counts and device microseconds per Chrome trace file under ``trace_dir`` (SGLang writes
+    one per rank, "...-TP-<rank>.trace.json.gz": its ``rank``)."""
     out = []
     for path in sorted(glob.glob(os.path.join(trace_dir, "**", "*.trace.json*"), recursive=True)):
         opener = gzip.open if path.endswith(".gz") else open
@@ -123,7 +125,9 @@ def kernel_counts(trace_dir: str) -> list[dict]:
         events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
         kernels, kernel_us = op_families.tally((evt["name"], float(evt.get("dur", 0.0))) for evt in events
                                                if evt.get("cat") == "kernel" and evt.get("ph") == "X")
-        out.append({"trace": os.path.basename(path), "kernels": kernels, "kernel_us": kernel_us})
+        rank = re.search(r"-TP-(\d+)", os.path.basename(path))
+        out.append({"trace": os.path.basename(path), **({"rank": int(rank.group(1))} if rank else {}),
+                    "kernels": kernels, "kernel_us": kernel_us})
     return out
 
 

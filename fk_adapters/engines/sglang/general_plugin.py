@@ -60,7 +60,10 @@ def write_snapshot(path: str, **extra) -> None:
 
 
 def fk_probe_dump(self, out_dir: str, tag: str = "probe") -> None:
-    write_snapshot(os.path.join(out_dir, f"probe-{tag}-{os.getpid()}.json"), tp_rank=getattr(self, "tp_rank", None))
+    """This scheduler's snapshot; under tensor parallelism (``tp_size`` > 1) with its rank, judged per rank."""
+    tp_rank, tp_size = getattr(self, "tp_rank", None), getattr(self, "tp_size", 1) or 1
+    ranked = {"rank": tp_rank, "world_size": tp_size} if tp_size > 1 and tp_rank is not None else {}
+    write_snapshot(os.path.join(out_dir, f"probe-{tag}-{os.getpid()}.json"), tp_rank=tp_rank, **ranked)
 
 
 def fk_probe_reset(self) -> None:

@@ -437,8 +437,8 @@ def test_driver_kernel_counts_from_chrome_trace(tmp_path):
               {"ph": "X", "cat": "cpu_op", "name": "aten::add", "dur": 9}]
     with gzip.open(tmp_path / "x-TP-0.trace.json.gz", "wt") as f:
         json.dump({"traceEvents": events}, f)
-    assert driver.kernel_counts(str(tmp_path)) == [{"trace": "x-TP-0.trace.json.gz", "kernels": {"fk_rms": 2},
-                                                    "kernel_us": {"fk_rms": 5.5}}]
+    assert driver.kernel_counts(str(tmp_path)) == [{"trace": "x-TP-0.trace.json.gz", "rank": 0,
+                                                    "kernels": {"fk_rms": 2}, "kernel_us": {"fk_rms": 5.5}}]
 
 
 @pytest.mark.gpu
@@ -546,7 +546,12 @@ def test_register_hooks_through_sglang_registry(make_plugin, monkeypatch, tmp_pa
     assert rec["engine"] == "sglang" and rec["installed"]["silu_and_mul"]["plugin"] == "sglgood"
     Scheduler().fk_probe_dump(str(tmp_path / "probe"), tag="t")
     (snap,) = driver.read_probes(str(tmp_path / "probe"), "t")
-    assert "calls" in snap and "not_routed" in snap
+    assert "calls" in snap and "not_routed" in snap and "rank" not in snap
+    ranked = Scheduler()
+    ranked.tp_rank, ranked.tp_size = 1, 2  # a scheduler of a two-rank server: its evidence is judged per rank
+    ranked.fk_probe_dump(str(tmp_path / "ranked"), tag="t")
+    (snap,) = driver.read_probes(str(tmp_path / "ranked"), "t")
+    assert (snap["rank"], snap["world_size"], snap["tp_rank"]) == (1, 2, 1)
 
 
 def test_driver_reports_the_runtime_it_resolved():
