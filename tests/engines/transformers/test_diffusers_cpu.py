@@ -14,9 +14,9 @@ pytestmark = [pytest.mark.engine,
 LINEARS = {"tiny-flux": 50, "tiny-sdxl": 139}  # every nn.Linear of each model
 
 
-def fk_run(tmp_path, out, *args):
+def fk_run(tmp_path, out, *args, suite="tiny-diffusers"):
     out = tmp_path / out
-    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "run", "--engine", "transformers", "--suite", "tiny-diffusers",
+    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "run", "--engine", "transformers", "--suite", suite,
            "--out", str(out), "--model-cache", str(tmp_path / "models"), "--device", "cpu", "--allow-uncovered",
            *args]
     # one thread per engine process, both sides alike: on a busy CPU two made a tiny loop a hundred times slower
