@@ -201,6 +201,21 @@ def _notes_and_failures(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _rank_lines(rows: list[dict]) -> list[str]:
+    """Under tensor parallelism, each slot's calls (and profiler hits) on each rank: a slot is proven on all or none."""
+    table = []
+    for r in rows:
+        for slot, e in r.get("evidence", {}).get("slots", {}).items():
+            for rank, ev in sorted((e.get("ranks") or {}).items(), key=lambda kv: int(kv[0])):
+                table.append([r["scenario"], slot, rank, ev.get("layers", "-") if ev["reported"] else "no evidence",
+                              ev.get("calls", "-"), ev.get("profiler_hits", "-")])
+    if not table:
+        return []
+    return ["", "Per tensor-parallel rank (a slot is exercised only where every rank proves it):", "",
+            tabulate(table, headers=["scenario", "slot", "rank", "layers", "calls", "profiler hits"],
+                     tablefmt="github")]
+
+
 def _evidence_lines(run: RunResults) -> list[str]:
     """The proof each plugin kernel ran: per scenario and slot, the processes that loaded them, the coverage."""
     rows = run.scenarios
@@ -216,6 +231,7 @@ def _evidence_lines(run: RunResults) -> list[str]:
     lines.append(tabulate(ev_rows, headers=["scenario", "slot", "plugin", "kernel", "entered via", "layers",
                                             "calls", "profiler hits", "status", "proof"], tablefmt="github")
                  if ev_rows else _no_kernel_line(rows))
+    lines += _rank_lines(rows)
     lines += ["", "Processes that loaded the plugins (pid, role; 'forked' when the process inherited them):"]
     lines += [_processes_line(r) for r in rows]
     if run.coverage:

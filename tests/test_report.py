@@ -155,3 +155,13 @@ def test_a_crashed_run_of_an_older_fk_does_not_claim_that_no_plugin_was_installe
     assert "No plugin kernel was installed" not in md and "none; model runs in worker pid(s) ?" not in md
     assert "These results hold no plugin load records for x (RUNTIME_ERROR)" in md
     assert "- x: no load records in these results (the run ended RUNTIME_ERROR; see `logs/x/candidate/loads/`)" in md
+
+
+def test_tensor_parallel_evidence_is_tabled_per_rank():
+    from fk_adapters.report import _rank_lines
+
+    ranks = {"0": {"reported": True, "layers": 5, "calls": 14}, "1": {"reported": False}}
+    rows = [{"scenario": "s", "evidence": {"slots": {"rms_norm": {"ranks": ranks}, "gemm": {}}}}]
+    text = "\n".join(_rank_lines(rows))
+    assert "Per tensor-parallel rank" in text and "no evidence" in text and text.count("rms_norm") == 2
+    assert _rank_lines([{"scenario": "s", "evidence": {"slots": {"gemm": {"calls": 3}}}}]) == []
