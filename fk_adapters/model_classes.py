@@ -61,8 +61,25 @@ CLASSES = {"HF_ColBERT": HFColBERT}  # checkpoint classes fk builds itself, by a
 ALIASES = {"Qwen2_5OmniModel": "Qwen2_5OmniForConditionalGeneration"}
 
 
+# installed packages whose import registers their models with transformers (configs in CONFIG_MAPPING, classes in
+# the Auto mappings): flash-linear-attention's GLA, RWKV-7, RetNet, ... ({package: its module of model classes})
+MODEL_PACKAGES = {"fla": "fla.models"}
+
+
+def register_model_packages() -> list:
+    """Import every installed MODEL_PACKAGES module (their models then load as transformers' own); the modules."""
+    import importlib
+    import importlib.util
+
+    return [importlib.import_module(mod) for pkg, mod in MODEL_PACKAGES.items() if importlib.util.find_spec(pkg)]
+
+
 def model_class(arch: str):
-    """transformers' class of that name (or of its ALIASES entry), else fk's own (CLASSES), else None."""
+    """transformers' class of that name (or of its ALIASES entry), else fk's own (CLASSES), else that of an installed
+    MODEL_PACKAGES package, else None."""
     import transformers
 
-    return getattr(transformers, ALIASES.get(arch, arch), None) or CLASSES.get(arch)
+    found = getattr(transformers, ALIASES.get(arch, arch), None) or CLASSES.get(arch)
+    if found is None:
+        found = next((getattr(m, arch) for m in register_model_packages() if hasattr(m, arch)), None)
+    return found

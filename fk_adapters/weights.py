@@ -168,6 +168,9 @@ def _last_line(done: subprocess.CompletedProcess) -> str:
 def _hf_config(config: dict):
     from transformers import CONFIG_MAPPING
 
+    from fk_adapters.model_classes import register_model_packages
+
+    register_model_packages()  # their model types enter CONFIG_MAPPING
     model_type = config.get("model_type")
     if model_type not in CONFIG_MAPPING:
         raise WeightsError(f"transformers has no config for model_type {model_type!r}")
