@@ -170,8 +170,9 @@ def _hf_config(config: dict):
 
     from fk_adapters.model_classes import register_model_packages
 
-    register_model_packages()  # their model types enter CONFIG_MAPPING
     model_type = config.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        register_model_packages()  # a package's model types enter CONFIG_MAPPING when it is imported
     if model_type not in CONFIG_MAPPING:
         raise WeightsError(f"transformers has no config for model_type {model_type!r}")
     cfg = CONFIG_MAPPING[model_type](**{k: v for k, v in config.items() if k != "model_type"})
