@@ -231,6 +231,11 @@ def check_runnable(sc: Scenario, engine: str) -> None:
             raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads nor an [inputs] table "
                                 f"for transformers" + (f" with {' and '.join(need)}" if need else ""))
         return
+    if sc.family == "embedding" and engine == "vllm":  # vLLM's pooling runner: sequences of [inputs] seq_len
+        if not isinstance(sc.inputs.get("seq_len"), int):
+            raise ScenarioError(f"scenario {sc.name!r} (embedding) has no [inputs] seq_len for {engine}'s pooling "
+                                "runner")
+        return
     if not sc.correctness:
         raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads for {engine}")
 
@@ -320,6 +325,8 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
     """
     if engine == "transformers":
         return _transformers_job(sc, model_dir, quick)
+    if sc.family == "embedding" and not sc.correctness:
+        return _pooling_job(sc, model_dir, mode, quick)
     rng = random.Random(sc.seed)
     vocab = sc.prompt_vocab
     c = sc.correctness
@@ -352,6 +359,21 @@ def speculative_job(spec: dict, model_dir: str) -> dict:
     if spec.get("model"):
         out["draft_dir"] = draft_weights.draft_dir(model_dir)
     return out
+
+
+def _pooling_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int) -> dict:
+    """An embedding model in an engine's pooling runner: ``pooling`` holds the correctness batch (the smallest of
+    [inputs] batches) and, per batch size, its seeded sequences of ``seq_len`` token ids; perf as the transformers
+    host's (items/s over ``iters`` calls per repeat, the latency of one)."""
+    rng = random.Random(sc.seed)
+    batches = sorted({int(b) for b in sc.inputs.get("batches", [2])})
+    n = int(sc.inputs["seq_len"])
+    seqs = {f"batch{b}": [_ids(rng, sc.prompt_vocab, n) for _ in range(b)] for b in batches}
+    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1),
+            "iters": max(1, TRANSFORMERS_ITERS // requests_divisor(quick)), "batches": batches}
+    return {"model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": mode, "engine_args": dict(sc.engine),
+            "family": sc.family, "pooling": {"correctness": seqs[f"batch{batches[0]}"], "batches": seqs},
+            "perf": perf}
 
 
 TRANSFORMERS_ITERS = 8  # forwards per timed throughput repeat of a non-LLM model (divided by --quick / --smoke)

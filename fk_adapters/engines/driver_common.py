@@ -43,6 +43,15 @@ def checkpoint() -> None:
         print(f"fk: could not write {path}: {type(exc).__name__}: {exc}", flush=True)
 
 
+def save_outputs(tensors: dict, name: str) -> str:
+    """Save output tensors (safetensors) in the run's folder ($FK_RUN_DIR, else here); the file's absolute path."""
+    from safetensors.torch import save_file
+
+    path = os.path.abspath(os.path.join(os.environ.get("FK_RUN_DIR") or os.getcwd(), name))
+    save_file(tensors, path)
+    return path
+
+
 def phase(name: str) -> None:
     """A progress line; the runner echoes lines starting with [fk]. What the phases before it measured is kept."""
     checkpoint()

@@ -20,7 +20,7 @@ import time
 
 from fk_adapters import op_families
 from fk_adapters.engines import skeleton
-from fk_adapters.engines.driver_common import checkpoint, main, phase, unfinished_perf
+from fk_adapters.engines.driver_common import checkpoint, main, phase, save_outputs, unfinished_perf
 
 OUTPUTS_FILE = "outputs.safetensors"
 REFERENCE_FILE = "reference.safetensors"
@@ -181,14 +181,6 @@ def _outputs(model, x: dict) -> dict:
     return tensors
 
 
-def _save(tensors: dict, name: str) -> str:
-    from safetensors.torch import save_file
-
-    path = os.path.abspath(os.path.join(os.environ.get("FK_RUN_DIR") or os.getcwd(), name))
-    save_file(tensors, path)
-    return path
-
-
 def batch(model, job: dict, b: int, device: str) -> dict:
     """Seeded inputs of one call of ``model`` over ``b`` items: ``inputs.py``'s, or its library loader's."""
     import torch
@@ -249,7 +241,7 @@ def _reference(model, job: dict, device: str) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         torch.manual_seed(job.get("seed", 0))
         with torch.inference_mode():
-            out = {"reference_file": _save(_outputs(model, x), REFERENCE_FILE)}
+            out = {"reference_file": save_outputs(_outputs(model, x), REFERENCE_FILE)}
     except Exception as exc:  # noqa: BLE001 - the run goes on without a reference
         out = {"reference_error": f"{type(exc).__name__}: {exc}"[:500]}
     finally:
@@ -268,7 +260,8 @@ class ItemsDriver(TransformersDriver):
         phase(f"correctness: one forward on a seeded batch of {job['correctness_batch']}")
         self.x = _correctness_batch(self.model, job, self.device)
         tensors = _outputs(self.model, self.x)
-        res.update(outputs_file=_save(tensors, OUTPUTS_FILE), outputs={k: list(v.shape) for k, v in tensors.items()})
+        res.update(outputs_file=save_outputs(tensors, OUTPUTS_FILE),
+                   outputs={k: list(v.shape) for k, v in tensors.items()})
 
     def perf(self, job: dict) -> dict:
         """Per batch size: items/s over ``iters`` forwards per repeat, and the latency of one forward."""

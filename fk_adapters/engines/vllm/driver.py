@@ -13,8 +13,8 @@ import os
 import sys
 
 from fk_adapters.engines import skeleton
-from fk_adapters.engines.driver_common import main
-from fk_adapters.engines.vllm import compat
+from fk_adapters.engines.driver_common import checkpoint, main, phase, save_outputs, unfinished_perf
+from fk_adapters.engines.vllm import compat, pooling
 
 
 def _params(max_tokens: int, **kw):
@@ -192,8 +192,69 @@ class VllmDriver(skeleton.Driver):
         return self.llm.collective_rpc("fk_profile_stop")
 
 
+class VllmPoolingDriver(VllmDriver):
+    """``vllm.LLM`` with the pooling runner: embeddings of seeded token-id sequences, items/s."""
+
+    def prepare(self, job: dict, res: dict) -> None:
+        super().prepare(job, res)
+        self.args.setdefault("runner", "pooling")
+        self.tokenizer_dir = pooling.tokenizer_dir(job["model_dir"])
+
+    def start(self, job: dict, res: dict) -> None:
+        from vllm import LLM
+
+        self.llm = LLM(model=job["model_dir"], tokenizer=self.tokenizer_dir, dtype=job["dtype"],
+                       seed=job.get("seed", 0),
+                       worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
+
+    def close(self) -> None:
+        pooling.remove(getattr(self, "tokenizer_dir", ""))
+
+    def _embed(self, seqs: list):
+        import torch
+
+        outs = self.llm.embed(_prompts(seqs), use_tqdm=False)
+        return torch.stack([torch.as_tensor(o.outputs.embedding, dtype=torch.float32) for o in outs])
+
+    def _embed_n(self, seqs: list, n: int) -> None:
+        for _ in range(n):
+            self._embed(seqs)
+
+    def correctness(self, job: dict, res: dict) -> None:
+        seqs = job["pooling"]["correctness"]
+        phase(f"correctness: embeddings of a seeded batch of {len(seqs)}")
+        emb = self._embed(seqs)
+        res.update(outputs_file=save_outputs({"embedding": emb}, pooling.OUTPUTS_FILE),
+                   outputs={"embedding": list(emb.shape)})
+
+    def perf(self, job: dict) -> dict:
+        """Per batch size: items/s over ``iters`` embed calls per repeat, and the latency of one."""
+        perf = job["perf"]
+        reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
+        with unfinished_perf() as out:
+            for b in perf["batches"]:
+                seqs = job["pooling"]["batches"][f"batch{b}"]
+                for _ in range(warm):
+                    self._embed(seqs)
+                rows = []
+                for i in range(reps):
+                    phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
+                    dt = self.clocked(self._embed_n, seqs, iters)[0]
+                    rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
+                out["throughput"][f"batch{b}"] = rows
+                out["latency"][f"batch{b}"] = [{"latency_s": self.clocked(self._embed, seqs)[0]} for _ in range(reps)]
+                checkpoint()
+        return out
+
+    def profile(self, job: dict) -> list[dict]:
+        self.llm.collective_rpc("fk_profile_start")
+        self._embed(job["pooling"]["correctness"])
+        return self.llm.collective_rpc("fk_profile_stop")
+
+
 def run(job: dict) -> dict:
-    return VllmDriver().run(job)
+    """Token generation, or an embedding model's pooling runner (a job with ``pooling``)."""
+    return (VllmPoolingDriver if job.get("pooling") else VllmDriver)().run(job)
 
 
 if __name__ == "__main__":
