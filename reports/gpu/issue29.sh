@@ -15,14 +15,7 @@
 #             2; 0: one engine process a side)
 #   wrong     fk-wrong's wrong-moe, then wrong-gemm, against ab's baseline runs: both must FAIL
 #   tfx       (vllm's site only) fk-vllm-moe, vLLM's Triton fused MoE, in the transformers host on tiny-mixtral
-set -u
-ENGINE=$1; shift
-export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
-export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
-[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
-REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i29/$ENGINE; MODELS=/tmp/fk-models
-mkdir -p "$W"
-FK="python3 -m fk_adapters.cli.main"
+. "$(dirname "$0")/hold_env.sh" i29 "$1"; shift
 SC=fk46-mixtral
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900"
 

@@ -18,14 +18,7 @@
 #             safe) and passthrough (correctness only, against the A/B's baseline)
 #   moe       issue 29's leftovers: $MOE (default fk46-mixtral) captured with --profile (coverage without fk's value
 #             statistics in the profile), then fused_moe and gemm checked on its shapes
-set -u
-ENGINE=$1; shift
-export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
-export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
-[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
-REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i30/$ENGINE; MODELS=/tmp/fk-models
-mkdir -p "$W"
-FK="python3 -m fk_adapters.cli.main"
+. "$(dirname "$0")/hold_env.sh" i30 "$1"; shift
 SC=${SC:-fk46-llama-3.1}
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
 

@@ -15,14 +15,7 @@
 #             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta
 #   split     the Triton A/B on $SC (compiled, $AB_INTERLEAVE rounds) with its profiled step: the report's "Where the
 #             device time went" must name the kernels behind >= 80% of the delta
-set -u
-ENGINE=$1; shift
-export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
-export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
-[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
-REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i31/$ENGINE; MODELS=/tmp/fk-models
-mkdir -p "$W"
-FK="python3 -m fk_adapters.cli.main"
+. "$(dirname "$0")/hold_env.sh" i31 "$1"; shift
 SC=${SC:-fk46-llama-3.1}
 CAPTURE=${CAPTURE:-fk46-llama-3.1}
 ROUNDS=${ROUNDS:-5}

@@ -13,14 +13,7 @@
 #   pass      passthrough vs. stock (all_reduce routed through fk), same scenarios and rounds: the adapter's cost at TP
 #   wrong     wrong-all-reduce, --correctness-only, --baseline-from the triton run: must FAIL
 #   check     fk check of passthrough and wrong-all-reduce on the captured shapes (all_reduce judged, not timed)
-set -u
-ENGINE=$1; shift
-export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
-export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
-[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
-REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/i33/$ENGINE; MODELS=/tmp/fk-models
-mkdir -p "$W"
-FK="python3 -m fk_adapters.cli.main"
+. "$(dirname "$0")/hold_env.sh" i33 "$1"; shift
 TP=${TP:-2}
 ROUNDS=${ROUNDS:-3}
 SCENARIOS=${SCENARIOS:-"fk46-llama-3.1-tp$TP fk46-mixtral-tp$TP"}

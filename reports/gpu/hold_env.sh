@@ -1,0 +1,10 @@
+# Sourced by the issue hold scripts: `. reports/gpu/hold_env.sh ISSUE ENGINE` sets the staged engine's environment
+# (fk's site, the per-engine sites the runner starts drivers with) and W (this issue's work folder for ENGINE).
+set -u
+HOLD_ISSUE=$1; ENGINE=$2
+export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
+export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+[ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
+REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/$HOLD_ISSUE/$ENGINE; MODELS=/tmp/fk-models
+mkdir -p "$W"
+FK="python3 -m fk_adapters.cli.main"
