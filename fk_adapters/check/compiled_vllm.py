@@ -41,6 +41,8 @@ KEPT = {
                         "of vLLM's piecewise graph: its kernel, compiled or not"),
     "gated_delta_rule": _LINEAR_ATTENTION, "gated_delta_rule_decode": _LINEAR_ATTENTION,
     "ssd_chunk_scan": _LINEAR_ATTENTION, "ssm_state_update": _LINEAR_ATTENTION,
+    "all_reduce": ("the all-reduce runs as the opaque custom op vllm::all_reduce (a CPU build calls the communicator "
+                   "directly): the communicator's kernel, compiled or not"),
 }
 
 
