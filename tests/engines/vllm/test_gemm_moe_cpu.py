@@ -120,6 +120,7 @@ def test_the_cpu_natives_compute_the_slots_on_any_weight(tmp_path):
     assert len(diffs) == 6 and all(d < 1e-4 for d in diffs.values()), diffs
 
 
+@pytest.mark.slow
 def test_passthrough_gemm_and_fused_moe_are_the_engines_own(tmp_path):
     """fk-passthrough routes both slots to vLLM's own CPU kernels, on the packed state the engine built at load
     (seen: max |Δlogprob| 9.5e-7, not 0: not traced to a slot yet)."""

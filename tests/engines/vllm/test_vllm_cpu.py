@@ -125,7 +125,8 @@ def fk_kernels(engine, device):
 """
 
 
-@pytest.mark.parametrize("source, status", [(CRASHING, "RUNTIME_ERROR"), (HANGING, "TIMEOUT")])
+@pytest.mark.parametrize("source, status", [(CRASHING, "RUNTIME_ERROR"),  # a hang: test_fail_safe's SIGKILL run too
+                                            pytest.param(HANGING, "TIMEOUT", marks=pytest.mark.slow)])
 def test_crash_or_hang_becomes_a_failed_result_and_the_suite_goes_on(tmp_path, make_plugin, source, status):
     make_plugin("bad", source)
     site = os.path.dirname(sys.modules["fkplug_bad"].__file__) if "fkplug_bad" in sys.modules else None
