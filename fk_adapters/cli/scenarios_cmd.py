@@ -27,7 +27,8 @@ def _pending(sc: scenarios.Scenario, host: str) -> str:
     try:
         scenarios.check_runnable(sc, host)
     except scenarios.ScenarioError:
-        return f"not driven by fk ({sc.family} model: fk's {host} driver runs token generation only)"
+        what = "token generation and sentence embeddings" if host == "vllm" else "token generation"
+        return f"not driven by fk ({sc.family} model: fk's {host} driver runs {what} only)"
     return "not run yet"
 
 

@@ -39,3 +39,10 @@ def test_the_stand_in_tokenizer_maps_token_i_to_id_i_with_the_models_special_ids
         assert tok("<7> <39>", add_special_tokens=False)["input_ids"] == [7, 39]
     finally:
         pooling.remove(folder)
+
+
+def test_a_late_interaction_model_is_not_taken_for_a_sentence_embedder():
+    sc = scenarios.load("fk46-colbertv2")
+    with pytest.raises(scenarios.ScenarioError, match="late-interaction"):
+        scenarios.check_runnable(sc, "vllm")
+    scenarios.check_runnable(scenarios.load("fk46-bge-m3"), "vllm")
