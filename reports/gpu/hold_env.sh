@@ -8,3 +8,9 @@ export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sg
 REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/$HOLD_ISSUE/$ENGINE; MODELS=/tmp/fk-models
 mkdir -p "$W"
 FK="python3 -m fk_adapters.cli.main"
+
+# `pack`: this issue's work folder for ENGINE (no weights, no raw traces) into $OUT, which the device tool brings back
+hold_pack() {
+  mkdir -p "${OUT:?}" && tar czf "$OUT/$HOLD_ISSUE-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
+    -C "$ROOT/$HOLD_ISSUE" "$ENGINE" && ls -la "$OUT"
+}

@@ -55,8 +55,6 @@ case $1 in
     done
     $FK coverage --results "$W/fk46" --out "$W/fk46" 2>&1 | tail -2
     echo "=== all done" ;;
-  pack)
-    mkdir -p "${OUT:?}" && tar czf "$OUT/i29-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
-      -C "$ROOT/i29" "$ENGINE" && ls -la "$OUT" ;;
+  pack) hold_pack ;;
   *) echo "usage: issue29.sh ENGINE runs|pack"; exit 2 ;;
 esac

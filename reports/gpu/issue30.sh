@@ -79,8 +79,6 @@ case $1 in
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
     done
     echo "=== all done" ;;
-  pack)
-    mkdir -p "${OUT:?}" && tar czf "$OUT/i30-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
-      -C "$ROOT/i30" "$ENGINE" && ls -la "$OUT" ;;
+  pack) hold_pack ;;
   *) echo "usage: issue30.sh ENGINE runs|pack"; exit 2 ;;
 esac

@@ -50,8 +50,6 @@ case $1 in
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
     done
     echo "=== all done" ;;
-  pack)
-    mkdir -p "${OUT:?}" && tar czf "$OUT/i33-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
-      -C "$ROOT/i33" "$ENGINE" && ls -la "$OUT" ;;
+  pack) hold_pack ;;
   *) echo "usage: issue33.sh ENGINE runs|pack"; exit 2 ;;
 esac
