@@ -50,7 +50,7 @@ ALL_REDUCE = Slot(
                  "groups (unique_name 'tp:*'), which vLLM's all_reduce op runs on every platform; other groups "
                  "(pipeline, data, expert parallel) stay stock, counted",),
         "sglang": ("GroupCoordinator.all_reduce (sglang.srt.distributed.parallel_state) of the tensor-parallel "
-                   "groups (unique_name 'tp*'), AROUND hook; other groups stay stock, counted",),
+                   "groups ('tp', 'attention_tp', 'moe_tp'), AROUND hook; other groups stay stock, counted",),
     },
     not_entered={"transformers": "one process, no tensor parallelism"},
 )
