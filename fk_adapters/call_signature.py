@@ -22,8 +22,8 @@ def describe(args) -> list:
                         "stride": list(a.stride())})
         elif a is None:
             out.append(None)
-        elif isinstance(a, str) and groups.find(a) is not None:
-            out.append({"value": a, "world_size": groups.find(a).world_size})
+        elif isinstance(a, str) and (group := groups.find(a)) is not None:
+            out.append({"value": a, "world_size": group.world_size})
         else:
             out.append({"value": a})
     return out

@@ -114,7 +114,8 @@ def world(xs: list, timeout_s: float = 120.0) -> str:
 def run_as_every_rank(fn, args: tuple):
     """``fn(*args)``; where an argument names rank 0 of a :func:`world`, every other rank's call of ``fn`` runs beside
     it in a thread (its tensors as ``args[0]``'s dtype and device, fresh copies): rank 0's result."""
-    group = next((find(a) for a in args if isinstance(a, str) and find(a) is not None and find(a).peer_calls), None)
+    found = (find(a) for a in args if isinstance(a, str))
+    group = next((g for g in found if g is not None and g.peer_calls), None)
     if group is None:
         return fn(*args)
     errors: list[BaseException] = []
@@ -134,17 +135,15 @@ def run_as_every_rank(fn, args: tuple):
         t.start()
     try:
         out = fn(*args)
-    except threading.BrokenBarrierError:  # another rank failed first: its error is the one to tell
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0] from None
-        raise RuntimeError(f"the ranks of {group.name} did not all reach its collectives in time") from None
-    except BaseException:
+    except BaseException as exc:
         group.abort()
         for t in threads:
             t.join()
-        raise
+        if not isinstance(exc, threading.BrokenBarrierError):
+            raise
+        if errors:  # another rank failed first: its error is the one to tell
+            raise errors[0] from None
+        raise RuntimeError(f"the ranks of {group.name} did not all reach its collectives in time") from None
     for t in threads:
         t.join()
     if errors:

@@ -371,14 +371,23 @@ def _pooling_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int) -> 
     [inputs] batches) and, per batch size, its seeded sequences of ``seq_len`` token ids; perf as the transformers
     host's (items/s over ``iters`` calls per repeat, the latency of one)."""
     rng = random.Random(sc.seed)
-    batches = sorted({int(b) for b in sc.inputs.get("batches", [2])})
+    batches = _item_batches(sc)
     n = int(sc.inputs["seq_len"])
     seqs = {f"batch{b}": [_ids(rng, sc.prompt_vocab, n) for _ in range(b)] for b in batches}
-    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1),
-            "iters": max(1, TRANSFORMERS_ITERS // requests_divisor(quick)), "batches": batches}
     return {"model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": mode, "engine_args": dict(sc.engine),
             "family": sc.family, "pooling": {"correctness": seqs[f"batch{batches[0]}"], "batches": seqs},
-            "perf": perf}
+            "perf": _items_perf(sc, quick, batches)}
+
+
+def _item_batches(sc: Scenario) -> list[int]:
+    """The [inputs] batch sizes of a model whose item is not a token, smallest first."""
+    return sorted({int(b) for b in sc.inputs.get("batches", [2])})
+
+
+def _items_perf(sc: Scenario, quick: bool | int, batches: list[int]) -> dict:
+    """Items/s per batch size over ``iters`` calls per repeat (``driver_common.measure_items``)."""
+    return {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1),
+            "iters": max(1, TRANSFORMERS_ITERS // requests_divisor(quick)), "batches": batches}
 
 
 TRANSFORMERS_ITERS = 8  # forwards per timed throughput repeat of a non-LLM model (divided by --quick / --smoke)
@@ -391,15 +400,15 @@ def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:
     on a seeded batch (the smallest batch size) and items/s per batch size. ``library`` and ``architectures`` say
     which class the driver loads (another library's model: [model] class)."""
     rng = random.Random(sc.seed)
-    batches = sorted({int(b) for b in sc.inputs.get("batches", [2])})
+    batches = _item_batches(sc)
     archs = [sc.model["class"]] if sc.library != libraries.DEFAULT else list(sc.model["architectures"])
     job = {"engine": "transformers", "model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": "eager",
            "library": sc.library, "architectures": archs, "family": sc.family, "inputs": dict(sc.inputs)}
-    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1)}
     if sc.family != "llm":
         job["correctness_batch"] = batches[0]
-        job["perf"] = dict(perf, iters=max(1, TRANSFORMERS_ITERS // requests_divisor(quick)), batches=batches)
+        job["perf"] = _items_perf(sc, quick, batches)
         return job
+    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1)}
     if sc.correctness:
         tokens = build_job(sc, model_dir, "eager", quick)
         job.update({k: tokens[k] for k in ("correctness", "perf") if k in tokens})

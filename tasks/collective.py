@@ -43,7 +43,7 @@ ALL_REDUCE = Slot(
     cases=ALL_REDUCE_CASES,
     traffic=_all_reduce_traffic,
     growth=1,
-    untimed=("fk check runs it in one process playing every rank (a loopback group): it judges the result; the "
+    untimed=("fk check runs it in one process playing every rank (a thread per rank): it judges the result; the "
              "engine's collective and its speed exist only across real ranks, in an engine run"),
     entries={
         "vllm": ("GroupCoordinator._all_reduce_out_place (vllm.distributed.parallel_state) of the tensor-parallel "

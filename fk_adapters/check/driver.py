@@ -130,9 +130,9 @@ def compiled_baseline(slot, sig, native, eng, device, seed, scale, values) -> tu
 def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None, native=None) -> dict:
     row: dict = {"args": sig, "problems": [], "flags": [], "scales": {}}
     _scale_rounds(row, slot, sig, cand, eng, device, seed, values, cfg.get("rounds", 3))
+    if slot.untimed:
+        row["untimed"] = slot.untimed
     if row["problems"] or slot.untimed:
-        if slot.untimed:
-            row["untimed"] = slot.untimed
         return row
     base = scales.base(values)
     fns = {"candidate": cand, "engine": eng}

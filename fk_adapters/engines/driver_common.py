@@ -43,6 +43,9 @@ def checkpoint() -> None:
         print(f"fk: could not write {path}: {type(exc).__name__}: {exc}", flush=True)
 
 
+OUTPUTS_FILE = "outputs.safetensors"  # the correctness batch's outputs of a run that is not token generation
+
+
 def save_outputs(tensors: dict, name: str) -> str:
     """Save output tensors (safetensors) in the run's folder ($FK_RUN_DIR, else here); the file's absolute path."""
     from safetensors.torch import save_file
@@ -92,6 +95,26 @@ def measure(perf: dict, timed) -> dict:
                 timed(w["prompts"], w["output_len"])
             phase(f"latency {name}: {reps} repeats")
             out["latency"][name] = [{"latency_s": timed(w["prompts"], w["output_len"])[0]} for _ in range(reps)]
+            checkpoint()
+    return out
+
+
+def measure_items(perf: dict, timer) -> dict:
+    """Per batch size b of ``perf["batches"]``: items/s over ``iters`` calls per repeat, after warming up, and the
+    latency of one call. ``timer(b)`` -> ``timed(n)``: the seconds of n calls on that batch, the device synced."""
+    reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
+    with unfinished_perf() as out:
+        for b in perf["batches"]:
+            timed = timer(b)
+            for _ in range(warm):
+                timed(1)
+            rows = []
+            for i in range(reps):
+                phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
+                dt = timed(iters)
+                rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
+            out["throughput"][f"batch{b}"] = rows
+            out["latency"][f"batch{b}"] = [{"latency_s": timed(1)} for _ in range(reps)]
             checkpoint()
     return out
 

@@ -123,6 +123,14 @@ class Driver:
         self.sync()
         return time.perf_counter() - t0, out
 
+    def clocked_calls(self, n: int, fn, *args, **kwargs) -> float:
+        """Seconds of ``n`` calls of ``fn(*args, **kwargs)``, the device synced on both sides."""
+        def calls():
+            for _ in range(n):
+                fn(*args, **kwargs)
+
+        return self.clocked(calls)[0]
+
     @contextlib.contextmanager
     def off_clock(self):
         """Time spent in this block during ``start`` is not startup time."""

@@ -14,15 +14,15 @@ loader as one module whose call is one item (a diffusion model: its whole denois
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
 
 from fk_adapters import op_families
 from fk_adapters.engines import skeleton
-from fk_adapters.engines.driver_common import checkpoint, main, phase, save_outputs, unfinished_perf
+from fk_adapters.engines.driver_common import OUTPUTS_FILE, main, measure_items, phase, save_outputs
 
-OUTPUTS_FILE = "outputs.safetensors"
 REFERENCE_FILE = "reference.safetensors"
 
 
@@ -265,29 +265,11 @@ class ItemsDriver(TransformersDriver):
 
     def perf(self, job: dict) -> dict:
         """Per batch size: items/s over ``iters`` forwards per repeat, and the latency of one forward."""
-        perf = job["perf"]
-        reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
-        with unfinished_perf() as out:
-            for b in perf["batches"]:
-                x = batch(self.model, job, b, self.device)
-                for _ in range(warm):
-                    self._forwards(x, 1)
-                rows = []
-                for i in range(reps):
-                    phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
-                    dt = self._forwards(x, iters)
-                    rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
-                out["throughput"][f"batch{b}"] = rows
-                out["latency"][f"batch{b}"] = [{"latency_s": self._forwards(x, 1)} for _ in range(reps)]
-                checkpoint()
-        return out
+        return measure_items(job["perf"], lambda b: functools.partial(self._forwards, batch(self.model, job, b,
+                                                                                            self.device)))
 
     def _forwards(self, x: dict, n: int) -> float:
-        def forwards():
-            for _ in range(n):
-                self.model(**x)
-
-        return self.clocked(forwards)[0]
+        return self.clocked_calls(n, self.model, **x)
 
     def profile(self, job: dict) -> list[dict]:
         return self.profiled(lambda: self.model(**self.x))

@@ -8,12 +8,13 @@ timings and the evidence read from the workers.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 
 from fk_adapters.engines import skeleton
-from fk_adapters.engines.driver_common import checkpoint, main, phase, save_outputs, unfinished_perf
+from fk_adapters.engines.driver_common import OUTPUTS_FILE, main, measure_items, phase, save_outputs
 from fk_adapters.engines.vllm import compat, pooling
 
 
@@ -187,8 +188,12 @@ class VllmDriver(skeleton.Driver):
         return dt, sum(len(o.prompt_token_ids) for o in outs), sum(len(o.outputs[0].token_ids) for o in outs)
 
     def profile_steps(self, prompts: list, max_tokens: int) -> list[dict]:
+        return self._profiled(self._generate, prompts, _params(max_tokens))
+
+    def _profiled(self, fn, *args) -> list[dict]:
+        """The device kernels every worker ran during ``fn(*args)``."""
         self.llm.collective_rpc("fk_profile_start")
-        self._generate(prompts, _params(max_tokens))
+        fn(*args)
         return self.llm.collective_rpc("fk_profile_stop")
 
 
@@ -216,40 +221,23 @@ class VllmPoolingDriver(VllmDriver):
         outs = self.llm.embed(_prompts(seqs), use_tqdm=False)
         return torch.stack([torch.as_tensor(o.outputs.embedding, dtype=torch.float32) for o in outs])
 
-    def _embed_n(self, seqs: list, n: int) -> None:
-        for _ in range(n):
-            self._embed(seqs)
+    def _embed_n(self, seqs: list, n: int) -> float:
+        return self.clocked_calls(n, self._embed, seqs)
 
     def correctness(self, job: dict, res: dict) -> None:
         seqs = job["pooling"]["correctness"]
         phase(f"correctness: embeddings of a seeded batch of {len(seqs)}")
         emb = self._embed(seqs)
-        res.update(outputs_file=save_outputs({"embedding": emb}, pooling.OUTPUTS_FILE),
+        res.update(outputs_file=save_outputs({"embedding": emb}, OUTPUTS_FILE),
                    outputs={"embedding": list(emb.shape)})
 
     def perf(self, job: dict) -> dict:
         """Per batch size: items/s over ``iters`` embed calls per repeat, and the latency of one."""
-        perf = job["perf"]
-        reps, warm, iters = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("iters", 8)
-        with unfinished_perf() as out:
-            for b in perf["batches"]:
-                seqs = job["pooling"]["batches"][f"batch{b}"]
-                for _ in range(warm):
-                    self._embed(seqs)
-                rows = []
-                for i in range(reps):
-                    phase(f"throughput batch{b}: repeat {i + 1}/{reps}")
-                    dt = self.clocked(self._embed_n, seqs, iters)[0]
-                    rows.append({"elapsed_s": dt, "items": b * iters, "items_per_s": b * iters / dt})
-                out["throughput"][f"batch{b}"] = rows
-                out["latency"][f"batch{b}"] = [{"latency_s": self.clocked(self._embed, seqs)[0]} for _ in range(reps)]
-                checkpoint()
-        return out
+        return measure_items(job["perf"], lambda b: functools.partial(self._embed_n,
+                                                                      job["pooling"]["batches"][f"batch{b}"]))
 
     def profile(self, job: dict) -> list[dict]:
-        self.llm.collective_rpc("fk_profile_start")
-        self._embed(job["pooling"]["correctness"])
-        return self.llm.collective_rpc("fk_profile_stop")
+        return self._profiled(self._embed, job["pooling"]["correctness"])
 
 
 def run(job: dict) -> dict:

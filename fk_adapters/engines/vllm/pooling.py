@@ -13,8 +13,6 @@ import os
 import shutil
 import tempfile
 
-OUTPUTS_FILE = "outputs.safetensors"
-
 
 def tokenizer_dir(model_dir: str) -> str:
     """A new temporary folder holding the model's stand-in tokenizer (the caller removes it)."""
