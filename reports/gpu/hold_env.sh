@@ -4,6 +4,8 @@ set -u
 HOLD_ISSUE=$1; ENGINE=$2
 export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
 export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
+# NVLink multicast stays off on the lent multi-GPU hosts (it can take a shared host's GPUs out of service)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
 REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/$HOLD_ISSUE/$ENGINE; MODELS=/tmp/fk-models
 mkdir -p "$W"

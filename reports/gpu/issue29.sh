@@ -13,10 +13,11 @@
 #   check     the Triton and passthrough gemm / fused_moe against the engine's own kernels on those shapes
 #   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, $AB_INTERLEAVE rounds: default
 #             2; 0: one engine process a side)
-#   wrong     fk-wrong's wrong-moe, then wrong-gemm, against ab's baseline runs: both must FAIL
+#   wrong     fk-wrong's $WRONG (default wrong-moe, then wrong-gemm), correctness only, against ab's baseline runs
+#             where ab ran in this hold (else its own): each must FAIL
 #   tfx       (vllm's site only) fk-vllm-moe, vLLM's Triton fused MoE, in the transformers host on tiny-mixtral
 . "$(dirname "$0")/hold_env.sh" i29 "$1"; shift
-SC=fk46-mixtral
+SC=${SC:-fk46-mixtral}
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900"
 
 case $1 in
@@ -43,9 +44,9 @@ case $1 in
         ab)
           $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered --out "$W/ab-triton" ;;
         wrong)
-          for p in wrong-moe wrong-gemm; do
-            $RUN --plugins $p --scenario $SC --smoke --correctness-only --baseline-from "$W/ab-triton" --allow-uncovered \
-              --out "$W/ab-$p"
+          BASE=(); [ -d "$W/ab-triton" ] && BASE=(--baseline-from "$W/ab-triton")  # else its own baseline runs
+          for p in ${WRONG:-wrong-moe wrong-gemm}; do
+            $RUN --plugins $p --scenario $SC --smoke --correctness-only "${BASE[@]}" --allow-uncovered --out "$W/ab-$p-$SC"
           done ;;
         tfx)
           [ "$ENGINE" = vllm ] && $FK run --engine transformers --plugins vllm-moe --scenario tiny-mixtral \

@@ -10,6 +10,7 @@
 #   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: attention enters and runs
 #   capture   $CAPTURE (default fk46-llama-3.1) served eagerly, --smoke, --profile: slot calls, shapes, coverage
 #   check     the Triton and passthrough paged_attention and gemm against the engine's own kernels on those shapes
+#             ($WORKLOAD: another capture's file)
 #   ab        the Triton plugin A/B on $SC (default fk46-llama-3.1; --smoke, compiled + graphs, $AB_INTERLEAVE rounds)
 #   wrong     fk-wrong's wrong-attention (eager: not graph safe) and wrong-gemm, correctness only: both must FAIL
 #   pass      the passthrough plugin against ab's baseline (correctness only): must PASS with its natives proven
@@ -29,7 +30,7 @@ case $1 in
       echo "=== $step $(date -u +%H:%M:%S)"
       case $step in
         gputests)
-          (cd "$REPO" && python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_attention.py tests/plugins/test_triton_linear_attention.py \
+          (cd "$REPO" && timeout ${GPUTESTS_S:-600} python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_attention.py tests/plugins/test_triton_linear_attention.py \
             "tests/engines/$ENGINE" -k "${GPUTESTS_K:-natives or test_triton_attention or linear}" 2>&1 | tail -30) \
             > "$W/gputests.txt"
           tail -3 "$W/gputests.txt" ;;
@@ -43,7 +44,7 @@ case $1 in
           $FK coverage --results "$W/fk46" --out "$W/fk46" | tail -1 ;;
         check)
           $FK check --engine "$ENGINE" --plugins triton,passthrough --slots paged_attention,gemm \
-            --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-8} --timeout 600 --out "$W/check" ;;
+            --workload "${WORKLOAD:-$W/fk46/$SC/$ENGINE.json}" --max-shapes ${MAX_SHAPES:-8} --timeout 600 --out "$W/check" ;;
         ab)
           $RUN --plugins triton --scenario "$SC" --smoke --interleave ${AB_INTERLEAVE:-0} --out "$W/ab-triton" ;;
         wrong)

@@ -32,7 +32,7 @@ case $1 in
             --out "$W/suite-fk46-llm" 2> "$W/suite-fk46-llm.time" | tail -3
           grep -E "Elapsed|Maximum resident" "$W/suite-fk46-llm.time" ;;
         adapter)
-          for S in llama31-8b-decode llama31-8b-4l-prefill; do
+          for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
             $RUN --aa --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-aa-$S" | tail -1
             $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-pass-$S" | tail -1
           done ;;
