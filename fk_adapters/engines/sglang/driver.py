@@ -50,6 +50,8 @@ def engine_kwargs(job: dict) -> tuple[dict, list[str]]:
     if spec:  # ServerArgs' speculative_* (SGLang 0.5.x); a scenario's own engine_args["sglang"] win
         for key, value in speculative_args(spec).items():
             kw.setdefault(key, value)
+    if int(kw.get("tp_size") or 1) > 1:  # as vLLM's driver: the fused all-reduce + RMSNorm bypasses both slots
+        kw.setdefault("enforce_disable_flashinfer_allreduce_fusion", True)
     # fk sends token ids only: without this SGLang loads a VLM's HF processor, which needs files fk never writes
     kw.setdefault("enable_multimodal", False)
     if job.get("mode", "eager") == "eager":

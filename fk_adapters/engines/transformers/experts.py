@@ -54,7 +54,7 @@ def layout(m, gated) -> Layout | str:
     ("gelu_and_mul", (approximate,)) for an activation module, None for any other."""
     if not m.has_gate:
         return "no gate projection (has_gate=False)"
-    if m._is_expert_parallel:
+    if getattr(m, "_is_expert_parallel", False):  # set by transformers 5.19's experts init, absent in 5.17's
         return "expert parallel (ids local to this rank)"
     ps = [getattr(m, n, None) for n in ("gate_up_proj", "down_proj")]
     if not all(isinstance(p, torch.Tensor) and p.dim() == 3 and p.is_floating_point() for p in ps):

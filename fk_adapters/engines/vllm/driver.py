@@ -57,6 +57,8 @@ def engine_args(job: dict, fk_attention: bool = False) -> dict:
     # Every repeat sends the same prompts: with prefix caching a timed repeat would skip its prefills (FastKernels
     # measures with it off too). A scenario may turn it on in its [engine] table.
     args.setdefault("enable_prefix_caching", False)
+    if int(args.get("tensor_parallel_size") or 1) > 1:
+        args["compilation_config"] = without_allreduce_fusion(args.get("compilation_config"))
     spec = job.get("speculative")
     if spec:  # keys of vLLM's SpeculativeConfig (0.26 and 0.32 alike)
         cfg = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
@@ -68,6 +70,18 @@ def engine_args(job: dict, fk_attention: bool = False) -> dict:
     if overrides is not None:
         args.setdefault("hf_overrides", overrides)
     return args
+
+
+def without_allreduce_fusion(compilation_config: dict | None) -> dict:
+    """``compilation_config`` with vLLM's all-reduce + RMSNorm fusion off unless the scenario set it.
+
+    The fused op (FlashInfer's) replaces the all-reduce and the norm after it, so neither the all_reduce nor the
+    rms_norm slot would see those calls; and its default backend on one node (mnnvl) needs NVLink multicast, which
+    shared hosts turn off: vLLM 0.26 at TP=2 then hit an illegal memory access in its CUDA graph capture."""
+    cc = dict(compilation_config or {})
+    cc["pass_config"] = dict(cc.get("pass_config") or {})
+    cc["pass_config"].setdefault("fuse_allreduce_rms", False)
+    return cc
 
 
 def routes_attention() -> bool:

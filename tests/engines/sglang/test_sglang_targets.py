@@ -391,6 +391,15 @@ def test_driver_engine_kwargs_translate_and_pass_through():
     assert ignored == ["enforce_eager"]
     kw, _ = driver.engine_kwargs(dict(job, mode="compiled"))
     assert "disable_cuda_graph" not in kw
+    assert "enforce_disable_flashinfer_allreduce_fusion" not in kw
+
+
+def test_driver_turns_the_flashinfer_allreduce_fusion_off_under_tensor_parallelism():
+    job = {"model_dir": "/m", "dtype": "bfloat16", "engine_args": {"tensor_parallel_size": 2}}
+    assert driver.engine_kwargs(job)[0]["enforce_disable_flashinfer_allreduce_fusion"] is True
+    own = dict(job, engine_args={"tensor_parallel_size": 2,
+                                 "sglang": {"enforce_disable_flashinfer_allreduce_fusion": False}})
+    assert driver.engine_kwargs(own)[0]["enforce_disable_flashinfer_allreduce_fusion"] is False
 
 
 def test_driver_turns_the_radix_cache_off_unless_the_scenario_turns_prefix_caching_on():

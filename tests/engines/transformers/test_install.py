@@ -411,3 +411,14 @@ def test_fused_moe_native_runs_the_reference_for_weights_no_module_owns():
         assert torch.equal(natives.fused_moe(*own), type(m).forward(m, x, idx, w))
         copied = (x, m.gate_up_proj.clone(), *own[2:])
         assert torch.equal(natives.fused_moe(*copied), s.reference(*copied))
+
+
+def test_experts_without_the_expert_parallel_flag_route():
+    """transformers 5.17 (the GPU machine's) sets no ``_is_expert_parallel`` on an experts module: not parallel."""
+    from fk_adapters.engines.transformers import experts
+
+    model = moe_model("MixtralForCausalLM")
+    m = model.model.layers[0].mlp.experts
+    vars(m).pop("_is_expert_parallel", None)
+    assert not hasattr(m, "_is_expert_parallel")
+    assert isinstance(experts.layout(m, lambda act: ("silu_and_mul", ())), experts.Layout)

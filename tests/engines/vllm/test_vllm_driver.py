@@ -71,3 +71,14 @@ def test_speculative_runtime_reads_the_resolved_config_and_acceptance():
                                   "accepted_per_position": [3, 1, 0]}}
     assert driver.speculative_runtime(_fake_llm(cfg, None))["acceptance"].startswith("unavailable")
     assert driver.speculative_runtime(_fake_llm(None, [])) == {"enabled": False}
+
+
+def test_tensor_parallel_turns_the_allreduce_rms_fusion_off_unless_the_scenario_sets_it():
+    assert "compilation_config" not in driver.engine_args({"engine_args": {"tensor_parallel_size": 1}})
+    tp = {"engine_args": {"tensor_parallel_size": 2, "compilation_config": {"cudagraph_capture_sizes": [1, 2]}}}
+    assert driver.engine_args(tp)["compilation_config"] == {
+        "cudagraph_capture_sizes": [1, 2], "pass_config": {"fuse_allreduce_rms": False}}
+    own = {"engine_args": {"tensor_parallel_size": 2,
+                           "compilation_config": {"pass_config": {"fuse_allreduce_rms": True}}}}
+    assert driver.engine_args(own)["compilation_config"]["pass_config"] == {"fuse_allreduce_rms": True}
+    assert own["engine_args"]["compilation_config"] == {"pass_config": {"fuse_allreduce_rms": True}}  # not mutated
