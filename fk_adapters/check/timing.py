@@ -2,7 +2,9 @@
 
 On CUDA every call is timed with device events on the current stream, from an idle device,
 after the L2 cache is flushed (a buffer twice its size is overwritten) and behind a short GPU
-spin that hides the host's launch work: the device time, what a call costs under CUDA graphs.
+spin that hides the host's launch work: the device time, what a call costs under CUDA graphs. The spin is
+lengthened for a function whose launch (measured in its warm-up) outlasts the base spin, as an engine's MoE
+dispatch can.
 The host time of each call (launch work, the cost in eager mode) is kept beside it. On CPU,
 ``perf_counter`` (not a performance claim). The clock functions are the ones saved before any
 plugin was imported.
@@ -15,6 +17,7 @@ import statistics
 
 class Clock:
     SPIN_CYCLES = 500_000  # about 0.25-0.35 ms of GPU clock: covers any launch not itself suspect
+    MAX_SPINS = 64  # a launch longer than ~20 ms stays uncovered (and flagged)
 
     def __init__(self, device: str, saved: dict):
         import torch
@@ -31,16 +34,23 @@ class Clock:
         if self.flush_buf is not None:
             self.saved["torch.Tensor.zero_"](self.flush_buf)
 
-    def _spin(self) -> None:
-        self.saved["torch.cuda._sleep"](self.SPIN_CYCLES)
+    def _spin(self, spins: int = 1) -> None:
+        self.saved["torch.cuda._sleep"](self.SPIN_CYCLES * spins)
+
+    def spins_for(self, host_s: float) -> int:
+        """How many base spins hide a launch of ``host_s`` seconds with half of it to spare (at least one)."""
+        if not self.spin_s:
+            return 1
+        return max(1, min(self.MAX_SPINS, math.ceil(1.5 * host_s / self.spin_s)))
 
     def sync(self) -> None:
         if self.device == "cuda":
             self.saved["torch.cuda.synchronize"]()
 
-    def time_calls(self, calls, host: list | None = None) -> list[float]:
+    def time_calls(self, calls, host: list | None = None, spins: list[int] | None = None) -> list[float]:
         """Seconds of each ``fn(*args)`` in ``calls``, each after an L2 flush; on CUDA the device
-        time, with the host seconds of each call appended to ``host`` if given."""
+        time behind ``spins[i]`` base spins (one each by default), with the host seconds of each call appended to
+        ``host`` if given."""
         now = self.saved["time.perf_counter"]
         if self.device != "cuda":
             out = []
@@ -51,11 +61,11 @@ class Clock:
             return out
         event = self.saved["torch.cuda.Event"]
         marks = []
-        for fn, args in calls:
+        for i, (fn, args) in enumerate(calls):
             self.sync()  # nothing of the previous call (host or device) overlaps this one
             self.flush()
             if self.spin_s:
-                self._spin()  # the device is busy while the host launches fn
+                self._spin(spins[i] if spins else 1)  # the device is busy while the host launches fn
             start, end = event(enable_timing=True), event(enable_timing=True)
             start.record()
             t0 = now()
@@ -84,26 +94,32 @@ class Clock:
         return wall / max(start.elapsed_time(end) / 1e3, 1e-9)
 
 
-def bench_pair(clock: Clock, fns: dict, sets: list[tuple], warmup: int, repeats: int) -> tuple[dict, dict]:
+def bench_pair(clock: Clock, fns: dict, sets: list[tuple], warmup: int, repeats: int) -> tuple[dict, dict, dict]:
     """Interleave the candidates call by call (order alternating), each on the next input buffer.
 
-    Returns (timed seconds, host seconds) per name; host seconds only on CUDA."""
+    Returns (timed seconds, host seconds, the spin each was timed behind in seconds) per name; host seconds only on
+    CUDA. Each name's spin covers its warm-up launches' median host time."""
     names = list(fns)
+    now = clock.saved["time.perf_counter"]
+    launch: dict[str, list[float]] = {n: [] for n in names}
     for w in range(warmup):
         for name in names:
+            t0 = now()
             fns[name](*sets[w % len(sets)])
-    clock.sync()
+            launch[name].append(now() - t0)
+            clock.sync()
+    spins = {n: clock.spins_for(statistics.median(launch[n])) if launch[n] else 1 for n in names}
     times: dict[str, list[float]] = {n: [] for n in names}
     host: dict[str, list[float]] = {n: [] for n in names}
     for i in range(repeats):
         order = names if i % 2 == 0 else names[::-1]
         spent: list[float] = []
-        got = clock.time_calls([(fns[n], sets[i % len(sets)]) for n in order], spent)
+        got = clock.time_calls([(fns[n], sets[i % len(sets)]) for n in order], spent, [spins[n] for n in order])
         for n, t in zip(order, got):
             times[n].append(t)
         for n, t in zip(order, spent):
             host[n].append(t)
-    return times, host
+    return times, host, {n: spins[n] * clock.spin_s for n in names}
 
 
 def buffer_sets(total_bytes: int, flush_bytes: int, lo: int = 2, hi: int = 16) -> int:

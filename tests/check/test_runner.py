@@ -108,6 +108,9 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
     assert {s["slot"] for s in res["slots"]} == set(vllm_slots)
     for s in res["slots"]:
         assert s["status"] == "PASSED" and all(not r["problems"] for r in s["shapes"])
+        if SLOTS[s["slot"]].untimed:  # all_reduce: judged on a world of threads, its speed exists only across ranks
+            assert s["geomean_speedup"] is None
+            continue
         assert s["geomean_speedup"] is not None and math.isfinite(s["geomean_speedup"])
         compiles = s["slot"] in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
         assert s["compiled_baseline"]["compiles"] is compiles, s["compiled_baseline"]
