@@ -22,6 +22,39 @@ def collect(roots: list[str]) -> list[dict]:
     return [newest[k] for k in sorted(newest)]
 
 
+def collect_served(roots: list[str]) -> list[dict]:
+    """Per (scenario, engine, mode), the newest profiled `fk run` under ``roots`` as served: the stock side's device
+    time per op family in its profiled step, and the slots any plugin's side proved it ran in that scenario there."""
+    newest: dict[tuple[str, str, str], dict] = {}
+    proven: dict[tuple[str, str, str], set] = {}
+    for path, res in results_files.json_objects(roots):
+        if res.get("kind") != "run" or res.get("aa"):
+            continue
+        for row in res.get("scenarios") or []:
+            split = row.get("time_split") or {}
+            families = {f["family"]: f["baseline_us"] for f in split.get("families") or []}
+            if not split.get("baseline_us") or not families:
+                continue
+            slots = ((row.get("evidence") or {}).get("slots")) or {}
+            entry = {"scenario": row["scenario"], "engine": res.get("engine", "?"), "mode": res.get("mode", "?"),
+                     "device": res.get("device", "?"),
+                     "created": res.get("created", ""), "path": path, "step_us": split["baseline_us"],
+                     "family_us": families, "exercised": sorted(n for n, e in slots.items()
+                                                                if e.get("status") == "exercised")}
+            key = (entry["scenario"], entry["engine"], entry["mode"])
+            proven.setdefault(key, set()).update(entry["exercised"])
+            if key not in newest or entry["created"] > newest[key]["created"]:
+                newest[key] = entry
+    return [dict(newest[k], exercised=sorted(proven[k])) for k in sorted(newest)]
+
+
+def served_share(run: dict) -> float:
+    """The share of the stock step's device time in catalog families whose slots the plugin's side exercised."""
+    covered = sum(us for fam, us in run["family_us"].items()
+                  if set(op_families.SLOT_FAMILIES.get(fam, ())) & set(run["exercised"]))
+    return covered / run["step_us"]
+
+
 NOT_ROUTED = " (catalog family, its slot not called here)"
 
 
@@ -62,8 +95,26 @@ def uncovered_ranking(captures: list[dict]) -> list[tuple[str, float, int]]:
     return sorted(ranked, key=lambda r: -r[1])
 
 
-def render(captures: list[dict], command: str = "") -> tuple[str, dict]:
-    """(markdown, JSON) of the coverage matrix and the ranking."""
+def render_served(runs: list[dict]) -> list[str]:
+    """Markdown lines: the device time in catalog slots as each engine serves (``collect_served``)."""
+    if not runs:
+        return []
+    rows = []
+    for r in runs:
+        outside = sorted(((us, f) for f, us in r["family_us"].items()
+                          if not set(op_families.SLOT_FAMILIES.get(f, ())) & set(r["exercised"])), reverse=True)
+        rows.append([r["scenario"], r["engine"], r["device"], r["mode"], f"{r['step_us']:.0f}", f"{100 * served_share(r):.1f}%",
+                     ", ".join(f"{f} {100 * us / r['step_us']:.1f}%" for us, f in outside[:3] if us) or "-"])
+    return ["", "## As served", "",
+            "The stock side's profiled step of the newest `fk run` in the mode it ran (compiled + CUDA graphs fuse "
+            "what eager leaves apart): the share of its device time in catalog families whose slots a plugin's "
+            "side of some `fk run` of the scenario, engine and mode exercised.", "",
+            tabulate(rows, headers=["scenario", "engine", "device", "mode", "step device µs", "device time in catalog slots",
+                                    "largest outside"], tablefmt="github")]
+
+
+def render(captures: list[dict], command: str = "", served: list[dict] | None = None) -> tuple[str, dict]:
+    """(markdown, JSON) of the coverage matrix, the ranking and the as-served shares."""
     slots = list(SLOTS)
     lines = ["# Slot coverage, measured", "",
              f"- fk {__version__}, created {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
@@ -80,6 +131,7 @@ def render(captures: list[dict], command: str = "") -> tuple[str, dict]:
                     + [f"{100 * in_catalog:.1f}%" if shares else "-"])
     lines += ["", tabulate(rows, headers=["scenario", "engine", "device", *slots, "device time in catalog slots"],
                            tablefmt="github")]
+    lines += render_served(served or [])
     ranking = uncovered_ranking(captures)
     if ranking:
         lines += ["", "## Where the catalog should grow", "",
@@ -91,5 +143,6 @@ def render(captures: list[dict], command: str = "") -> tuple[str, dict]:
             "captures": [{"scenario": c["scenario"], "engine": c.get("engine"), "device": c.get("device"),
                           "path": c["path"], "total_calls": c.get("total_calls", {}),
                           "op_shares": op_shares(c)} for c in captures],
-            "uncovered_ranking": [{"family": f, "mean_share": m, "runs": n} for f, m, n in ranking]}
+            "uncovered_ranking": [{"family": f, "mean_share": m, "runs": n} for f, m, n in ranking],
+            "served": [dict(r, share=served_share(r)) for r in served or []]}
     return "\n".join(lines) + "\n", data

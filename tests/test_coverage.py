@@ -38,3 +38,29 @@ def test_shares_are_sorted_again_from_kernel_times_where_the_capture_kept_them()
     assert coverage.op_shares(kept) == {"moe": 0.5, "gemm": 0.5}
     assert coverage.op_shares({"profile": {"op_shares": stale}}) == stale
     assert coverage.op_shares({}) == {}
+
+
+def _run(path, created, plugin_slots, families, aa=False):
+    row = {"scenario": "m", "time_split": {"baseline_us": sum(families.values()),
+                                           "families": [{"family": f, "baseline_us": us} for f, us in families.items()]},
+           "evidence": {"slots": {s: {"status": st} for s, st in plugin_slots.items()}}}
+    res = {"kind": "run", "engine": "vllm", "device": "cuda", "mode": "compiled", "created": created, "aa": aa,
+           "scenarios": [row]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res))
+
+
+def test_as_served_shares_come_from_the_stock_step_and_the_slots_any_plugin_proved(tmp_path):
+    fams = {"gemm": 60.0, "moe": 30.0, "attention": 6.0, "copy / elementwise": 4.0}
+    _run(tmp_path / "a" / "results.json", "2026-01-01",
+         {"gemm": "exercised", "fused_moe": "exercised", "silu_and_mul": "n/a"}, fams)
+    _run(tmp_path / "b" / "results.json", "2026-02-01", {"gemm": "exercised", "fused_moe": "not exercised"},
+         dict(fams, gemm=50.0))
+    _run(tmp_path / "c" / "results.json", "2026-03-01", {"gemm": "exercised"}, fams, aa=True)  # an A/A: left out
+    runs = coverage.collect_served([str(tmp_path)])
+    assert len(runs) == 1 and runs[0]["step_us"] == 90.0  # the newest run's step
+    assert runs[0]["exercised"] == ["fused_moe", "gemm"]  # proven in some run of the scenario
+    assert coverage.served_share(runs[0]) == (50.0 + 30.0) / 90.0
+    text, data = coverage.render([], served=runs)
+    assert "## As served" in text and "88.9%" in text and "attention 6.7%" in text
+    assert data["served"][0]["share"] == (50.0 + 30.0) / 90.0

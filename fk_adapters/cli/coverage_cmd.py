@@ -11,7 +11,8 @@ from fk_adapters.cli.errors import UsageError
 def add_parser(sub):
     p = sub.add_parser("coverage", help="which slots each scenario's run exercised, and where the catalog should grow")
     p.add_argument("--results", action="append", default=None, metavar="DIR",
-                   help="where to look for fk capture workload files (repeatable; default: reports)")
+                   help="where to look for fk capture workload files and profiled fk run results "
+                        "(repeatable; default: reports)")
     p.add_argument("--out", help="write coverage.md and coverage.json into this directory (default: print markdown)")
     return p
 
@@ -22,10 +23,11 @@ def run(args) -> int:
     if args.out:
         common.check_writable_dir(args.out)
     roots = args.results or ["reports"]
-    captures = coverage.collect(roots)
-    if not captures:
-        raise UsageError(f"no fk capture workload file under {', '.join(roots)} (run fk capture first)")
-    text, data = coverage.render(captures, common.command_line())
+    captures, served = coverage.collect(roots), coverage.collect_served(roots)
+    if not captures and not served:
+        raise UsageError(f"no fk capture workload file nor profiled fk run under {', '.join(roots)} "
+                         "(run fk capture first)")
+    text, data = coverage.render(captures, common.command_line(), served)
     if not args.out:
         print(text, end="")
         return 0
@@ -34,5 +36,5 @@ def run(args) -> int:
         json.dump(data, f, indent=1)
     with open(os.path.join(args.out, "coverage.md"), "w") as f:
         f.write(text)
-    print(f"wrote {os.path.join(args.out, 'coverage.md')} ({len(captures)} capture(s))")
+    print(f"wrote {os.path.join(args.out, 'coverage.md')} ({len(captures)} capture(s), {len(served)} profiled run(s))")
     return 0
