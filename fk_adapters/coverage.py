@@ -103,14 +103,15 @@ def render_served(runs: list[dict]) -> list[str]:
     for r in runs:
         outside = sorted(((us, f) for f, us in r["family_us"].items()
                           if not set(op_families.SLOT_FAMILIES.get(f, ())) & set(r["exercised"])), reverse=True)
-        rows.append([r["scenario"], r["engine"], r["device"], r["mode"], f"{r['step_us']:.0f}", f"{100 * served_share(r):.1f}%",
+        rows.append([r["scenario"], r["engine"], r["device"], r["mode"], f"{r['step_us']:.0f}",
+                     f"{100 * served_share(r):.1f}%",
                      ", ".join(f"{f} {100 * us / r['step_us']:.1f}%" for us, f in outside[:3] if us) or "-"])
     return ["", "## As served", "",
             "The stock side's profiled step of the newest `fk run` in the mode it ran (compiled + CUDA graphs fuse "
             "what eager leaves apart): the share of its device time in catalog families whose slots a plugin's "
             "side of some `fk run` of the scenario, engine and mode exercised.", "",
-            tabulate(rows, headers=["scenario", "engine", "device", "mode", "step device µs", "device time in catalog slots",
-                                    "largest outside"], tablefmt="github")]
+            tabulate(rows, headers=["scenario", "engine", "device", "mode", "step device µs",
+                                    "device time in catalog slots", "largest outside"], tablefmt="github")]
 
 
 def render(captures: list[dict], command: str = "", served: list[dict] | None = None) -> tuple[str, dict]:

@@ -41,8 +41,8 @@ def test_shares_are_sorted_again_from_kernel_times_where_the_capture_kept_them()
 
 
 def _run(path, created, plugin_slots, families, aa=False):
-    row = {"scenario": "m", "time_split": {"baseline_us": sum(families.values()),
-                                           "families": [{"family": f, "baseline_us": us} for f, us in families.items()]},
+    split = [{"family": f, "baseline_us": us} for f, us in families.items()]
+    row = {"scenario": "m", "time_split": {"baseline_us": sum(families.values()), "families": split},
            "evidence": {"slots": {s: {"status": st} for s, st in plugin_slots.items()}}}
     res = {"kind": "run", "engine": "vllm", "device": "cuda", "mode": "compiled", "created": created, "aa": aa,
            "scenarios": [row]}
