@@ -11,6 +11,7 @@
 #   capture   $CAPTURE (default fk46-mixtral fk46-llama-3.1) served eagerly with --smoke workloads and --profile:
 #             each slot's calls and shapes, and device time per op family (coverage)
 #   check     the Triton and passthrough gemm / fused_moe against the engine's own kernels on those shapes
+#             ($WORKLOAD: another capture's file)
 #   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, $AB_INTERLEAVE rounds: default
 #             2; 0: one engine process a side)
 #   wrong     fk-wrong's $WRONG (default wrong-moe, then wrong-gemm), correctness only, against ab's baseline runs
@@ -40,7 +41,7 @@ case $1 in
           done ;;
         check)
           $FK check --engine "$ENGINE" --plugins triton,passthrough --slots gemm,fused_moe \
-            --workload "$W/fk46/$SC/$ENGINE.json" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
+            --workload "${WORKLOAD:-$W/fk46/$SC/$ENGINE.json}" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
         ab)
           $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered --out "$W/ab-triton" ;;
         wrong)

@@ -13,6 +13,7 @@
 #             ($WORKLOAD: another capture's file)
 #   ab        the Triton plugin A/B on $SC (default fk46-llama-3.1; --smoke, compiled + graphs, $AB_INTERLEAVE rounds)
 #   wrong     fk-wrong's wrong-attention (eager: not graph safe) and wrong-gemm, correctness only: both must FAIL
+#             (wrong-gemm and pass reuse the baseline runs of $AB_DIR, default ab's)
 #   pass      the passthrough plugin against ab's baseline (correctness only): must PASS with its natives proven
 #   linear    the linear-attention / SSM slots on each of $LINEAR (default fk46-mamba2 fk46-qwen3-next): capture with
 #             --profile (coverage), fk check of the slots on its shapes, the Triton A/B (compiled + graphs), fk-wrong's wrong-ssd / wrong-gdn (eager: not graph
@@ -50,10 +51,10 @@ case $1 in
         wrong)
           $RUN --plugins wrong-attention --scenario "$SC" --mode eager --smoke --correctness-only \
             --out "$W/ab-wrong-attention"
-          $RUN --plugins wrong-gemm --scenario "$SC" --smoke --correctness-only --baseline-from "$W/ab-triton" \
+          $RUN --plugins wrong-gemm --scenario "$SC" --smoke --correctness-only --baseline-from "${AB_DIR:-$W/ab-triton}" \
             --out "$W/ab-wrong-gemm" ;;
         pass)
-          $RUN --plugins passthrough --scenario "$SC" --smoke --correctness-only --baseline-from "$W/ab-triton" \
+          $RUN --plugins passthrough --scenario "$SC" --smoke --correctness-only --baseline-from "${AB_DIR:-$W/ab-triton}" \
             --out "$W/ab-passthrough" ;;
         linear)
           for L in ${LINEAR:-fk46-mamba2 fk46-qwen3-next}; do

@@ -17,7 +17,7 @@
 TP=${TP:-2}
 ROUNDS=${ROUNDS:-3}
 SCENARIOS=${SCENARIOS:-"fk46-llama-3.1-tp$TP fk46-mixtral-tp$TP"}
-RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 1200 --allow-uncovered"
+RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout ${TIMEOUT:-900} --allow-uncovered"
 
 case $1 in
   runs)

@@ -1,49 +1,59 @@
 #!/bin/bash
-# One hold of a 4-GPU machine (nvidia-h100-x4 / nvidia-h200-x4) with vLLM 0.26.0 staged: the issue scripts run side
-# by side, each in its own lane of GPUs (CUDA_VISIBLE_DEVICES; fk takes one lock per device set, and its GPU watcher
-# leaves out processes on the other lanes' GPUs). After ../shared/device/stage.py vllm and its install:
-#   bash reports/gpu/fk_gpu.sh vllm setup
-#   setsid nohup bash reports/gpu/lanes_x4.sh start > /tmp/fk-work/lanes.log 2>&1 < /dev/null &
+# One hold of a 4-GPU machine (nvidia-h100-x4 / nvidia-h200-x4): the issue scripts side by side, each lane on its own
+# GPUs (CUDA_VISIBLE_DEVICES; fk takes one lock per device set, and its GPU watcher leaves out processes on the other
+# lanes' GPUs). Stage vLLM, start its lanes, stage SGLang while they run, start SGLang's:
+#   (last vLLM part) bash reports/gpu/fk_gpu.sh vllm setup; setsid nohup bash reports/gpu/lanes_x4.sh vllm > /dev/null 2>&1 < /dev/null &
+#   (last SGLang part) bash reports/gpu/fk_gpu.sh sglang setup; setsid nohup bash reports/gpu/lanes_x4.sh sglang > /dev/null 2>&1 < /dev/null &
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
-# Lanes (each a queue; a lane's log is <issue work folder>/lane-<name>.log):
-#   A  GPU 0     issue 29: fk46-mixtral captured with --profile (coverage), gemm / fused_moe checked on its shapes,
-#                wrong-gemm and wrong-moe there (correctness only); wrong-gemm on fk46-llama-3.1; fk-vllm-moe in the
-#                transformers host
-#   B  GPU 1     issue 30: the linear-attention / SSM slots on fk46-mamba2 and fk46-qwen3-next (capture, check,
-#                Triton A/B, wrong, passthrough); paged_attention and gemm checked again on the committed
-#                fk46-llama-3.1 capture; the GPU tests of the new slots
-#   C  GPUs 2,3  issue 33 at TP=2 on fk46-llama-3.1-tp2 (Triton A/B, wrong-all-reduce, passthrough, capture, check);
-#                then issue 31's adapter cost, decode on GPU 2 and prefill on GPU 3, side by side
+# A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s.
+# vllm:
+#   V-A  GPU 0     issue 29: the Triton A/B on fk46-mixtral (compiled + graphs, float32 reference: a correct kernel's
+#                  error ratios on a MoE model), passthrough against its baseline; then issue 30 on fk46-qwen3-next
+#                  (capture, check, A/B, wrong-gdn, passthrough), paged_attention re-checked on the committed
+#                  fk46-llama-3.1 capture, the GPU tests
+#   V-C  GPUs 2,3  issue 33 at TP=2 on fk46-llama-3.1-tp2 (Triton A/B, wrong-all-reduce, passthrough, capture, check)
+# sglang:
+#   S-A  GPU 1     issue 29: fk46-llama-3.1 captured with --profile (coverage), the Triton A/B there, wrong-gemm, gemm and
+#                  fused_moe checked on the committed fk46-mixtral capture; then issue 30: paged_attention and gemm
+#                  checked on that llama capture, wrong-attention, wrong-gemm and passthrough against the A/B's baseline
+#   S-C  GPUs 2,3  issue 33 at TP=2 in SGLang, once V-C is done
+# Session 26 ran an earlier plan of this script (vLLM only; reports/gpu/s26-h200x4/README.md).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
 ROOT=/tmp/fk-work
 
-lane() {  # lane NAME ISSUE DEVICES [VAR=value ...] -- runs issueNN.sh vllm runs with those variables
-  local name=$1 issue=$2 devices=$3; shift 3
-  local log=$ROOT/i$issue/vllm/lane-$name.log
+lane() {  # lane NAME ISSUE ENGINE DEVICES [VAR=value ...]: runs issueNN.sh ENGINE runs with those variables
+  local name=$1 issue=$2 engine=$3 devices=$4; shift 4
+  local log=$ROOT/i$issue/$engine/lane-$name.log
   mkdir -p "$(dirname "$log")"
   echo "=== lane $name: issue $issue on GPUs $devices, $* ($(date -u +%H:%M:%S))" >> "$log"
-  env CUDA_VISIBLE_DEVICES="$devices" "$@" bash "$HERE/issue$issue.sh" vllm runs >> "$log" 2>&1
+  env CUDA_VISIBLE_DEVICES="$devices" "$@" bash "$HERE/issue$issue.sh" "$engine" runs >> "$log" 2>&1
 }
 
 case ${1:-} in
-  start)
-    LLAMA_CAPTURE=$(cd "$HERE/../.." && pwd)/reports/gpu/issue30-h100/vllm/fk46/fk46-llama-3.1/vllm.json
-    (lane A1 29 0 STEPS="capture check wrong" CAPTURE=fk46-mixtral WRONG="wrong-gemm wrong-moe"
-     lane A2 29 0 STEPS="wrong tfx" SC=fk46-llama-3.1 WRONG=wrong-gemm) &
-    (lane B 30 1 STEPS="linear check gputests" LINEAR="fk46-mamba2 fk46-qwen3-next" WORKLOAD="$LLAMA_CAPTURE"
-     GPUTESTS_S=300) &
-    (lane C 33 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0
-     lane C-decode 31 2 STEPS=adapter ADAPTER_SC=llama31-8b-decode ROUNDS=5 &
-     lane C-prefill 31 3 STEPS=adapter ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=5
-     wait) &
-    wait
-    echo "=== all lanes done $(date -u +%H:%M:%S)" ;;
+  vllm)
+    LLAMA=$REPO/reports/gpu/issue30-h100/vllm/fk46/fk46-llama-3.1/vllm.json
+    (lane V-A 29 vllm 0 STEPS="ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG=passthrough
+     lane V-A 30 vllm 0 STEPS="linear check gputests" LINEAR=fk46-qwen3-next WORKLOAD="$LLAMA" GPUTESTS_S=300) &
+    lane V-C 33 vllm 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0 &
+    wait ;;
+  sglang)
+    MIXTRAL=$REPO/reports/gpu/issue29-h100/sglang/fk46/fk46-mixtral/sglang.json
+    (lane S-A 29 sglang 1 STEPS="capture ab wrong check" SC=fk46-llama-3.1 CAPTURE=fk46-llama-3.1 AB_INTERLEAVE=0 \
+       WRONG=wrong-gemm WORKLOAD="$MIXTRAL"
+     lane S-A 30 sglang 1 STEPS="check wrong pass" SC=fk46-llama-3.1 AB_DIR=$ROOT/i29/sglang/ab-triton \
+       WORKLOAD=$ROOT/i29/sglang/fk46/fk46-llama-3.1/sglang.json) &
+    (while pgrep -f "issue33.sh vllm" > /dev/null; do sleep 10; done  # the TP GPUs are vLLM's until its lane ends
+     lane S-C 33 sglang 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0) &
+    wait ;;
   pack)
     for issue in 29 30 31 33; do
-      [ -d "$ROOT/i$issue/vllm" ] && (. "$HERE/hold_env.sh" "i$issue" vllm && hold_pack > /dev/null)
+      for engine in vllm sglang; do
+        [ -d "$ROOT/i$issue/$engine" ] && (. "$HERE/hold_env.sh" "i$issue" "$engine" && hold_pack > /dev/null)
+      done
     done
     ls -la "${OUT:?}"
-    tail -n 3 "$ROOT"/i*/vllm/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh start|pack"; exit 2 ;;
+    tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
+  *) echo "usage: lanes_x4.sh vllm|sglang|pack"; exit 2 ;;
 esac

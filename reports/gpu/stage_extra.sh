@@ -1,7 +1,7 @@
 #!/bin/bash
 # Wheels an engine needs on the GPU machine that ../shared/device/locks/ leaves out, listed in
 # reports/gpu/extra-ENGINE.txt: downloads them here and splits them into parts under .stage/extra-ENGINE/
-# (36 MiB each, to travel beside the working tree), and prints one GPU command per part.
+# (${PART_MIB:-24} MiB each, to travel beside the working tree: a call carries at most 64 MiB with it), and prints one GPU command per part.
 # `fk_gpu.sh ENGINE setup` joins the parts in /tmp/fkstage/extra-ENGINE and installs them into the engine's site.
 set -eu
 ENGINE=$1
@@ -13,7 +13,7 @@ grep -v '^#' "$LIST" | while read -r req; do
   [ -n "$req" ] || continue
   name=$(echo "${req%%==*}" | tr - _); version=${req##*==}
   whl=$(ls "$CACHE"/"$name"-"$version"-*.whl | head -1)
-  split -b 36m -d "$whl" "$DEST/$(basename "$whl").part"
+  split -b "${PART_MIB:-24}m" -d "$whl" "$DEST/$(basename "$whl").part"
 done
 for p in "$DEST"/*; do
   echo "send $p  then run: mkdir -p /tmp/fkstage/extra-$ENGINE && cp $p /tmp/fkstage/extra-$ENGINE/"
