@@ -48,7 +48,8 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
         try:
             watcher = gpu_share.Watcher(proc.pid).start() if watch_gpu else None
             marks: list[list] = []
-            timed_out = _follow(proc, log, echo, t0, t0 + timeout_s, marks)
+            stopped = _follow(proc, log, echo, t0, t0 + timeout_s, marks)
+            timed_out = bool(stopped)
             if timed_out:
                 _kill_tree(proc)
             proc.wait()
@@ -58,8 +59,10 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
             _kill_tree(proc)
             reapers.stop(reaper)
     wall = time.perf_counter() - t0
-    if timed_out:
+    if stopped == TIMEOUT:
         res = {"status": "timeout", "error": f"engine run exceeded {timeout_s:.0f} s and was killed"}
+    elif stopped:
+        res = {"status": "crashed", "error": stopped}
     elif os.path.exists(result_path):
         with open(result_path) as f:
             res = json.load(f)
@@ -84,24 +87,43 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
     return res
 
 
-def _follow(proc: subprocess.Popen, log, echo, t0: float, deadline: float, marks: list) -> bool:
-    """Copy the engine's output into its log until it ends (False) or the deadline passes (True), echoing its
-    [fk] progress lines and adding each to ``marks`` with when it arrived."""
+TIMEOUT = "timeout"
+# Lines after which no engine recovers: a CUDA context that took an illegal address, a process aborting, an engine
+# core or worker reported dead. Such an engine can hang in its teardown (a worker stuck on the broken context held two
+# GPUs for 16 minutes at TP=2); once one is logged and the output then stops for QUIET_AFTER_FATAL_S, fk kills it.
+FATAL = re.compile(r"CUDA error: an illegal (memory access|instruction)|^terminate called after throwing|"
+                   r"Worker failed with error|Engine core initialization failed|EngineDeadError|"
+                   r"CUDA error: unspecified launch failure")
+QUIET_AFTER_FATAL_S = 120.0
+
+
+def _follow(proc: subprocess.Popen, log, echo, t0: float, deadline: float, marks: list) -> str:
+    """Copy the engine's output into its log until it ends (""), the deadline passes (TIMEOUT) or it went quiet after
+    a fatal line (why, as a sentence), echoing its [fk] progress lines and adding each to ``marks`` with when it
+    arrived."""
     import selectors
 
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
+    fatal, last_line = "", time.perf_counter()
     while True:
-        left = deadline - time.perf_counter()
+        now = time.perf_counter()
+        left = deadline - now
         if left <= 0:
-            return True
+            return TIMEOUT
+        if fatal and now - last_line >= QUIET_AFTER_FATAL_S:
+            return (f"the engine logged a fatal error ({fatal[:200]}) and printed nothing for "
+                    f"{QUIET_AFTER_FATAL_S:.0f} s: killed")
         if not sel.select(timeout=min(left, 1.0)):
             if proc.poll() is not None:
-                return False
+                return ""
             continue
         line = proc.stdout.readline()
         if not line:
-            return False
+            return ""
+        last_line = time.perf_counter()
+        if not fatal and FATAL.search(line):
+            fatal = line.strip()
         log.write(line)
         if line.startswith("[fk]"):  # the phase, and when it began in this engine run
             marks.append([line[5:].rstrip(), round(time.perf_counter() - t0, 2)])

@@ -118,3 +118,23 @@ def test_a_failed_run_names_the_root_cause_its_engine_logged(tmp_path):
     assert res["status"] == "crashed"
     assert res["error"] == ("engine process exited with code 1 without a result (first logged error: AssertionError: "
                             "ChunkGatedDeltaRuleFunction does not support float32. Please use bfloat16.)")
+
+
+def test_an_engine_that_went_quiet_after_a_fatal_line_is_killed_before_its_time_limit(tmp_path, monkeypatch):
+    from fk_adapters.runner import proc
+
+    monkeypatch.setattr(proc, "QUIET_AFTER_FATAL_S", 1.0)
+    (tmp_path / "stuck_driver.py").write_text(
+        "import time\nprint('(Worker_TP1 pid=5) torch.AcceleratorError: CUDA error: an illegal memory access was "
+        "encountered', flush=True)\ntime.sleep(60)\n")
+    t0 = time.perf_counter()
+    res = run_job(sys.executable, "stuck_driver", {}, str(tmp_path / "run"), {"PYTHONPATH": str(tmp_path)}, 30)
+    assert time.perf_counter() - t0 < 15
+    assert res["status"] == "crashed" and res["error"].startswith(
+        "the engine logged a fatal error ((Worker_TP1 pid=5) torch.AcceleratorError: CUDA error: an illegal memory "
+        "access was encountered) and printed nothing for 1 s: killed")
+    (tmp_path / "busy_driver.py").write_text(  # still talking after the line: left to its time limit
+        "import time\nprint('terminate called after throwing an instance of X', flush=True)\n"
+        "for _ in range(8):\n    time.sleep(0.5); print('still here', flush=True)\n")
+    res = run_job(sys.executable, "busy_driver", {}, str(tmp_path / "busy"), {"PYTHONPATH": str(tmp_path)}, 30)
+    assert res["status"] == "crashed" and res["error"].startswith("engine process exited with code 0 without")
