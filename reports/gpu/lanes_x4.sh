@@ -7,8 +7,10 @@
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
 # A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s.
 # vllm:
-#   V-A  GPU 0     issue 29: the Triton A/B on fk46-mixtral (compiled + graphs, float32 reference: a correct kernel's
-#                  error ratios on a MoE model), passthrough against its baseline; then issue 30 on fk46-qwen3-next
+#   V-A  GPU 0     issue 29: the GPU tests of gemm / fused_moe (the MoE tiles are autotuned since session 26), both
+#                  checked on session 26's fk46-mixtral capture, the Triton A/B on fk46-mixtral (compiled + graphs,
+#                  float32 reference: a correct kernel's error ratios on a MoE model), passthrough against its
+#                  baseline; then issue 30 on fk46-qwen3-next
 #                  (capture, check, A/B, wrong-gdn, passthrough), paged_attention re-checked on the committed
 #                  fk46-llama-3.1 capture, the GPU tests
 #   V-C  GPUs 2,3  issue 33 at TP=2 on fk46-llama-3.1-tp2 (Triton A/B, wrong-all-reduce, passthrough, capture, check)
@@ -34,7 +36,8 @@ lane() {  # lane NAME ISSUE ENGINE DEVICES [VAR=value ...]: runs issueNN.sh ENGI
 case ${1:-} in
   vllm)
     LLAMA=$REPO/reports/gpu/issue30-h100/vllm/fk46/fk46-llama-3.1/vllm.json
-    (lane V-A 29 vllm 0 STEPS="ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG=passthrough
+    (lane V-A 29 vllm 0 STEPS="gputests check ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG=passthrough \
+       WORKLOAD="$REPO/reports/gpu/s26-h200x4/i29/fk46/fk46-mixtral/vllm.json"
      lane V-A 30 vllm 0 STEPS="linear check gputests" LINEAR=fk46-qwen3-next WORKLOAD="$LLAMA" GPUTESTS_S=300) &
     lane V-C 33 vllm 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0 &
     wait ;;

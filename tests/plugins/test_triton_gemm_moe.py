@@ -114,6 +114,13 @@ def test_fused_moe_skips_ids_outside_the_experts():
     torch.testing.assert_close(_moe().fused_moe(*clone_args(args)), slot.reference(*clone_args(args)), **TOL)
 
 
+def test_the_moe_bucket_follows_the_pairs_per_expert_and_each_bucket_has_its_tiles():
+    moe = _moe()
+    assert [moe.moe_bucket(p, 8) for p in (1, 128, 129, 512, 513, 2048, 2049)] == [16, 16, 64, 64, 256, 256, 1 << 30]
+    assert set(moe._BUCKET_TILES) == set(moe._BUCKETS)
+    assert all((64, 64, 4, 3) in tiles for tiles in moe._BUCKET_TILES.values())  # the untuned tile stays a choice
+
+
 def test_sort_by_expert_places_every_routed_pair_once_in_its_experts_blocks():
     ids = torch.tensor([[2, 0], [2, -1], [5, 2], [0, 2]], device=DEVICE)
     pairs, block_expert = _moe().sort_by_expert(ids, experts=4, block_m=2)

@@ -6,6 +6,10 @@ expert's w13 against the block's gathered x rows, then the activation; kernel 2 
 the expert's w2 against the block's activations, scaled by the router weight, written to the pair's own row.
 The k rows of a token are then summed in float32. Everything stays on the device (no host synchronisation,
 so it can be captured in a CUDA graph); pairs whose expert id is outside [0, E) are never placed in a block.
+
+BLOCK_M follows the pairs per expert (its bucket); the tile of each kernel (BLOCK_N, BLOCK_K, warps, stages) is
+autotuned per (bucket, H, I) among that bucket's tiles, so a new batch size in a seen bucket reuses the tuned tile
+(the engine's warm-up runs each bucket before its CUDA graph capture). Interpreted there is one tile, no tuning.
 """
 from __future__ import annotations
 
@@ -32,12 +36,47 @@ def _fk_triton_moe_act(gate, up, alpha, limit, ACT: tl.constexpr):
     return fk_triton_gelu(gate, ACT == 2) * up
 
 
+# Pairs per expert (the bucket's bound) -> BLOCK_M, and the (BLOCK_N, BLOCK_K, warps, stages) tiles tried there: few
+# rows per expert stream each expert's weights once, so narrow rows and long K; many rows want wide tensor-core tiles.
+_BUCKETS = {16: 16, 64: 32, 256: 64, 1 << 30: 128}
+_BUCKET_TILES = {
+    16: ((64, 64, 4, 3), (128, 128, 4, 5), (64, 256, 4, 3), (128, 128, 8, 3), (64, 128, 4, 4)),
+    64: ((64, 64, 4, 3), (128, 128, 4, 3), (128, 64, 4, 4), (64, 128, 4, 4)),
+    256: ((64, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 3), (64, 128, 4, 4)),
+    1 << 30: ((64, 64, 4, 3), (128, 64, 8, 4), (128, 128, 8, 3), (64, 128, 8, 4)),
+}
+
+
+def moe_bucket(pairs: int, experts: int) -> int:
+    """The bucket of the mean pairs per expert (a key of the autotuner, with H and I)."""
+    per_expert = -(-pairs // max(experts, 1))
+    return next(b for b in _BUCKETS if per_expert <= b)
+
+
+def _configs() -> list:
+    if _INTERPRETED:
+        return [triton.Config({"BLOCK_N": 32, "BLOCK_K": 32, "BUCKET": 0})]
+    return [triton.Config({"BLOCK_N": n, "BLOCK_K": k, "BUCKET": b}, num_warps=w, num_stages=st)
+            for b, tiles in _BUCKET_TILES.items() for n, k, w, st in tiles]
+
+
+def _this_bucket(configs, named_args, **kwargs):
+    """Only the tiles of the call's bucket are tried."""
+    return [c for c in configs if c.kwargs["BUCKET"] == named_args["M_BUCKET"]]
+
+
+def _tuned(kernel):
+    return triton.autotune(configs=_configs(), key=["M_BUCKET", "H", "INTER"],
+                           prune_configs_by=None if _INTERPRETED else {"early_config_prune": _this_bucket})(kernel)
+
+
+@_tuned
 @triton.jit
 def fk_triton_moe_gate_up_kernel(x_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_expert_ptr, inter_ptr, n_pairs,
                                  topk, H, INTER, stride_xt, stride_we, stride_wn, stride_wk, stride_be, stride_inter,
-                                 alpha, limit, ACT: tl.constexpr, WEIGHT_ON_INPUT: tl.constexpr,
+                                 alpha, limit, M_BUCKET, ACT: tl.constexpr, WEIGHT_ON_INPUT: tl.constexpr,
                                  HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                                 BLOCK_K: tl.constexpr):
+                                 BLOCK_K: tl.constexpr, BUCKET: tl.constexpr):
     block = tl.program_id(0)
     e = tl.load(block_expert_ptr + block).to(tl.int64)
     if e < 0:  # a block past the last expert's
@@ -76,11 +115,12 @@ def fk_triton_moe_gate_up_kernel(x_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_
              mask=cmask[None, :])
 
 
+@_tuned
 @triton.jit
 def fk_triton_moe_down_kernel(inter_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_expert_ptr, out_ptr, n_pairs,
-                              H, INTER, stride_inter, stride_we, stride_wn, stride_wk, stride_be, stride_out,
+                              H, INTER, stride_inter, stride_we, stride_wn, stride_wk, stride_be, stride_out, M_BUCKET,
                               WEIGHT_ON_INPUT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
-                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BUCKET: tl.constexpr):
     block = tl.program_id(0)
     e = tl.load(block_expert_ptr + block).to(tl.int64)
     if e < 0:
@@ -131,13 +171,6 @@ def sort_by_expert(topk_ids: torch.Tensor, experts: int, block_m: int) -> tuple[
     return sorted_pairs[:capacity], torch.where(block_expert < experts, block_expert, -1)
 
 
-def _tiles(pairs: int, experts: int) -> dict:
-    if _INTERPRETED:
-        return {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32}
-    return {"BLOCK_M": 64 if pairs >= 64 * experts else 16, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4,
-            "num_stages": 3}
-
-
 def fused_moe(x, w13, w2, topk_weights, topk_ids, activation: str, apply_router_weight_on_input: bool,
               w13_bias, w2_bias, alpha: float, limit: float, routed_scaling_factor: float) -> torch.Tensor:
     """Slot ``fused_moe`` (see ``fk slots``): x [T, H], w13 [E, 2I, H], w2 [E, H, I] -> [T, H] in x.dtype."""
@@ -147,22 +180,23 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, activation: str, apply_router_
     k = topk_ids.shape[-1]
     if t * k == 0:
         return torch.zeros_like(x)
-    tiles = _tiles(t * k, experts)
-    sorted_pairs, block_expert = sort_by_expert(topk_ids, experts, tiles["BLOCK_M"])
+    bucket = moe_bucket(t * k, experts)
+    block_m = 16 if _INTERPRETED else _BUCKETS[bucket]
+    sorted_pairs, block_expert = sort_by_expert(topk_ids, experts, block_m)
     blocks = block_expert.numel()
     tw = topk_weights.reshape(-1)
     xs = x if x.stride(-1) == 1 else x.contiguous()
     b13 = w13_bias if w13_bias is not None else w13
     b2 = w2_bias if w2_bias is not None else w2
     acts = torch.empty((sorted_pairs.numel(), inter), dtype=w2.dtype, device=x.device)
-    fk_triton_moe_gate_up_kernel[(blocks, triton.cdiv(inter, tiles["BLOCK_N"]))](
+    fk_triton_moe_gate_up_kernel[lambda meta: (blocks, triton.cdiv(inter, meta["BLOCK_N"]))](
         xs, w13, b13, tw, sorted_pairs, block_expert, acts, t * k, k, h, inter, xs.stride(0), w13.stride(0),
-        w13.stride(1), w13.stride(2), b13.stride(0), acts.stride(0), float(alpha), float(limit),
+        w13.stride(1), w13.stride(2), b13.stride(0), acts.stride(0), float(alpha), float(limit), bucket,
         ACT=ACTIVATIONS[activation], WEIGHT_ON_INPUT=bool(apply_router_weight_on_input),
-        HAS_BIAS=w13_bias is not None, **tiles)
+        HAS_BIAS=w13_bias is not None, BLOCK_M=block_m)
     per_pair = torch.zeros((t * k, h), dtype=torch.float32, device=x.device)
-    fk_triton_moe_down_kernel[(blocks, triton.cdiv(h, tiles["BLOCK_N"]))](
+    fk_triton_moe_down_kernel[lambda meta: (blocks, triton.cdiv(h, meta["BLOCK_N"]))](
         acts, w2, b2, tw, sorted_pairs, block_expert, per_pair, t * k, h, inter, acts.stride(0), w2.stride(0),
-        w2.stride(1), w2.stride(2), b2.stride(0), per_pair.stride(0),
-        WEIGHT_ON_INPUT=bool(apply_router_weight_on_input), HAS_BIAS=w2_bias is not None, **tiles)
+        w2.stride(1), w2.stride(2), b2.stride(0), per_pair.stride(0), bucket,
+        WEIGHT_ON_INPUT=bool(apply_router_weight_on_input), HAS_BIAS=w2_bias is not None, BLOCK_M=block_m)
     return (per_pair.view(t, k, h).sum(dim=1) * routed_scaling_factor).to(x.dtype)
