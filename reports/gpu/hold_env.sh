@@ -6,8 +6,11 @@ export PYTHONPATH=/tmp/fk-site/$ENGINE PYTHONUNBUFFERED=1
 export FK_VLLM_PYTHONPATH=/tmp/fk-site/vllm FK_SGLANG_PYTHONPATH=/tmp/fk-site/sglang
 # NVLink multicast stays off on the lent multi-GPU hosts (it can take a shared host's GPUs out of service)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# vLLM's FlashInfer fused all-reduce defaults to mnnvl (multicast) on one node; fk turns that fusion off under TP
-export VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+# What else would reach for multicast at TP=2 (a read of both wheels, session 26): vLLM's torch symmetric-memory
+# all-reduce (on by default; TORCH_SYMM_MEM_DISABLE_MULTICAST only makes it fall back after allocating), FlashInfer's
+# fused all-reduce (fk turns the fusion off under TP), SGLang's multimem logits all-gather (off only through
+# TORCH_SYMM_MEM_DISABLE_MULTICAST). Never pass SGLang enable_symm_mem / enable_nccl_nvls: they set NCCL_NVLS_ENABLE=1.
+export VLLM_ALLREDUCE_USE_SYMM_MEM=0 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
 [ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
 REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/$HOLD_ISSUE/$ENGINE; MODELS=/tmp/fk-models
 mkdir -p "$W"
