@@ -155,9 +155,10 @@ def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None
     if host["candidate"]:
         row["host"] = {n: timing.summary(host[n]) for n in host}
         row["spin_s"] = spun
+        row["launch_in_device_time"] = [n for n in host if row["host"][n]["median_s"] > spun[n]]
         row["flags"] += [f"{n}: its host launch ({row['host'][n]['median_s'] * 1e6:.0f} µs) outlasts the GPU spin that "
                          f"hides it ({spun[n] * 1e6:.0f} µs): the device time includes launch work"
-                         for n in host if row["host"][n]["median_s"] > spun[n]]
+                         for n in row["launch_in_device_time"]]
     row["buffer_sets"] = n
     row["wall_over_span"] = {"candidate": clock.wall_over_span(cand, sets), "engine": clock.wall_over_span(eng, sets)}
     row["problems"] += guards.escaped(row["wall_over_span"]["candidate"], row["wall_over_span"]["engine"])

@@ -64,7 +64,9 @@ def _slot_speedup(s: dict) -> str:
     if s.get("geomean_speedup") is None:
         return "-"
     rng = s.get("geomean_speedup_range") or slot_speedup_range(s.get("shapes", []))
-    return f"{s['geomean_speedup']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
+    launch = s.get("launch_in_device_time")
+    return (f"{s['geomean_speedup']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
+            + (f"; launch work in {launch} of {len(s.get('shapes', []))} shapes' device times" if launch else ""))
 
 
 def _slot_compiled(s: dict) -> str:

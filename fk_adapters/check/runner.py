@@ -116,6 +116,7 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP, mode: str = "eager"
             "geomean_speedup_range": None if bad else slot_speedup_range(res["shapes"]),
             "flops_per_s": None if bad else slot_flop_rates(res["shapes"]),
             "flagged": sum(bool(r["flags"]) for r in res["shapes"]),
+            "launch_in_device_time": sum(bool(r.get("launch_in_device_time")) for r in res["shapes"]),
             "untimed": next((r["untimed"] for r in res["shapes"] if r.get("untimed")), "")}
 
 
@@ -161,6 +162,8 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                 echo(f"{entry['workload']} {plugin}:{slot}: {entry['status']}"
                      + failed_at(entry)
                      + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else "")
+                     + (f" (launch work in the device time of {entry['launch_in_device_time']} of "
+                        f"{len(entry['shapes'])} shapes)" if entry.get("launch_in_device_time") else "")
                      + (f", {entry['geomean_speedup_compiled']:.3f} over the compiled native forward"
                         if entry.get("geomean_speedup_compiled") else ""))
                 save()

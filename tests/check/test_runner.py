@@ -40,6 +40,15 @@ def test_big_speedups_and_impossible_bandwidth_are_flagged_not_celebrated():
     assert "## Flagged for review" in md and "| review" in md
 
 
+def test_a_speedup_whose_device_times_hold_launch_work_says_so():
+    slow_launch = dict(_shape(12.8, 5e11), launch_in_device_time=["engine"])
+    s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [slow_launch, _shape(0.6, 5e11)]})
+    assert s["launch_in_device_time"] == 1
+    md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
+                       "verdict": "PASS", "slots": [{"workload": "w", "plugin": "p", "slot": "rms_norm", **s}]})
+    assert "; launch work in 1 of 2 shapes' device times" in md
+
+
 def test_a_wrong_shape_fails_the_slot_and_has_no_speedup():
     s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [_shape(1.0, 1e11, ["NaN/Inf in 3"])]})
     assert s["status"] == "INCORRECT" and s["geomean_speedup"] is None
