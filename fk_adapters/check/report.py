@@ -207,12 +207,13 @@ def _settings(settings: dict) -> str:
 
 def _slot_table(slots: list[dict]) -> str:
     table = [[s["workload"], s["plugin"], s["slot"], s["status"] + failed_at(s), _covered(s), _slot_speedup(s),
-              _slot_compiled(s), _predicts(s),
+              f"{s['time_ratio']:.3f}" if s.get("time_ratio") else "-", _slot_compiled(s), _predicts(s),
               _tflops(*(s.get("flops_per_s") or (None, None))), _gbs(s.get("copy_ceiling_Bps")), s.get("flagged", 0)]
              for s in slots]
     return tabulate(table, headers=["workload", "plugin", "slot", "status", "shapes (calls) checked of captured",
                                     "speedup vs engine kernel (call-weighted geomean) [spread]",
-                                    "vs compiled native [spread]", "predicts a run",
+                                    "engine / candidate time (checked calls)", "vs compiled native [spread]",
+                                    "predicts a run",
                                     "TFLOP/s cand. / engine (all calls)", "copy ceiling GB/s", "flagged"],
                     tablefmt="github")
 

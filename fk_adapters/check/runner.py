@@ -67,6 +67,28 @@ def failed_at(entry: dict) -> str:
     return f" at scale {', '.join(entry['failed_scales'])}" if entry.get("failed_scales") else ""
 
 
+_ITEM_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2,
+               "int8": 1, "uint8": 1, "bool": 1}
+
+
+def work(sig: dict) -> float:
+    """A signature's share of the slot's work: its calls x the bytes of its tensor arguments (where the time goes,
+    not just what is called most: a long prefill is called as often as a short one)."""
+    nbytes = sum(math.prod(a["shape"]) * _ITEM_BYTES.get(str(a.get("dtype", "")).replace("torch.", ""), 4)
+                 for a in sig.get("args", []) if isinstance(a, dict) and a.get("shape") is not None)
+    return sig.get("calls", 1) * max(nbytes, 1)
+
+
+def time_ratio(shapes: list[dict]) -> float | None:
+    """The engine's time over the candidate's summed over the checked calls (calls x median device time): what the
+    slot's share of a run would become. None unless every shape was timed."""
+    if not shapes or any(not (r.get("engine") or {}).get("median_s") or not (r.get("candidate") or {}).get("median_s")
+                         for r in shapes):
+        return None
+    return (sum(r["calls"] * r["engine"]["median_s"] for r in shapes)
+            / sum(r["calls"] * r["candidate"]["median_s"] for r in shapes))
+
+
 def compiled_speedup(shapes: list[dict]) -> float | None:
     """The call-weighted geomean speedup over the engine's compiled native forward: None unless every shape has one."""
     if not shapes or any(r.get("speedup_compiled") is None for r in shapes):
@@ -113,6 +135,7 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP, mode: str = "eager"
             "device_name": res.get("device_name"), "log": res.get("log"),
             "calls": sum(r["calls"] for r in res["shapes"]),
             "geomean_speedup": eager_geomean,
+            "time_ratio": None if bad else time_ratio(res["shapes"]),
             "geomean_speedup_range": None if bad else slot_speedup_range(res["shapes"]),
             "flops_per_s": None if bad else slot_flop_rates(res["shapes"]),
             "flagged": sum(bool(r["flags"]) for r in res["shapes"]),
@@ -143,7 +166,7 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                 if slot not in offered:
                     results["slots"].append({**entry, "status": CheckStatus.NOT_OFFERED, "shapes": []})
                     continue
-                chosen = sorted(sigs, key=lambda s: -s.get("calls", 1))[: max_shapes or None]
+                chosen = sorted(sigs, key=lambda s: -work(s))[: max_shapes or None]
                 job = {"engine": spec.name, "plugin": plugin, "slot": slot, "device": device, "signatures": chosen,
                        "config": config}
                 echo(f"{entry['workload']} {plugin}:{slot}: {len(chosen)} of {len(sigs)} shapes")

@@ -29,7 +29,8 @@ def add_parser(sub):
     p.add_argument("--rounds", type=int, default=3, help="correctness rounds on fresh inputs per shape (%(default)s)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls per kernel and shape (%(default)s)")
     p.add_argument("--repeats", type=int, default=50, help="timed calls per kernel and shape (%(default)s)")
-    p.add_argument("--max-shapes", type=int, default=0, help="per slot, only the N most called shapes (0: all)")
+    p.add_argument("--max-shapes", type=int, default=0,
+                   help="per slot, only the N shapes with the most work: calls x bytes of their inputs (0: all)")
     p.add_argument("--flag-speedup", type=float, default=2.0, help="flag speedups above this for review (%(default)s)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per (plugin, slot) process (%(default)s)")
     p.add_argument("--out", default="reports/check-latest", help="directory for results.json and report.md")

@@ -270,3 +270,15 @@ def test_achieved_tflops_per_shape_and_per_slot_where_the_slot_counts_operations
     assert "| 4 / 2 " in md and "| 10 / 10 " in md  # each shape's: 4e9 in 1 ms, 1e9 in 0.1 ms
     norm = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [_shape(1.0, 1e11)]})
     assert norm["flops_per_s"] is None
+
+
+def test_shapes_are_chosen_by_their_work_and_the_time_ratio_sums_calls_x_times():
+    short = {"calls": 64, "args": [{"shape": [128, 64], "dtype": "bfloat16"}, {"value": 1}]}
+    long = {"calls": 64, "args": [{"shape": [14336, 64], "dtype": "bfloat16"}, {"value": 1}]}
+    decode = {"calls": 9000, "args": [{"shape": [1, 64], "dtype": "bfloat16"}]}
+    assert sorted([short, decode, long], key=lambda s: -runner.work(s)) == [long, decode, short]
+    fast_small = dict(_shape(10.0, 1e11), calls=64, candidate={"median_s": 1e-6}, engine={"median_s": 1e-5})
+    slow_big = dict(_shape(0.5, 1e11), calls=64, candidate={"median_s": 2e-3}, engine={"median_s": 1e-3})
+    assert runner.time_ratio([fast_small, slow_big]) == pytest.approx((64e-5 + 64e-3) / (64e-6 + 128e-3))
+    assert runner.weighted_geomean([(10.0, 64), (0.5, 64)]) > 2  # the geomean says faster; the time says slower
+    assert runner.time_ratio([dict(slow_big, candidate={})]) is None
