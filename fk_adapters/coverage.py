@@ -48,11 +48,14 @@ def collect_served(roots: list[str]) -> list[dict]:
     return [dict(newest[k], exercised=sorted(proven[k])) for k in sorted(newest)]
 
 
+def _proven_family(run: dict, fam: str) -> bool:
+    """Did a plugin's side exercise one of this op family's slots (``collect_served``'s ``exercised``)?"""
+    return bool(set(op_families.SLOT_FAMILIES.get(fam, ())) & set(run["exercised"]))
+
+
 def served_share(run: dict) -> float:
     """The share of the stock step's device time in catalog families whose slots the plugin's side exercised."""
-    covered = sum(us for fam, us in run["family_us"].items()
-                  if set(op_families.SLOT_FAMILIES.get(fam, ())) & set(run["exercised"]))
-    return covered / run["step_us"]
+    return sum(us for fam, us in run["family_us"].items() if _proven_family(run, fam)) / run["step_us"]
 
 
 NOT_ROUTED = " (catalog family, its slot not called here)"
@@ -101,8 +104,7 @@ def render_served(runs: list[dict]) -> list[str]:
         return []
     rows = []
     for r in runs:
-        outside = sorted(((us, f) for f, us in r["family_us"].items()
-                          if not set(op_families.SLOT_FAMILIES.get(f, ())) & set(r["exercised"])), reverse=True)
+        outside = sorted(((us, f) for f, us in r["family_us"].items() if not _proven_family(r, f)), reverse=True)
         rows.append([r["scenario"], r["engine"], r["device"], r["mode"], f"{r['step_us']:.0f}",
                      f"{100 * served_share(r):.1f}%",
                      ", ".join(f"{f} {100 * us / r['step_us']:.1f}%" for us, f in outside[:3] if us) or "-"])

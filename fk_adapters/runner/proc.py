@@ -48,13 +48,12 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
         try:
             watcher = gpu_share.Watcher(proc.pid).start() if watch_gpu else None
             marks: list[list] = []
-            stopped = _follow(proc, log, echo, t0, t0 + timeout_s, marks)
-            timed_out = bool(stopped)
-            if timed_out:
+            stopped = _follow(proc, log, echo, t0, t0 + timeout_s, marks)  # "" unless fk must stop it
+            if stopped:
                 _kill_tree(proc)
             proc.wait()
             shared = watcher.stop() if watcher else None
-            log.write(proc.stdout.read() if not timed_out else "")
+            log.write(proc.stdout.read() if not stopped else "")
         finally:  # also on Ctrl-C or a signal that stops fk: the engine goes with it
             _kill_tree(proc)
             reapers.stop(reaper)

@@ -9,13 +9,13 @@ Interpreted (``TRITON_INTERPRET=1``) there is one config and no tuning.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from fk_triton_kernels.tuning import INTERPRETED, bucket_tuned
+
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) per token-count bucket: few rows -> narrow, deep tiles, so that the
 # weight (the traffic of a decode step) streams through every SM; many rows -> wide tiles for the tensor cores.
 _BUCKET_TILES = {
@@ -32,19 +32,13 @@ def m_bucket(m: int) -> int:
 
 
 def _configs() -> list:
-    if _INTERPRETED:
+    if INTERPRETED:
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "BUCKET": 0})]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "BUCKET": b}, num_warps=w,
                           num_stages=s) for b, tiles in _BUCKET_TILES.items() for m, n, k, w, s in tiles]
 
 
-def _this_bucket(configs, named_args, **kwargs):
-    """Only the configs of the call's bucket are tried."""
-    return [c for c in configs if c.kwargs["BUCKET"] == named_args["M_BUCKET"]]
-
-
-@triton.autotune(configs=_configs(), key=["M_BUCKET", "N", "K"],
-                 prune_configs_by=None if _INTERPRETED else {"early_config_prune": _this_bucket})
+@bucket_tuned(_configs(), ["N", "K"])
 @triton.jit
 def fk_triton_gemm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
                           stride_ym, M_BUCKET, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,

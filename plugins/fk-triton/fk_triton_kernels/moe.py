@@ -13,16 +13,14 @@ autotuned per (bucket, H, I) among that bucket's tiles, so a new batch size in a
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from fk_triton_kernels.kernels import fk_triton_gelu
+from fk_triton_kernels.tuning import INTERPRETED, bucket_tuned
 
 ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2, "swigluoai": 3}
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -54,23 +52,13 @@ def moe_bucket(pairs: int, experts: int) -> int:
 
 
 def _configs() -> list:
-    if _INTERPRETED:
+    if INTERPRETED:
         return [triton.Config({"BLOCK_N": 32, "BLOCK_K": 32, "BUCKET": 0})]
     return [triton.Config({"BLOCK_N": n, "BLOCK_K": k, "BUCKET": b}, num_warps=w, num_stages=st)
             for b, tiles in _BUCKET_TILES.items() for n, k, w, st in tiles]
 
 
-def _this_bucket(configs, named_args, **kwargs):
-    """Only the tiles of the call's bucket are tried."""
-    return [c for c in configs if c.kwargs["BUCKET"] == named_args["M_BUCKET"]]
-
-
-def _tuned(kernel):
-    return triton.autotune(configs=_configs(), key=["M_BUCKET", "H", "INTER"],
-                           prune_configs_by=None if _INTERPRETED else {"early_config_prune": _this_bucket})(kernel)
-
-
-@_tuned
+@bucket_tuned(_configs(), ["H", "INTER"])
 @triton.jit
 def fk_triton_moe_gate_up_kernel(x_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_expert_ptr, inter_ptr, n_pairs,
                                  topk, H, INTER, stride_xt, stride_we, stride_wn, stride_wk, stride_be, stride_inter,
@@ -115,7 +103,7 @@ def fk_triton_moe_gate_up_kernel(x_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_
              mask=cmask[None, :])
 
 
-@_tuned
+@bucket_tuned(_configs(), ["H", "INTER"])
 @triton.jit
 def fk_triton_moe_down_kernel(inter_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block_expert_ptr, out_ptr, n_pairs,
                               H, INTER, stride_inter, stride_we, stride_wn, stride_wk, stride_be, stride_out, M_BUCKET,
@@ -181,7 +169,7 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, activation: str, apply_router_
     if t * k == 0:
         return torch.zeros_like(x)
     bucket = moe_bucket(t * k, experts)
-    block_m = 16 if _INTERPRETED else _BUCKETS[bucket]
+    block_m = 16 if INTERPRETED else _BUCKETS[bucket]
     sorted_pairs, block_expert = sort_by_expert(topk_ids, experts, block_m)
     blocks = block_expert.numel()
     tw = topk_weights.reshape(-1)
