@@ -53,7 +53,8 @@ def _check(slot, fn, case, seed, dtype=torch.float32, tol=TOL):
 
 GEMM_TINY = [{"tokens": 7, "k": 40, "n": 50, "bias": True},  # every dim ragged against the tiles
              {"tokens": 1, "k": 64, "n": 32, "bias": False},
-             {"tokens": 37, "k": 70, "n": 96, "bias": True}]  # several row and column tiles, a partial K tile
+             {"tokens": 37, "k": 70, "n": 96, "bias": True},  # several row and column tiles, a partial K tile
+             {"tokens": 300, "k": 96, "n": 8, "bias": False}]  # a router: the narrow buckets' tiles
 
 
 @pytest.mark.parametrize("index", range(len(GEMM_TINY)))
@@ -119,6 +120,15 @@ def test_the_moe_bucket_follows_the_pairs_per_expert_and_each_bucket_has_its_til
     assert [moe.moe_bucket(p, 8) for p in (1, 128, 129, 512, 513, 2048, 2049)] == [16, 16, 64, 64, 256, 256, 1 << 30]
     assert set(moe._BUCKET_TILES) == set(moe._BUCKETS)
     assert all((64, 64, 4, 3) in tiles for tiles in moe._BUCKET_TILES.values())  # the untuned tile stays a choice
+
+
+def test_narrow_outputs_have_their_own_gemm_buckets_of_narrow_tiles():
+    from fk_triton_kernels import gemm
+
+    wide = [gemm.m_bucket(m, 4096) for m in (1, 16, 17, 64, 65, 256, 257)]
+    narrow = [gemm.m_bucket(m, 8) for m in (1, 16, 17, 256, 257, 8192)]
+    assert wide == [0, 0, 1, 1, 2, 2, 3] and narrow == [4, 4, 5, 5, 6, 6]
+    assert all(n == 16 for b in set(narrow) for _, n, *_ in gemm._tiles(b) if b != 4)
 
 
 def test_sort_by_expert_places_every_routed_pair_once_in_its_experts_blocks():

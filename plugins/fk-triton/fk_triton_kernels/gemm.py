@@ -2,8 +2,9 @@
 
 float32 operands multiply in full precision (``input_precision="ieee"``, no TF32), so a float32 model stays
 within float32 rounding of the reference. The tile shape is autotuned per (N, K, dtypes) and per bucket of the
-token count (<= 16, <= 64, <= 256, more), among that bucket's tiles: a new batch size in a seen bucket reuses the
-tuned config (no benchmarking inside a CUDA graph capture once the engine's warm-up has run each bucket).
+token count (<= 16, <= 64, <= 256, more; outputs of at most 32 columns have their own buckets), among that
+bucket's tiles: a new batch size in a seen bucket reuses the tuned config (no benchmarking inside a CUDA graph
+capture once the engine's warm-up has run each bucket).
 Interpreted (``TRITON_INTERPRET=1``) there is one config and no tuning.
 """
 from __future__ import annotations
@@ -24,18 +25,35 @@ _BUCKET_TILES = {
     256: ((64, 128, 64, 4, 4), (128, 128, 64, 8, 3), (64, 256, 64, 8, 3), (128, 64, 64, 4, 4)),
     1 << 30: ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4)),
 }
+# Outputs of at most NARROW_N columns (a MoE router, N = experts) stream x once: a wide column tile would be mostly
+# masked and leave too few programs to fill the SMs, so their buckets try BLOCK_N = 16 and row tiles small enough
+# that many programs share the read of x.
+NARROW_N = 32
+_NARROW_TILES = {
+    16: ((16, 16, 256, 4, 3), (16, 16, 512, 4, 3), (16, 32, 256, 4, 3)),
+    256: ((16, 16, 256, 4, 3), (32, 16, 256, 4, 3), (64, 16, 128, 4, 4)),
+    1 << 30: ((32, 16, 256, 4, 3), (64, 16, 128, 4, 4), (64, 16, 256, 8, 3), (128, 16, 128, 8, 3)),
+}
+# A bucket's id (the BUCKET constexpr) is its index here.
+_BUCKETS = [(b, False) for b in _BUCKET_TILES] + [(b, True) for b in _NARROW_TILES]
 
 
-def m_bucket(m: int) -> int:
-    """The token-count bucket the tiles are tuned for (a key of the autotuner, with N and K)."""
-    return next(b for b in _BUCKET_TILES if m <= b)
+def m_bucket(m: int, n: int = NARROW_N + 1) -> int:
+    """The bucket the tiles are tuned for (a key of the autotuner, with N and K): the token count's, wide or narrow."""
+    narrow = n <= NARROW_N
+    return next(i for i, (b, nar) in enumerate(_BUCKETS) if nar == narrow and m <= b)
+
+
+def _tiles(bucket: int) -> tuple:
+    bound, narrow = _BUCKETS[bucket]
+    return (_NARROW_TILES if narrow else _BUCKET_TILES)[bound]
 
 
 def _configs() -> list:
     if INTERPRETED:
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "BUCKET": 0})]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8, "BUCKET": b}, num_warps=w,
-                          num_stages=s) for b, tiles in _BUCKET_TILES.items() for m, n, k, w, s in tiles]
+                          num_stages=s) for b in range(len(_BUCKETS)) for m, n, k, w, s in _tiles(b)]
 
 
 @bucket_tuned(_configs(), ["N", "K"])
@@ -81,6 +99,6 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> to
             return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
 
         fk_triton_gemm_kernel[grid](x2, weight, bias if bias is not None else weight, y, m, n, k, x2.stride(0),
-                                    x2.stride(1), weight.stride(0), weight.stride(1), y.stride(0), m_bucket(m),
+                                    x2.stride(1), weight.stride(0), weight.stride(1), y.stride(0), m_bucket(m, n),
                                     HAS_BIAS=bias is not None)
     return y.reshape(*x.shape[:-1], n)
