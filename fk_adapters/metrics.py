@@ -75,8 +75,8 @@ def correctness(base: dict, cand: dict, dtype: str) -> dict:
 # float16 / bfloat16 token models that fail THRESHOLDS get a third run: the stock engine on the same job in float32 (the
 # runner's reference run). With many experts a kernel that only rounds differently flips near-tie router choices and the
 # teacher-forced gaps grow with position past any fixed limit; its distance to the float32 run stays the baseline's. Per
-# side, err = |teacher-forced logprob - float32's|: pass when mean err_c <= TOKEN_REF_RATIO x mean err_b and max err_c
-# <= TOKEN_REF_RATIO_MAX x max err_b (each + TOKEN_REF_SLACK: an error that small is none, whatever the ratio; it
+# side, err = |teacher-forced logprob - float32's|: pass when mean err_c <= TOKEN_REF_RATIO x mean err_b, max err_c
+# <= TOKEN_REF_RATIO_MAX x max err_b and median err_c <= TOKEN_REF_RATIO_MEDIAN x median err_b (each + TOKEN_REF_SLACK: an error that small is none, whatever the ratio; it
 # matters where err_b is ~1e-3, a tiny dense model), and the candidate's greedy streams part from float32's outside a
 # top-TOP_K near tie in at most max(2, TOKEN_REF_EXTRA_PARTINGS x requests) more requests than the baseline's. Routing
 # flips throw both bf16 sides off float32 at random steps (a correct candidate parted before the baseline in 19 of 112
@@ -88,11 +88,22 @@ def correctness(base: dict, cand: dict, dtype: str) -> dict:
 # 1.17..2.14 (0.82..2.04); fk-wrong (half-row rms_norm) 2.74..4.35 on the MoE (1.19..2.12), 6.0..7.7 on tiny-llama.
 # TOKEN_REF_RATIO 1.8 sits near the geometric middle of 1.22 and 2.74; the max, dominated by flips, only guards against
 # a localised error. float16: the same, uncalibrated.
+# The median per-position error too (TOKEN_REF_RATIO_MEDIAN): a router flip moves a few positions far, a wrong kernel
+# every position a little, so on a MoE model the mean can forgive what the median cannot. Calibrated on H100/H200,
+# bf16, compiled vLLM 0.26 and SGLang 0.5.15, 32 requests (reports/gpu/s26-h200x4, s27-h100x4): correct kernels
+# 1.08..1.17 (Triton and passthrough on Mixtral, Triton on Mamba2, Triton on Llama in SGLang, Triton and passthrough at
+# TP=2), wrong ones 2.15..24.5 (fk-wrong's gemm on Mixtral, whose mean ratio 1.75 the mean rule forgave, 2.15; its gemm
+# and attention on Llama 5.2..8.2; its MoE 6.9; its all-reduce at TP=2 24.5). 1.5 leaves the correct runs 28% of room
+# and the closest wrong one 43%.
 TOKEN_REF_RATIO = 1.8
 TOKEN_REF_RATIO_MAX = 2.5
+TOKEN_REF_RATIO_MEDIAN = 1.5
 TOKEN_REF_SLACK = 1e-3
 TOKEN_REF_EXTRA_PARTINGS = 0.25
 TOKEN_REF_MIN_PARTINGS = 2
+
+
+RATIO_LIMITS = (("mean_abs", TOKEN_REF_RATIO), ("max_abs", TOKEN_REF_RATIO_MAX), ("median_abs", TOKEN_REF_RATIO_MEDIAN))
 
 
 def _ratio(c: float, b: float) -> float:
@@ -103,14 +114,10 @@ def _teacher_vs_reference(base: list[list], cand: list[list], ref: list[list]) -
     """err_b, err_c (mean and max |logprob - float32's|), their ratios and the candidate's limits."""
     eb, ec = compare_logprobs(ref, base), compare_logprobs(ref, cand)
     out = {"positions": min(eb["positions"], ec["positions"])}
-    for k, r in (("mean_abs", TOKEN_REF_RATIO), ("max_abs", TOKEN_REF_RATIO_MAX)):
+    for k, r in RATIO_LIMITS:
         out[f"err_b_{k}"], out[f"err_c_{k}"] = eb[k], ec[k]
         out[f"ratio_{k}"] = _ratio(ec[k], eb[k])
         out[f"limit_{k}"] = r * eb[k] + TOKEN_REF_SLACK
-    # Reported, not judged yet: a router flip moves a few positions far, a wrong kernel every position a little, so
-    # the median parts them where the mean cannot (reports/gpu/s26-h200x4); a limit waits for correct MoE runs' ratios
-    out["err_b_median_abs"], out["err_c_median_abs"] = eb["median_abs"], ec["median_abs"]
-    out["ratio_median_abs"] = _ratio(ec["median_abs"], eb["median_abs"])
     return out
 
 
@@ -145,7 +152,7 @@ def reference_correctness(base: dict, cand: dict, ref: dict) -> dict:
     blind = reference_blind(tokens)
     failures = [blind] if blind else _reference_failures(teacher, tokens)
     out = {"teacher_forced": teacher, "tokens": tokens, "passed": not failures, "failures": failures,
-           "rule": {"ratio_mean_abs": TOKEN_REF_RATIO, "ratio_max_abs": TOKEN_REF_RATIO_MAX, "slack": TOKEN_REF_SLACK,
+           "rule": {**{f"ratio_{k}": r for k, r in RATIO_LIMITS}, "slack": TOKEN_REF_SLACK,
                     "extra_partings": TOKEN_REF_EXTRA_PARTINGS, "min_partings": TOKEN_REF_MIN_PARTINGS}}
     if blind:
         out["inconclusive"] = blind
@@ -155,7 +162,8 @@ def reference_correctness(base: dict, cand: dict, ref: dict) -> dict:
 def _reference_failures(teacher: dict, tokens: dict) -> list[str]:
     """What puts the candidate out of the float32 rule's bounds (none: it passes)."""
     failures = [] if teacher["positions"] else ["no teacher-forced logprobs to compare with the float32 run"]
-    for k, what in (("mean_abs", "mean"), ("max_abs", "max")):
+    for k, _ in RATIO_LIMITS:
+        what = k.replace("_abs", "")
         if teacher["positions"] and not teacher[f"err_c_{k}"] <= teacher[f"limit_{k}"]:
             failures.append(f"teacher-forced {what} |candidate - float32| {teacher[f'err_c_{k}']:.3g} > "
                             f"{teacher[f'limit_{k}']:.3g} ({teacher[f'ratio_{k}']:.2f} x the baseline's "
@@ -170,10 +178,9 @@ def _reference_failures(teacher: dict, tokens: dict) -> list[str]:
 def reference_summary(ref: dict) -> str:
     """One line: the reference rule's verdict and its figures."""
     tf, tok = ref["teacher_forced"], ref["tokens"]
-    figures = (f"mean ratio {tf['ratio_mean_abs']:.2f} (<= {TOKEN_REF_RATIO:g}), max ratio {tf['ratio_max_abs']:.2f} "
-               f"(<= {TOKEN_REF_RATIO_MAX:g}), streams parted from float32 {tok['parted_c']} vs baseline "
-               f"{tok['parted_b']} (<= {tok['allowed_c']}); median ratio {tf.get('ratio_median_abs', math.nan):.2f} "
-               f"(reported, not judged)")
+    figures = ", ".join(f"{k.replace('_abs', '')} ratio {tf.get(f'ratio_{k}', math.nan):.2f} (<= {r:g})"
+                        for k, r in RATIO_LIMITS)
+    figures += f", streams parted from float32 {tok['parted_c']} vs baseline {tok['parted_b']} (<= {tok['allowed_c']})"
     verdict = "inconclusive" if ref.get("inconclusive") else "passed" if ref["passed"] else "failed"
     return f"float32 reference: {verdict} ({figures})"
 

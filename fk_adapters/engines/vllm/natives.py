@@ -275,6 +275,12 @@ def _gdn_cpu(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_sta
     out[keep] = o[0].to(out.dtype)
 
 
+def _one_decay_per_head(g):
+    if g.dim() == 3:
+        raise NotImplementedError("vLLM's gated delta rule kernels take one decay per head (g [T, HV]); a decay per "
+                                  "key (Kimi-Linear's KDA) is its separate kda kernel, not wrapped here")
+
+
 def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
                      out):
     if q.device.type == "cpu":
@@ -282,6 +288,7 @@ def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_ini
                         out)
     from vllm.third_party.flash_linear_attention.ops.chunk import chunk_gated_delta_rule
 
+    _one_decay_per_head(g)
     batch = _live_batch(state, state_indices, cu_seqlens, has_initial_state)
     if batch is None:
         return
@@ -300,6 +307,7 @@ def gated_delta_rule_decode(q, k, v, g, beta, state, state_indices, scale, use_q
         return _gdn_cpu(q, k, v, g, beta, state, state_indices, cu, None, scale, use_qk_l2norm, out)
     from vllm.third_party.flash_linear_attention.ops.fused_recurrent import fused_recurrent_gated_delta_rule
 
+    _one_decay_per_head(g)
     # graph-safe: the kernel skips index <= 0 itself (no write to out there: a pad's rows stay as they were)
     cu = torch.arange(r + 1, dtype=torch.int32, device=q.device)
     o, _ = fused_recurrent_gated_delta_rule(q=q[None], k=k[None], v=v[None], g=g.float()[None],
@@ -346,10 +354,14 @@ def _selective_state_update(device: str):
 def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
     _, heads, p, n = state.shape
     idx = state_indices.clamp(min=0)  # graph-safe: 0 is vLLM's null block, skipped by its kernel
+    if D is None:  # the kernel requires a skip term: none is a zero one
+        D = torch.zeros(heads, dtype=torch.float32, device=x.device)
+    mine = torch.empty_like(out)
     _selective_state_update(x.device.type)(
         state, x, dt[..., None].expand(-1, -1, p), A[:, None, None].expand(heads, p, n).float(), B, C,
-        D=None if D is None else D[:, None].expand(heads, p), dt_bias=dt_bias[:, None].expand(heads, p), z=None,
-        dt_softplus=True, state_batch_indices=idx, dst_state_batch_indices=idx, null_block_id=0, out=out)
+        D=D[:, None].expand(heads, p), dt_bias=dt_bias[:, None].expand(heads, p), z=None, dt_softplus=True,
+        state_batch_indices=idx, dst_state_batch_indices=idx, null_block_id=0, out=mine)
+    out.copy_(torch.where((state_indices > 0)[:, None, None], mine, out))  # a pad's rows stay as they were
 
 
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
