@@ -75,26 +75,27 @@ def correctness(base: dict, cand: dict, dtype: str) -> dict:
 # float16 / bfloat16 token models that fail THRESHOLDS get a third run: the stock engine on the same job in float32 (the
 # runner's reference run). With many experts a kernel that only rounds differently flips near-tie router choices and the
 # teacher-forced gaps grow with position past any fixed limit; its distance to the float32 run stays the baseline's. Per
-# side, err = |teacher-forced logprob - float32's|: pass when mean err_c <= TOKEN_REF_RATIO x mean err_b, max err_c
-# <= TOKEN_REF_RATIO_MAX x max err_b and median err_c <= TOKEN_REF_RATIO_MEDIAN x median err_b (each + TOKEN_REF_SLACK: an error that small is none, whatever the ratio; it
-# matters where err_b is ~1e-3, a tiny dense model), and the candidate's greedy streams part from float32's outside a
-# top-TOP_K near tie in at most max(2, TOKEN_REF_EXTRA_PARTINGS x requests) more requests than the baseline's. Routing
-# flips throw both bf16 sides off float32 at random steps (a correct candidate parted before the baseline in 19 of 112
-# requests, after it in 30), so a per-request order would fail correct kernels; the count still catches what teacher
-# forcing (prefill only) cannot see: a decode path that throws most streams off. Calibrated on CPU vLLM 0.32, bf16, 8
-# requests: GPT-OSS 2 layers, 128 experts top-4, hidden 512 / 1024 (3 seeds each) and 2880, and tiny-llama. Mean ratios
-# (max ratios): kernels rounding to nearest (the slots' references, once; a CUDA-like rotary, every product) 0.88..1.22
-# (0.70..1.57); the Triton plugin under TRITON_INTERPRET, whose bf16 stores truncate (twice round-to-nearest's error)
-# 1.17..2.14 (0.82..2.04); fk-wrong (half-row rms_norm) 2.74..4.35 on the MoE (1.19..2.12), 6.0..7.7 on tiny-llama.
+# side, err = |teacher-forced logprob - float32's|: pass when mean err_c <= TOKEN_REF_RATIO x mean err_b, max err_c <=
+# TOKEN_REF_RATIO_MAX x max err_b and median err_c <= TOKEN_REF_RATIO_MEDIAN x median err_b (each + TOKEN_REF_SLACK: an
+# error that small is none, whatever the ratio; it matters where err_b is ~1e-3, a tiny dense model), and the
+# candidate's greedy streams part from float32's outside a top-TOP_K near tie in at most max(2, TOKEN_REF_EXTRA_PARTINGS
+# x requests) more requests than the baseline's. Routing flips throw both bf16 sides off float32 at random steps (a
+# correct candidate parted before the baseline in 19 of 112 requests, after it in 30), so a per-request order would fail
+# correct kernels; the count still catches what teacher forcing (prefill only) cannot see: a decode path that throws
+# most streams off. Calibrated on CPU vLLM 0.32, bf16, 8 requests: GPT-OSS 2 layers, 128 experts top-4, hidden 512 /
+# 1024 (3 seeds each) and 2880, and tiny-llama. Mean ratios (max ratios): kernels rounding to nearest (the slots'
+# references, once; a CUDA-like rotary, every product) 0.88..1.22 (0.70..1.57); the Triton plugin under
+# TRITON_INTERPRET, whose bf16 stores truncate (twice round-to-nearest's error) 1.17..2.14 (0.82..2.04); fk-wrong
+# (half-row rms_norm) 2.74..4.35 on the MoE (1.19..2.12), 6.0..7.7 on tiny-llama.
 # TOKEN_REF_RATIO 1.8 sits near the geometric middle of 1.22 and 2.74; the max, dominated by flips, only guards against
 # a localised error. float16: the same, uncalibrated.
 # The median per-position error too (TOKEN_REF_RATIO_MEDIAN): a router flip moves a few positions far, a wrong kernel
-# every position a little, so on a MoE model the mean can forgive what the median cannot. Calibrated on H100/H200,
-# bf16, compiled vLLM 0.26 and SGLang 0.5.15, 32 requests (reports/gpu/s26-h200x4, s27-h100x4): correct kernels
-# 1.08..1.17 (Triton and passthrough on Mixtral, Triton on Mamba2, Triton on Llama in SGLang, Triton and passthrough at
-# TP=2), wrong ones 2.15..24.5 (fk-wrong's gemm on Mixtral, whose mean ratio 1.75 the mean rule forgave, 2.15; its gemm
-# and attention on Llama 5.2..8.2; its MoE 6.9; its all-reduce at TP=2 24.5). 1.5 leaves the correct runs 28% of room
-# and the closest wrong one 43%.
+# every position a little, so on a MoE model the mean can forgive what the median cannot. Calibrated on H100/H200, bf16,
+# compiled vLLM 0.26 and SGLang 0.5.15, 32 requests (reports/gpu/s26-h200x4, s27-h100x4): correct kernels 1.08..1.17
+# (Triton and passthrough on Mixtral, Triton on Mamba2, Triton on Llama in SGLang, Triton and passthrough at TP=2),
+# wrong ones 2.15..24.5 (fk-wrong's gemm on Mixtral, whose mean ratio 1.75 the mean rule forgave, 2.15; its gemm and
+# attention on Llama 5.2..8.2; its MoE 6.9; its all-reduce at TP=2 24.5). 1.5 leaves the correct runs 28% of room and
+# the closest wrong one 43%.
 TOKEN_REF_RATIO = 1.8
 TOKEN_REF_RATIO_MAX = 2.5
 TOKEN_REF_RATIO_MEDIAN = 1.5

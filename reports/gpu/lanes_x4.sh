@@ -9,19 +9,17 @@
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
 # A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s.
 # vllm:
-#   V-A  GPU 0     issue 29: the GPU tests of gemm / fused_moe (the MoE tiles are autotuned since session 26), both
-#                  checked on session 26's fk46-mixtral capture, the Triton A/B on fk46-mixtral (compiled + graphs,
-#                  float32 reference: a correct kernel's error ratios on a MoE model), passthrough against its
-#                  baseline; then issue 30 on fk46-qwen3-next
-#                  (capture, check, A/B, wrong-gdn, passthrough), paged_attention re-checked on the committed
-#                  fk46-llama-3.1 capture, the GPU tests
-#   V-C  GPUs 2,3  issue 33 at TP=2 on fk46-llama-3.1-tp2 (Triton A/B, wrong-all-reduce, passthrough, capture, check)
+#   V-A  GPU 0     issue 30 on fk46-qwen3-next (capture, check, A/B, wrong-gdn, passthrough: session 27's capture crashed
+#                  in fk's GDN seam, fixed since); then issue 29: fk-wrong's wrong-gemm on fk46-mixtral under the median
+#                  rule, fk-vllm-moe in the transformers host
+#   V-C  GPU 2     issue 31: the adapter's cost (A/A, then passthrough, $ROUNDS interleaved rounds), compiled, on
+#                  llama31-8b-decode (then the prefill scenario if time is left)
 # sglang:
-#   S-A  GPU 1     issue 29: fk46-llama-3.1 captured with --profile (coverage), the Triton A/B there, wrong-gemm, gemm and
-#                  fused_moe checked on the committed fk46-mixtral capture; then issue 30: paged_attention and gemm
-#                  checked on that llama capture, wrong-attention, wrong-gemm and passthrough against the A/B's baseline
-#   S-C  GPUs 2,3  issue 33 at TP=2 in SGLang, once V-C is done
-# Session 26 ran an earlier plan of this script (vLLM only; reports/gpu/s26-h200x4/README.md).
+#   S-A  GPU 1     issue 29 on fk46-mixtral: the Triton A/B, then wrong-moe, wrong-gemm and passthrough against its
+#                  baseline (correctness only)
+#   S-C  GPUs 2,3  issue 33 at TP=2 in SGLang (Triton A/B, wrong-all-reduce, passthrough, capture, check), GPU 2 once
+#                  V-C is done; vLLM's TP=2 evidence is session 27's
+# Sessions 26 and 27 ran earlier plans of this script (reports/gpu/s26-h200x4/README.md, s27-h100x4/README.md).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -37,19 +35,13 @@ lane() {  # lane NAME ISSUE ENGINE DEVICES [VAR=value ...]: runs issueNN.sh ENGI
 
 case ${1:-} in
   vllm)
-    LLAMA=$REPO/reports/gpu/issue30-h100/vllm/fk46/fk46-llama-3.1/vllm.json
-    (lane V-A 29 vllm 0 STEPS="gputests check ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG=passthrough \
-       WORKLOAD="$REPO/reports/gpu/s26-h200x4/i29/fk46/fk46-mixtral/vllm.json"
-     lane V-A 30 vllm 0 STEPS="linear check gputests" LINEAR=fk46-qwen3-next WORKLOAD="$LLAMA" GPUTESTS_S=300) &
-    lane V-C 33 vllm 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0 &
+    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next
+     lane V-A 29 vllm 0 STEPS="wrong tfx" SC=fk46-mixtral WRONG=wrong-gemm) &
+    lane V-C 31 vllm 2 STEPS="adapter" ADAPTER_SC="llama31-8b-decode llama31-8b-4l-prefill" &
     wait ;;
   sglang)
-    MIXTRAL=$REPO/reports/gpu/issue29-h100/sglang/fk46/fk46-mixtral/sglang.json
-    (lane S-A 29 sglang 1 STEPS="capture ab wrong check" SC=fk46-llama-3.1 CAPTURE=fk46-llama-3.1 AB_INTERLEAVE=0 \
-       WRONG=wrong-gemm WORKLOAD="$MIXTRAL"
-     lane S-A 30 sglang 1 STEPS="check wrong pass" SC=fk46-llama-3.1 AB_DIR=$ROOT/i29/sglang/ab-triton \
-       WORKLOAD=$ROOT/i29/sglang/fk46/fk46-llama-3.1/sglang.json) &
-    (while pgrep -f "issue33.sh vllm" > /dev/null; do sleep 10; done  # the TP GPUs are vLLM's until its lane ends
+    lane S-A 29 sglang 1 STEPS="ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG="wrong-moe wrong-gemm passthrough" &
+    (while pgrep -f "issue31.sh vllm" > /dev/null; do sleep 10; done  # GPU 2 is vLLM's until its lane ends
      lane S-C 33 sglang 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0) &
     wait ;;
   pack)

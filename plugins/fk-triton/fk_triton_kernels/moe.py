@@ -3,9 +3,10 @@
 The (token, choice) pairs are sorted by expert into blocks of BLOCK_M rows, each block holding one expert's
 pairs (padded with a sentinel). Kernel 1 runs one program per (block, tile of I): gate and up rows of that
 expert's w13 against the block's gathered x rows, then the activation; kernel 2 one per (block, tile of H):
-the expert's w2 against the block's activations, scaled by the router weight, written to the pair's own row.
-The k rows of a token are then summed in float32. Everything stays on the device (no host synchronisation,
-so it can be captured in a CUDA graph); pairs whose expert id is outside [0, E) are never placed in a block.
+the expert's w2 against the block's activations, scaled by the router weight, written to the pair's own row in x's
+dtype. The k rows of a token are then summed (in float32, rounded once). Everything stays on the device (no host
+synchronisation, so it can be captured in a CUDA graph); pairs whose expert id is outside [0, E) are never placed in a
+block.
 
 BLOCK_M follows the pairs per expert (its bucket); the tile of each kernel (BLOCK_N, BLOCK_K, warps, stages) is
 autotuned per (bucket, H, I) among that bucket's tiles, so a new batch size in a seen bucket reuses the tuned tile
@@ -182,9 +183,12 @@ def fused_moe(x, w13, w2, topk_weights, topk_ids, activation: str, apply_router_
         w13.stride(1), w13.stride(2), b13.stride(0), acts.stride(0), float(alpha), float(limit), bucket,
         ACT=ACTIVATIONS[activation], WEIGHT_ON_INPUT=bool(apply_router_weight_on_input),
         HAS_BIAS=w13_bias is not None, BLOCK_M=block_m)
-    per_pair = torch.zeros((t * k, h), dtype=torch.float32, device=x.device)
+    # Each pair's expert output in x's dtype, then one sum over a token's k rows (accumulated in float32 and rounded
+    # once), as vLLM's own MoE: a float32 buffer doubled the traffic of the largest tensor of a prefill step.
+    per_pair = torch.zeros((t * k, h), dtype=x.dtype, device=x.device)
     fk_triton_moe_down_kernel[lambda meta: (blocks, triton.cdiv(h, meta["BLOCK_N"]))](
         acts, w2, b2, tw, sorted_pairs, block_expert, per_pair, t * k, h, inter, acts.stride(0), w2.stride(0),
         w2.stride(1), w2.stride(2), b2.stride(0), per_pair.stride(0), bucket,
         WEIGHT_ON_INPUT=bool(apply_router_weight_on_input), HAS_BIAS=w2_bias is not None, BLOCK_M=block_m)
-    return (per_pair.view(t, k, h).sum(dim=1) * routed_scaling_factor).to(x.dtype)
+    out = per_pair.view(t, k, h).sum(dim=1)
+    return out if routed_scaling_factor == 1.0 else out.mul_(routed_scaling_factor)
