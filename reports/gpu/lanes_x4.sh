@@ -1,9 +1,10 @@
 #!/bin/bash
 # One hold of a 4-GPU machine (nvidia-h100-x4 / nvidia-h200-x4): the issue scripts side by side, each lane on its own
 # GPUs (CUDA_VISIBLE_DEVICES; fk takes one lock per device set, and its GPU watcher leaves out processes on the other
-# lanes' GPUs). Stage vLLM, start its lanes, stage SGLang while they run, start SGLang's. Parts of at most 24 MiB
-# (`stage.py ENGINE --part-mib 24`; `bash reports/gpu/stage_extra.sh sglang` for the wheel SGLang's lock lacks):
-# the working tree (~36 MiB) travels beside each part and a call carries at most 64 MiB.
+# lanes' GPUs). Stage vLLM, start its lanes, stage SGLang while they run, start SGLang's. A call carries at most
+# 64 MiB: the working tree (`git ls-files -z | xargs -0 du -cb | tail -1`; 40 MiB at session 27's end) and one part,
+# so parts of 64 - tree - 2 MiB (`stage.py ENGINE --part-mib 22`; `PART_MIB=22 bash reports/gpu/stage_extra.sh sglang`
+# for the wheel SGLang's lock lacks).
 #   (last vLLM part) bash reports/gpu/fk_gpu.sh vllm setup; setsid nohup bash reports/gpu/lanes_x4.sh vllm > /dev/null 2>&1 < /dev/null &
 #   (last SGLang part) bash reports/gpu/fk_gpu.sh sglang setup; setsid nohup bash reports/gpu/lanes_x4.sh sglang > /dev/null 2>&1 < /dev/null &
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run

@@ -135,29 +135,60 @@ def fk_triton_moe_down_kernel(inter_ptr, w_ptr, b_ptr, tw_ptr, sorted_ptr, block
     tl.store(out_ptr + pair[:, None] * stride_out + cols[None, :], acc, mask=valid[:, None] & cmask[None, :])
 
 
+@triton.jit
+def fk_triton_moe_count_kernel(ids_ptr, counts_ptr, n, experts, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.load(ids_ptr + offs, mask=offs < n, other=-1)
+    ok = (offs < n) & (e >= 0) & (e < experts)
+    tl.atomic_add(counts_ptr + tl.where(ok, e, 0), 1, mask=ok)
+
+
+@triton.jit
+def fk_triton_moe_layout_kernel(counts_ptr, starts_ptr, block_expert_ptr, experts, blocks, block_m,
+                                E_POW: tl.constexpr, BLOCK: tl.constexpr):
+    # One program: each expert's first row (its pairs padded to whole blocks), and the expert of every block
+    e = tl.arange(0, E_POW)
+    padded = (tl.load(counts_ptr + e, mask=e < experts, other=0) + block_m - 1) // block_m * block_m
+    ends = tl.cumsum(padded, 0)
+    tl.store(starts_ptr + e, ends - padded, mask=e < experts)
+    for b0 in range(0, blocks, BLOCK):
+        b = b0 + tl.arange(0, BLOCK)
+        owner = tl.sum(((ends[None, :] <= b[:, None] * block_m) & (e[None, :] < experts)).to(tl.int32), axis=1)
+        tl.store(block_expert_ptr + b, tl.where(owner < experts, owner, -1), mask=b < blocks)
+
+
+@triton.jit
+def fk_triton_moe_scatter_kernel(ids_ptr, starts_ptr, cursor_ptr, sorted_ptr, n, experts, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.load(ids_ptr + offs, mask=offs < n, other=-1)
+    ok = (offs < n) & (e >= 0) & (e < experts)
+    e = tl.where(ok, e, 0)
+    slot = tl.atomic_add(cursor_ptr + e, 1, mask=ok)
+    tl.store(sorted_ptr + tl.load(starts_ptr + e, mask=ok, other=0) + slot, offs.to(tl.int64), mask=ok)
+
+
 def sort_by_expert(topk_ids: torch.Tensor, experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(sorted pair index per row, expert per block of ``block_m`` rows) for the (token, choice) pairs.
 
     Each expert's pairs fill whole blocks (the rest of its last block holds the sentinel ``T * k``); blocks past
-    the last expert's say -1. Sizes depend on shapes only (an upper bound on the blocks), never on the ids.
+    the last expert's say -1. Sizes depend on shapes only (an upper bound on the blocks), never on the ids. Three
+    small kernels (count, layout, scatter): the order of an expert's pairs within its blocks is whichever the atomics
+    give, which changes no result (each row of a block is computed on its own).
     """
-    ids = topk_ids.reshape(-1).long()
+    ids = topk_ids.reshape(-1)
     n = ids.numel()
-    ids = torch.where((ids >= 0) & (ids < experts), ids, experts)  # outside [0, E): bucket E, dropped
-    counts = torch.zeros(experts + 1, dtype=torch.long, device=ids.device).scatter_add_(0, ids, torch.ones_like(ids))
-    padded = (counts[:experts] + block_m - 1) // block_m * block_m
-    ends = padded.cumsum(0)
     capacity = triton.cdiv(n + min(n, experts) * (block_m - 1), block_m) * block_m
-    order = torch.argsort(ids, stable=True)
-    sorted_e = ids[order]
-    first = counts.cumsum(0) - counts  # where each expert's pairs start in ``order``
-    dest = (ends - padded)[sorted_e.clamp(max=experts - 1)] + torch.arange(n, device=ids.device) - first[sorted_e]
-    dest = torch.where(sorted_e < experts, dest, capacity)
-    sorted_pairs = torch.full((capacity + 1,), n, dtype=torch.long, device=ids.device)
-    sorted_pairs.scatter_(0, dest, order)
-    starts = torch.arange(0, capacity, block_m, device=ids.device)
-    block_expert = torch.searchsorted(ends, starts, right=True)
-    return sorted_pairs[:capacity], torch.where(block_expert < experts, block_expert, -1)
+    blocks = capacity // block_m
+    counts = torch.zeros(3 * experts, dtype=torch.int32, device=ids.device)  # counts, cursors, starts
+    sorted_pairs = torch.full((capacity,), n, dtype=torch.long, device=ids.device)
+    block_expert = torch.empty(blocks, dtype=torch.int32, device=ids.device)
+    grid = (max(1, triton.cdiv(n, 256)),)
+    fk_triton_moe_count_kernel[grid](ids, counts, n, experts, BLOCK=256)
+    fk_triton_moe_layout_kernel[(1,)](counts, counts[2 * experts:], block_expert, experts, blocks, block_m,
+                                      E_POW=triton.next_power_of_2(experts), BLOCK=64)
+    fk_triton_moe_scatter_kernel[grid](ids, counts[2 * experts:], counts[experts:], sorted_pairs, n, experts,
+                                       BLOCK=256)
+    return sorted_pairs, block_expert
 
 
 def fused_moe(x, w13, w2, topk_weights, topk_ids, activation: str, apply_router_weight_on_input: bool,
