@@ -3,7 +3,8 @@ is not in transformers. The weights writer seeds and saves with it; the transfor
 
 fk's own: ColBERTv2 (``HF_ColBERT``), a BERT body and a bias-free linear head to ``dim`` per token, L2-normalised.
 It is the checkpoint's own class (``colbert-ir/colbertv2.0``, tensors ``bert.*`` and ``linear.weight``), built here
-from transformers' ``BertModel``.
+from transformers' ``BertModel``; its saved config leaves ``dim`` out, as the checkpoint's (the head's width is
+``linear.weight``'s: vLLM 0.26-0.32's ColBERTModel fails to build when its config names one).
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import torch
 
 
 class HFColBERT(torch.nn.Module):
+    REVISION = 2  # of what it writes (a seeded checkpoint's cache key): 2, no ``dim`` in the saved config
+
     def __init__(self, config):
         from transformers import BertModel
 
@@ -38,6 +41,7 @@ class HFColBERT(torch.nn.Module):
         os.makedirs(out_dir, exist_ok=True)
         cfg = self.config.to_dict()
         cfg["architectures"] = ["HF_ColBERT"]
+        cfg.pop("dim", None)  # as the checkpoint's: the head's width is linear.weight's (vLLM reads it from there)
         with open(os.path.join(out_dir, "config.json"), "w") as f:
             json.dump(cfg, f, indent=1)
         save_file({k: v.contiguous() for k, v in self.state_dict().items()},
@@ -48,9 +52,12 @@ class HFColBERT(torch.nn.Module):
         from safetensors.torch import load_file
         from transformers import BertConfig
 
-        model = cls._from_config(BertConfig.from_pretrained(model_dir), dtype)
-        missing, unexpected = model.load_state_dict(load_file(os.path.join(model_dir, "model.safetensors")),
-                                                    strict=False)
+        tensors = load_file(os.path.join(model_dir, "model.safetensors"))
+        config = BertConfig.from_pretrained(model_dir)
+        if "linear.weight" in tensors:
+            config.dim = tensors["linear.weight"].shape[0]
+        model = cls._from_config(config, dtype)
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
         if missing or unexpected:
             raise ValueError(f"HF_ColBERT checkpoint {model_dir}: missing {missing[:5]}, unexpected {unexpected[:5]}")
         return model

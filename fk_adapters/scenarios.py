@@ -24,7 +24,12 @@ ENGINE_HOSTS = ("vllm", "sglang")
 FAMILIES_OF_MODELS = ("llm", "embedding", "vision", "audio", "diffusion", "detection", "other")
 MAX_TOKENS = 1 << 20  # a sequence's length where neither [engine] max_model_len nor max_position_embeddings bounds it
 MAX_BATCH = 1 << 16  # requests of one workload, or items of one batch
-LATE_INTERACTION = ("HF_ColBERT",)  # embedding models whose output is one vector per token (ColBERT): not yet in vLLM
+LATE_INTERACTION = ("HF_ColBERT",)  # embedding models whose output is one vector per token (ColBERT)
+
+
+def late_interaction(sc) -> bool:
+    """Whether the scenario's model outputs one vector per token (vLLM's pooling task ``token_embed``)."""
+    return bool(set(sc.model.get("architectures") or []) & set(LATE_INTERACTION))
 ENGINE_COUNTS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size",
                  "pipeline_parallel_size")  # [engine] settings that count things
 
@@ -233,10 +238,6 @@ def check_runnable(sc: Scenario, engine: str) -> None:
                                 f"for transformers" + (f" with {' and '.join(need)}" if need else ""))
         return
     if sc.family == "embedding" and engine == "vllm":  # vLLM's pooling runner: sequences of [inputs] seq_len
-        late = set(sc.model.get("architectures") or []) & set(LATE_INTERACTION)
-        if late:
-            raise ScenarioError(f"scenario {sc.name!r} ({', '.join(sorted(late))}) has per-token late-interaction "
-                                "outputs: fk drives vLLM's pooling runner for sentence embeddings only")
         if not isinstance(sc.inputs.get("seq_len"), int):
             raise ScenarioError(f"scenario {sc.name!r} (embedding) has no [inputs] seq_len for {engine}'s pooling "
                                 "runner")
@@ -375,7 +376,8 @@ def _pooling_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int) -> 
     n = int(sc.inputs["seq_len"])
     seqs = {f"batch{b}": [_ids(rng, sc.prompt_vocab, n) for _ in range(b)] for b in batches}
     return {"model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": mode, "engine_args": dict(sc.engine),
-            "family": sc.family, "pooling": {"correctness": seqs[f"batch{batches[0]}"], "batches": seqs},
+            "family": sc.family, "pooling": {"correctness": seqs[f"batch{batches[0]}"], "batches": seqs,
+                                             "task": "token_embed" if late_interaction(sc) else "embed"},
             "perf": _items_perf(sc, quick, batches)}
 
 

@@ -139,7 +139,10 @@ def _writer_version(config: dict) -> str:
     (transformers: its version alone, as ever)."""
     library = _library(config)
     if library == "transformers":
-        return _transformers_version(config)
+        from fk_adapters.model_classes import CLASSES
+
+        own = CLASSES.get((config.get("architectures") or [""])[0])  # fk's own class: its revision too
+        return _transformers_version(config) + (f", fk {own.__name__} r{own.REVISION}" if own else "")
     from fk_adapters.engines.transformers import libraries
 
     return f"{library} {libraries.loader(library).version()}"

@@ -27,7 +27,7 @@ def _pending(sc: scenarios.Scenario, host: str) -> str:
     try:
         scenarios.check_runnable(sc, host)
     except scenarios.ScenarioError:
-        what = "token generation and sentence embeddings" if host == "vllm" else "token generation"
+        what = "token generation and embeddings (per sequence or per token)" if host == "vllm" else "token generation"
         return f"not driven by fk ({sc.family} model: fk's {host} driver runs {what} only)"
     return "not run yet"
 

@@ -12,7 +12,8 @@
 # vllm:
 #   V-A  GPU 0     issue 30 on fk46-qwen3-next (capture, check, A/B, wrong-gdn, passthrough: session 27's capture crashed
 #                  in fk's GDN seam, fixed since); then issue 29: fk-wrong's wrong-gemm on fk46-mixtral under the median
-#                  rule, fk-vllm-moe in the transformers host
+#                  rule, fk-vllm-moe in the transformers host; then issue 32: BGE-M3 and ColBERTv2 (per-token
+#                  embeddings) in vLLM's pooling runner (capture, Triton A/B, wrong-gemm)
 #   V-C  GPU 2     issue 31: the adapter's cost (A/A, then passthrough, $ROUNDS interleaved rounds), compiled, on
 #                  llama31-8b-decode (then the prefill scenario if time is left)
 # sglang:
@@ -37,7 +38,8 @@ lane() {  # lane NAME ISSUE ENGINE DEVICES [VAR=value ...]: runs issueNN.sh ENGI
 case ${1:-} in
   vllm)
     (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next
-     lane V-A 29 vllm 0 STEPS="wrong tfx" SC=fk46-mixtral WRONG=wrong-gemm) &
+     lane V-A 29 vllm 0 STEPS="wrong tfx" SC=fk46-mixtral WRONG=wrong-gemm
+     lane V-A 32 vllm 0 STEPS="pooling") &
     lane V-C 31 vllm 2 STEPS="adapter" ADAPTER_SC="llama31-8b-decode llama31-8b-4l-prefill" &
     wait ;;
   sglang)
@@ -46,7 +48,7 @@ case ${1:-} in
      lane S-C 33 sglang 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0) &
     wait ;;
   pack)
-    for issue in 29 30 31 33; do
+    for issue in 29 30 31 32 33; do
       for engine in vllm sglang; do
         [ -d "$ROOT/i$issue/$engine" ] && (. "$HERE/hold_env.sh" "i$issue" "$engine" && hold_pack > /dev/null)
       done

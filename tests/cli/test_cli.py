@@ -167,7 +167,7 @@ def test_fk_scenarios_lists_filters_and_refuses_unknown_hosts(capsys, tmp_path):
     assert "vllm: not run yet (language model only)" in status["fk46-qwen2-vl"]  # the towers are not served
     assert "sglang: not run yet (text only)" in status["fk46-qwen2-vl"]  # built, never called
     assert "language model only" not in status["fk46-llama-3.1"]
-    assert "vllm: not driven by fk (embedding model" in status["fk46-colbertv2"]  # no token workloads to serve
+    assert "vllm: not run yet" in status["fk46-colbertv2"]  # token embeddings in vLLM's pooling runner
     assert "transformers: not run yet" in status["fk46-colbertv2"]
 
 

@@ -212,11 +212,13 @@ class VllmDriver(skeleton.Driver):
 
 
 class VllmPoolingDriver(VllmDriver):
-    """``vllm.LLM`` with the pooling runner: embeddings of seeded token-id sequences, items/s."""
+    """``vllm.LLM`` with the pooling runner: embeddings of seeded token-id sequences (one per sequence, or one per token
+    for a late-interaction model such as ColBERT), items/s."""
 
     def prepare(self, job: dict, res: dict) -> None:
         super().prepare(job, res)
         self.args.setdefault("runner", "pooling")
+        self.task = job["pooling"].get("task", "embed")
         self.tokenizer_dir = pooling.tokenizer_dir(job["model_dir"])
 
     def start(self, job: dict, res: dict) -> None:
@@ -230,8 +232,13 @@ class VllmPoolingDriver(VllmDriver):
         pooling.remove(getattr(self, "tokenizer_dir", ""))
 
     def _embed(self, seqs: list):
+        """[batch, dim] sentence embeddings, or [batch, seq_len, dim] token embeddings (a late-interaction model:
+        the job's pooling task ``token_embed``)."""
         import torch
 
+        if self.task == "token_embed":
+            outs = self.llm.encode(_prompts(seqs), use_tqdm=False, pooling_task="token_embed")
+            return torch.stack([o.outputs.data.to(torch.float32) for o in outs])
         outs = self.llm.embed(_prompts(seqs), use_tqdm=False)
         return torch.stack([torch.as_tensor(o.outputs.embedding, dtype=torch.float32) for o in outs])
 

@@ -41,8 +41,9 @@ def test_the_stand_in_tokenizer_maps_token_i_to_id_i_with_the_models_special_ids
         pooling.remove(folder)
 
 
-def test_a_late_interaction_model_is_not_taken_for_a_sentence_embedder():
-    sc = scenarios.load("fk46-colbertv2")
-    with pytest.raises(scenarios.ScenarioError, match="late-interaction"):
-        scenarios.check_runnable(sc, "vllm")
-    scenarios.check_runnable(scenarios.load("fk46-bge-m3"), "vllm")
+def test_a_late_interaction_model_asks_vllm_for_one_embedding_per_token():
+    colbert = scenarios.load("fk46-colbertv2")
+    scenarios.check_runnable(colbert, "vllm")
+    assert scenarios.build_job(colbert, "/m", "eager", engine="vllm")["pooling"]["task"] == "token_embed"
+    bge = scenarios.load("fk46-bge-m3")
+    assert scenarios.build_job(bge, "/m", "eager", engine="vllm")["pooling"]["task"] == "embed"

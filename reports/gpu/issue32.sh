@@ -1,0 +1,34 @@
+#!/bin/bash
+# Issue 32 (all 46 running) on the lent GPU: the embedding models in vLLM's pooling runner, after
+# ../shared/device/stage.py vllm and its install:
+#   bash reports/gpu/fk_gpu.sh vllm setup
+#   setsid nohup bash reports/gpu/issue32.sh vllm runs > /tmp/fk-work/i32-vllm.log 2>&1 < /dev/null &
+#   bash reports/gpu/issue32.sh vllm pack                        # /tmp/fk-work/i32/vllm (no weights) -> $OUT
+# Steps ($STEPS, in this order by default):
+#   pooling   $POOLING (default fk46-bge-m3 fk46-colbertv2: sentence and per-token embeddings) captured with --profile
+#             (coverage), then the Triton plugin A/B and fk-wrong's wrong-gemm (correctness only, its baseline)
+. "$(dirname "$0")/hold_env.sh" i32 "$1"; shift
+RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
+
+case $1 in
+  runs)
+    cd "$W" || exit 1
+    for step in ${STEPS:-pooling}; do
+      echo "=== $step $(date -u +%H:%M:%S)"
+      case $step in
+        pooling)
+          for S in ${POOLING:-fk46-bge-m3 fk46-colbertv2}; do
+            $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
+              --out "$W/fk46"
+            $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S"
+            $RUN --plugins wrong-gemm --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
+              --out "$W/ab-wrong-gemm-$S"
+          done ;;
+      esac
+      echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
+    done
+    $FK coverage --results "$W/fk46" --out "$W/fk46" 2>&1 | tail -2
+    echo "=== all done" ;;
+  pack) hold_pack ;;
+  *) echo "usage: issue32.sh ENGINE runs|pack"; exit 2 ;;
+esac
