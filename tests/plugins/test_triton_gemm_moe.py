@@ -144,6 +144,23 @@ def test_sort_by_expert_places_every_routed_pair_once_in_its_experts_blocks():
         assert (e == -1) == (rows.numel() == 0) and all(flat[r] == e for r in rows.tolist())
 
 
+def test_sort_by_expert_on_many_pairs_and_experts_int32_ids_and_none():
+    """Several programs of the count and scatter kernels, E not a power of two, int32 ids as vLLM's, ids outside
+    [0, E) anywhere; and no pairs at all."""
+    moe = _moe()
+    ids = torch.randint(-1, 70, (300, 6), dtype=torch.int32, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    pairs, block_expert = moe.sort_by_expert(ids, experts=64, block_m=16)
+    n, flat = ids.numel(), ids.reshape(-1).cpu()
+    placed = pairs[pairs < n].cpu()
+    assert sorted(placed.tolist()) == ((flat >= 0) & (flat < 64)).nonzero().flatten().tolist()
+    for b, e in enumerate(block_expert.tolist()):
+        rows = pairs[16 * b:16 * b + 16].cpu()
+        rows = rows[rows < n]
+        assert (e == -1) == (rows.numel() == 0) and all(flat[r] == e for r in rows.tolist())
+    empty = moe.sort_by_expert(torch.empty(0, 2, dtype=torch.int32, device=DEVICE), experts=4, block_m=2)
+    assert empty[0].numel() == empty[1].numel() == 0
+
+
 def test_unknown_activation_is_refused():
     args = list(SLOTS["fused_moe"].make_inputs(_moe_case(), torch.float32, DEVICE, torch.Generator().manual_seed(0)))
     args[5] = "relu2"
