@@ -77,8 +77,34 @@ def tally(kernel_events: Iterable[tuple[str, float]]) -> tuple[dict[str, int], d
 
 def kernel_times(prof) -> tuple[dict[str, int], dict[str, float]]:
     """Launch counts and device microseconds per CUDA kernel of a stopped ``torch.profiler.profile``."""
-    return tally((evt.name, evt.time_range.elapsed_us()) for evt in prof.events()
-                 if str(getattr(evt, "device_type", "")).endswith("CUDA"))
+    return tally((evt.name, evt.time_range.elapsed_us()) for evt in _cuda_events(prof))
+
+
+def _cuda_events(prof) -> list:
+    return [evt for evt in prof.events() if str(getattr(evt, "device_type", "")).endswith("CUDA")]
+
+
+def kernel_span(prof) -> dict:
+    """``span_busy`` of a stopped ``torch.profiler.profile``'s CUDA kernels."""
+    return span_busy((evt.time_range.start, evt.time_range.end) for evt in _cuda_events(prof))
+
+
+def span_busy(intervals: Iterable[tuple[float, float]]) -> dict:
+    """{"span_us": first kernel start to last kernel end, "busy_us": the union of the kernels' time ranges}, in
+    microseconds ({} without kernels). Their difference is the time the device waited on the host within the step
+    (launches, Python, synchronisations): no kernel's device time shows it."""
+    spans = sorted(intervals)
+    if not spans:
+        return {}
+    busy, (lo, hi) = 0.0, spans[0]
+    for start, end in spans[1:]:
+        if start > hi:
+            busy += hi - lo
+            lo, hi = start, end
+        else:
+            hi = max(hi, end)
+    busy += hi - lo
+    return {"span_us": round(max(e for _, e in spans) - spans[0][0], 1), "busy_us": round(busy, 1)}
 
 
 def merge_kernel_us(profiles: list[dict] | None) -> dict[str, float]:

@@ -37,7 +37,16 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
     rows.sort(key=lambda r: -abs(r["delta_us"]))
     return {"baseline_us": round(tb, 1), "candidate_us": round(tc, 1), "step_ratio": tb / tc if tc else None,
             "families": rows, "only_candidate": _top(cand, set(cand) - set(base)),
-            "only_baseline": _top(base, set(base) - set(cand))}
+            "only_baseline": _top(base, set(base) - set(cand)),
+            "baseline_idle_us": _idle(base_profile), "candidate_idle_us": _idle(cand_profile)}
+
+
+def _idle(profiles: list[dict]) -> float | None:
+    """Microseconds the device waited on the host between the step's kernels, summed over the side's processes
+    (``op_families.span_busy``); None where a profile predates the measure."""
+    if not all("span_us" in p for p in profiles):
+        return None
+    return round(sum(p["span_us"] - p["busy_us"] for p in profiles), 1)
 
 
 def markdown(scenario: str, s: dict) -> list[str]:
@@ -49,8 +58,13 @@ def markdown(scenario: str, s: dict) -> list[str]:
 
     rows = [[r["family"], ", ".join(r["slots"]) or "-", f"{r['baseline_us']:.0f}", f"{r['candidate_us']:.0f}",
              f"{r['delta_us']:+.0f}", share(r)] for r in s["families"]]
+    idle = ""
+    if s.get("baseline_idle_us") is not None and s.get("candidate_idle_us") is not None:
+        idle = (f" Between its kernels the device waited on the host (launches, Python, synchronisations) for "
+                f"{s['baseline_idle_us']:.0f} µs in the baseline and {s['candidate_idle_us']:.0f} µs in the candidate "
+                f"(Δ {s['candidate_idle_us'] - s['baseline_idle_us']:+.0f} µs): time no kernel's device time shows.")
     lines = [f"**{scenario}**: the profiled step took {s['baseline_us']:.0f} µs of device time in the baseline, "
-             f"{s['candidate_us']:.0f} µs in the candidate (baseline / candidate {s['step_ratio']:.3f}).", "",
+             f"{s['candidate_us']:.0f} µs in the candidate (baseline / candidate {s['step_ratio']:.3f}).{idle}", "",
              tabulate(rows, headers=["op family", "catalog slots", "baseline µs", "candidate µs", "Δ µs",
                                      "share of Δ"], tablefmt="github"), ""]
     for key, who in (("only_candidate", "Only in the candidate"), ("only_baseline", "Only in the baseline")):

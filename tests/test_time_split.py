@@ -22,6 +22,22 @@ def test_a_slower_gemm_and_a_broken_fusion_are_named():
     assert "| gemm" in text and "+100.0%" in text and "Only in the baseline" in text
 
 
+def test_the_device_idle_between_kernels_is_told_apart_from_their_device_time():
+    """Kernels of 10 µs each: the candidate's launch gaps grow, its device time does not."""
+    from fk_adapters import op_families
+
+    base = _profile({"k": 30.0})
+    cand = _profile({"k": 30.0})
+    base[0].update(op_families.span_busy([(0, 10), (10, 20), (5, 30)]))  # overlapping streams: busy once
+    cand[0].update(op_families.span_busy([(0, 10), (40, 50), (90, 100)]))
+    assert base[0] == dict(base[0], span_us=30.0, busy_us=30.0) and cand[0]["busy_us"] == 30.0
+    s = time_split.split(base, cand)
+    assert (s["baseline_idle_us"], s["candidate_idle_us"], s["step_ratio"]) == (0.0, 70.0, 1.0)
+    assert "waited on the host" in "\n".join(time_split.markdown("x", s))
+    assert time_split.split(_profile({"k": 1.0}), cand)["baseline_idle_us"] is None  # an older profile: no claim
+    assert op_families.span_busy([]) == {}
+
+
 def test_no_split_without_a_profile_on_both_sides():
     assert time_split.split(None, _profile({"k": 1.0})) is None
     assert time_split.split(_profile({"k": 1.0}), []) is None

@@ -125,11 +125,13 @@ def kernel_counts(trace_dir: str) -> list[dict]:
         with opener(path, "rt") as f:
             trace = json.load(f)
         events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-        kernels, kernel_us = op_families.tally((evt["name"], float(evt.get("dur", 0.0))) for evt in events
-                                               if evt.get("cat") == "kernel" and evt.get("ph") == "X")
+        ks = [evt for evt in events if evt.get("cat") == "kernel" and evt.get("ph") == "X"]
+        kernels, kernel_us = op_families.tally((evt["name"], float(evt.get("dur", 0.0))) for evt in ks)
+        span = op_families.span_busy((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
+                                     for e in ks if "ts" in e)
         rank = re.search(r"-TP-(\d+)", os.path.basename(path))
         out.append({"trace": os.path.basename(path), **({"rank": int(rank.group(1))} if rank else {}),
-                    "kernels": kernels, "kernel_us": kernel_us})
+                    "kernels": kernels, "kernel_us": kernel_us, **span})
     return out
 
 

@@ -153,7 +153,7 @@ class TransformersDriver(skeleton.Driver):
             step()
             self.sync()
         kernels, kernel_us = op_families.kernel_times(prof)
-        return [{"pid": os.getpid(), "kernels": kernels, "kernel_us": kernel_us}]
+        return [{"pid": os.getpid(), "kernels": kernels, "kernel_us": kernel_us, **op_families.kernel_span(prof)}]
 
 
 # ----------------------------------------------------------------------------- other families

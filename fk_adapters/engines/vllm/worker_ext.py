@@ -62,4 +62,5 @@ class FkWorkerExtension:
         prof.stop()
         kernels, kernel_us = op_families.kernel_times(prof)
         self._fk_prof = None
-        return {"pid": __import__("os").getpid(), **self._fk_rank(), "kernels": kernels, "kernel_us": kernel_us}
+        return {"pid": __import__("os").getpid(), **self._fk_rank(), "kernels": kernels, "kernel_us": kernel_us,
+                **op_families.kernel_span(prof)}
