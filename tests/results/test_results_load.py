@@ -33,6 +33,8 @@ def expected_kind(path: str) -> Kind | None:
         return Kind.RUNS if path == "reports/gpu/sglang-0.5.15-h100/both/results.json" else Kind.RUN
     if name.removesuffix(".json") in ("vllm", "sglang", "transformers"):
         return Kind.CAPTURE  # <scenario>/<engine>.json beside <engine>-run/
+    if name.removesuffix(".failed.json") in ("vllm", "sglang", "transformers"):
+        return Kind.CAPTURE_FAILURE  # <scenario>/<engine>.failed.json: the engine could not serve it
     raise AssertionError(f"a committed JSON file this test does not know: {path}")
 
 
