@@ -75,18 +75,13 @@ def tally(kernel_events: Iterable[tuple[str, float]]) -> tuple[dict[str, int], d
     return kernels, kernel_us
 
 
-def kernel_times(prof) -> tuple[dict[str, int], dict[str, float]]:
-    """Launch counts and device microseconds per CUDA kernel of a stopped ``torch.profiler.profile``."""
-    return tally((evt.name, evt.time_range.elapsed_us()) for evt in _cuda_events(prof))
-
-
-def _cuda_events(prof) -> list:
-    return [evt for evt in prof.events() if str(getattr(evt, "device_type", "")).endswith("CUDA")]
-
-
-def kernel_span(prof) -> dict:
-    """``span_busy`` of a stopped ``torch.profiler.profile``'s CUDA kernels."""
-    return span_busy((evt.time_range.start, evt.time_range.end) for evt in _cuda_events(prof))
+def kernel_profile(prof) -> dict:
+    """{"kernels": launches, "kernel_us": device microseconds, per CUDA kernel name, and ``span_busy``'s keys} of a
+    stopped ``torch.profiler.profile``, from one walk of its events."""
+    ranges = [(evt.name, evt.time_range.start, evt.time_range.end) for evt in prof.events()
+              if str(getattr(evt, "device_type", "")).endswith("CUDA")]
+    kernels, kernel_us = tally((name, end - start) for name, start, end in ranges)
+    return {"kernels": kernels, "kernel_us": kernel_us, **span_busy((start, end) for _, start, end in ranges)}
 
 
 def span_busy(intervals: Iterable[tuple[float, float]]) -> dict:

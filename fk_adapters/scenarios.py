@@ -25,11 +25,6 @@ FAMILIES_OF_MODELS = ("llm", "embedding", "vision", "audio", "diffusion", "detec
 MAX_TOKENS = 1 << 20  # a sequence's length where neither [engine] max_model_len nor max_position_embeddings bounds it
 MAX_BATCH = 1 << 16  # requests of one workload, or items of one batch
 LATE_INTERACTION = ("HF_ColBERT",)  # embedding models whose output is one vector per token (ColBERT)
-
-
-def late_interaction(sc) -> bool:
-    """Whether the scenario's model outputs one vector per token (vLLM's pooling task ``token_embed``)."""
-    return bool(set(sc.model.get("architectures") or []) & set(LATE_INTERACTION))
 ENGINE_COUNTS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size",
                  "pipeline_parallel_size")  # [engine] settings that count things
 
@@ -223,6 +218,11 @@ def _check_catalog(sc: Scenario, where: str) -> None:
     if not (isinstance(layers, dict) and isinstance(layers.get("full"), int) and isinstance(layers.get("here"), int)
             and 1 <= layers["here"] <= layers["full"]):
         raise ScenarioError(f"{where}: [catalog] layers must be {{ full = N, here = n }} with 1 <= n <= N")
+
+
+def late_interaction(sc: Scenario) -> bool:
+    """Whether the scenario's model outputs one vector per token (vLLM's pooling task ``token_embed``)."""
+    return bool(set(sc.model.get("architectures") or []) & set(LATE_INTERACTION))
 
 
 def check_runnable(sc: Scenario, engine: str) -> None:

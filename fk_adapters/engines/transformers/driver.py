@@ -152,8 +152,7 @@ class TransformersDriver(skeleton.Driver):
         with torch.profiler.profile(activities=acts) as prof:
             step()
             self.sync()
-        kernels, kernel_us = op_families.kernel_times(prof)
-        return [{"pid": os.getpid(), "kernels": kernels, "kernel_us": kernel_us, **op_families.kernel_span(prof)}]
+        return [{"pid": os.getpid(), **op_families.kernel_profile(prof)}]
 
 
 # ----------------------------------------------------------------------------- other families

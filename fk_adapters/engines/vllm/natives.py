@@ -275,6 +275,11 @@ def _gdn_cpu(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_sta
     out[keep] = o[0].to(out.dtype)
 
 
+def _write_live(out, state_indices, got):
+    """``out`` = ``got`` on the rows of live sequences; a pad's rows (index <= 0) stay as they were (no host sync)."""
+    out.copy_(torch.where((state_indices > 0)[:, None, None], got.to(out.dtype), out))
+
+
 def _one_decay_per_head(g):
     if g.dim() == 3:
         raise NotImplementedError("vLLM's gated delta rule kernels take one decay per head (g [T, HV]); a decay per "
@@ -315,8 +320,7 @@ def gated_delta_rule_decode(q, k, v, g, beta, state, state_indices, scale, use_q
                                             inplace_final_state=True, cu_seqlens=cu,
                                             ssm_state_indices=state_indices.clamp(min=0),
                                             use_qk_l2norm_in_kernel=use_qk_l2norm)
-    keep = (state_indices > 0)[:, None, None]
-    out.copy_(torch.where(keep, o[0].to(out.dtype), out))
+    _write_live(out, state_indices, o[0])
 
 
 def ssd_chunk_scan(x, dt, A, B, C, D, dt_bias, state, state_indices, cu_seqlens, has_initial_state, out):
@@ -361,7 +365,7 @@ def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
         state, x, dt[..., None].expand(-1, -1, p), A[:, None, None].expand(heads, p, n).float(), B, C,
         D=D[:, None].expand(heads, p), dt_bias=dt_bias[:, None].expand(heads, p), z=None, dt_softplus=True,
         state_batch_indices=idx, dst_state_batch_indices=idx, null_block_id=0, out=mine)
-    out.copy_(torch.where((state_indices > 0)[:, None, None], mine, out))  # a pad's rows stay as they were
+    _write_live(out, state_indices, mine)
 
 
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,

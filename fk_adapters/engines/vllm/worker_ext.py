@@ -60,7 +60,5 @@ class FkWorkerExtension:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         prof.stop()
-        kernels, kernel_us = op_families.kernel_times(prof)
         self._fk_prof = None
-        return {"pid": __import__("os").getpid(), **self._fk_rank(), "kernels": kernels, "kernel_us": kernel_us,
-                **op_families.kernel_span(prof)}
+        return {"pid": __import__("os").getpid(), **self._fk_rank(), **op_families.kernel_profile(prof)}

@@ -9,12 +9,10 @@ K|V-interleaved and transposed-K views).
 """
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from fk_triton_kernels.tuning import INTERPRETED
 
 
 @triton.jit
@@ -92,8 +90,8 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
     d, dv = q.shape[2], v_cache.shape[3]
     hkv = k_cache.shape[2]
     group = hq // hkv
-    block_m = 64 if max_query_len * group >= 64 and not _INTERPRETED else 16  # decode: the group's heads, one tile
-    tiles = {"BLOCK_N": 16} if _INTERPRETED else {"BLOCK_N": 64, "num_warps": 4}
+    block_m = 64 if max_query_len * group >= 64 and not INTERPRETED else 16  # decode: the group's heads, one tile
+    tiles = {"BLOCK_N": 16} if INTERPRETED else {"BLOCK_N": 64, "num_warps": 4}
     if q.stride(2) != 1:
         q = q.contiguous()
     assert out.stride(2) == 1, "out's last dimension must be contiguous"

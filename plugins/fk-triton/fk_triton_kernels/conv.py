@@ -5,15 +5,12 @@ kernel row, kernel column) and the input read through x's own strides at the pad
 multiplied in full precision (no TF32)."""
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from fk_adapters.tasks.conv import memory_format, out_size
-
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from fk_triton_kernels.tuning import INTERPRETED
 
 
 @triton.jit
@@ -56,8 +53,8 @@ def conv2d(x, weight, bias, stride, padding, dilation, groups: int) -> torch.Ten
     m, og = n * oh * ow, o // groups
     if not y.numel():
         return y
-    block_m, block_k = (16, 16) if _INTERPRETED else (64, 32)
-    block_n = 16 if _INTERPRETED else min(64, max(16, triton.next_power_of_2(og)))
+    block_m, block_k = (16, 16) if INTERPRETED else (64, 32)
+    block_n = 16 if INTERPRETED else min(64, max(16, triton.next_power_of_2(og)))
     grid = (triton.cdiv(m, block_m), triton.cdiv(og, block_n), groups)
     fk_triton_conv2d_kernel[grid](x, weight, bias if bias is not None else weight, y, h, w, oh, ow, m, kh, kw, cg, og,
                                   *x.stride(), *weight.stride(), *y.stride(), *stride, *padding, *dilation,

@@ -3,13 +3,12 @@ blocks with an online softmax in float32; a query head reads kv head h // (Hq / 
 broadcast strides (an expanded view: no copy), additive or boolean; a query that sees no key gets 0."""
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+from fk_triton_kernels.tuning import INTERPRETED
+
 _NO_MASK, _ADDITIVE, _BOOLEAN = 0, 1, 2
 
 
@@ -68,7 +67,7 @@ def sdpa(q, k, v, attn_mask, is_causal: bool, scale: float) -> torch.Tensor:
         kind = _BOOLEAN if attn_mask.dtype == torch.bool else _ADDITIVE
         mask = attn_mask.view(torch.uint8) if kind == _BOOLEAN else attn_mask
         mask = mask.expand(b, hq, n_q, s)
-    block = 16 if _INTERPRETED else 64
+    block = 16 if INTERPRETED else 64
     grid = (triton.cdiv(n_q, block), b * hq)
     fk_triton_sdpa_kernel[grid](q, k, v, mask, out, n_q, s, d, hq, hq // k.shape[1], scale, *q.stride(), *k.stride(),
                                 *v.stride(), *mask.stride(), *out.stride(), MASK=kind, CAUSAL=bool(is_causal),
