@@ -60,8 +60,10 @@ def write_snapshot(path: str, **extra) -> None:
 
 
 def fk_probe_dump(self, out_dir: str, tag: str = "probe") -> None:
-    """This scheduler's snapshot; under tensor parallelism (``tp_size`` > 1) with its rank, judged per rank."""
-    tp_rank, tp_size = getattr(self, "tp_rank", None), getattr(self, "tp_size", 1) or 1
+    """This scheduler's snapshot; under tensor parallelism (``tp_size`` > 1) with its rank, judged per rank.
+    SGLang 0.5.15 keeps a scheduler's ranks in ``self.ps`` (its ``ParallelState``)."""
+    ps = getattr(self, "ps", None)
+    tp_rank, tp_size = getattr(ps, "tp_rank", None), getattr(ps, "tp_size", 1) or 1
     ranked = {"rank": tp_rank, "world_size": tp_size} if tp_size > 1 and tp_rank is not None else {}
     write_snapshot(os.path.join(out_dir, f"probe-{tag}-{os.getpid()}.json"), tp_rank=tp_rank, **ranked)
 

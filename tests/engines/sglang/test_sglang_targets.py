@@ -557,7 +557,9 @@ def test_register_hooks_through_sglang_registry(make_plugin, monkeypatch, tmp_pa
     (snap,) = driver.read_probes(str(tmp_path / "probe"), "t")
     assert "calls" in snap and "not_routed" in snap and "rank" not in snap
     ranked = Scheduler()
-    ranked.tp_rank, ranked.tp_size = 1, 2  # a scheduler of a two-rank server: its evidence is judged per rank
+    # a scheduler of a two-rank server (SGLang 0.5.15 keeps its ranks in a ParallelState): judged per rank, whether
+    # or not a routed all-reduce group set the rank (session 28: the Triton plugin at TP=2 had none)
+    ranked.ps = types.SimpleNamespace(tp_rank=1, tp_size=2)
     ranked.fk_probe_dump(str(tmp_path / "ranked"), tag="t")
     (snap,) = driver.read_probes(str(tmp_path / "ranked"), "t")
     assert (snap["rank"], snap["world_size"], snap["tp_rank"]) == (1, 2, 1)
