@@ -57,16 +57,25 @@ def _ran(ok: bool) -> E:
 
 def rank_evidence(probes: list[dict], profile: list[dict] | None, slot: str, key: str, names) -> dict[int, dict]:
     """{rank: its layers, calls (and profiler hits) for ``slot``} over the tensor-parallel ranks the workers
-    reported ({} without tensor parallelism); a rank no worker reported is listed with ``reported`` False."""
+    reported ({} without tensor parallelism); a rank no worker reported is listed with ``reported`` False. Where
+    the workers did not say their rank but the profiles of 2+ ranks did, the ranks are those of the profiles (their
+    layers and calls unknown, None): each must still show the kernel's launches in its own trace."""
     ranked = [p for p in probes or [] if "rank" in p]
-    if not ranked:
+    traced = [p for p in profile or [] if "rank" in p]
+    if ranked:
+        size = max(p["world_size"] for p in ranked)
+        out: dict[int, dict] = {r: {"reported": False} for r in range(size)}
+        for p in ranked:
+            out[p["rank"]] = {"reported": True, "layers": p.get("constructed", {}).get(slot, 0),
+                              "calls": p.get("calls", {}).get(key, 0)}
+    elif traced and max(p["rank"] for p in traced) > 0:  # SGLang names a single GPU's trace "TP-0" too
+        out = {r: {"reported": False} for r in range(1 + max(p["rank"] for p in traced))}
+        for p in traced:
+            out[p["rank"]] = {"reported": True, "layers": None, "calls": None}
+    else:
         return {}
-    out: dict[int, dict] = {r: {"reported": False} for r in range(max(p["world_size"] for p in ranked))}
-    for p in ranked:
-        out[p["rank"]] = {"reported": True, "layers": p.get("constructed", {}).get(slot, 0),
-                          "calls": p.get("calls", {}).get(key, 0)}
-    for prof in profile or []:
-        if "rank" in prof and out.get(prof["rank"], {}).get("reported"):
+    for prof in traced:
+        if out.get(prof["rank"], {}).get("reported"):
             out[prof["rank"]]["profiler_hits"] = kernel_names.hits([prof], names)
     return out
 
@@ -85,14 +94,17 @@ def _judge_ranks(ev: dict, ranks: dict[int, dict], by_names: bool) -> None:
 
 
 def _ranks_without_proof(ranks: dict[int, dict], by_names: bool) -> list[str]:
-    """Why each rank gives no proof that the kernel ran there (a rank with no layer for the slot needs none)."""
+    """Why each rank gives no proof that the kernel ran there (a rank known to have no layer for the slot needs
+    none; one whose layers are unknown does)."""
     out = []
     for r, ev in sorted(ranks.items()):
         if not ev["reported"]:
             out.append(f"rank {r}: no evidence reported")
-        elif ev["layers"] and by_names and "profiler_hits" not in ev:
+        elif ev["layers"] == 0:
+            continue
+        elif by_names and "profiler_hits" not in ev:
             out.append(f"rank {r}: not profiled")
-        elif ev["layers"] and (ev.get("profiler_hits", 0) if by_names else ev["calls"]) == 0:
+        elif not (ev.get("profiler_hits", 0) if by_names else ev["calls"]):
             out.append(f"rank {r}: {'no launch of its kernels' if by_names else 'no call'}")
     return out
 

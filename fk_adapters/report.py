@@ -209,8 +209,8 @@ def _rank_lines(rows: list[dict]) -> list[str]:
     for r in rows:
         for slot, e in r.get("evidence", {}).get("slots", {}).items():
             for rank, ev in sorted((e.get("ranks") or {}).items(), key=lambda kv: int(kv[0])):
-                table.append([r["scenario"], slot, rank, ev.get("layers", "-") if ev["reported"] else "no evidence",
-                              ev.get("calls", "-"), ev.get("profiler_hits", "-")])
+                table.append([r["scenario"], slot, rank, _f(ev.get("layers"), "d") if ev["reported"] else "no evidence",
+                              _f(ev.get("calls"), "d"), _f(ev.get("profiler_hits"), "d")])
     if not table:
         return []
     return ["", "Per tensor-parallel rank (a slot is exercised only where every rank proves it):", "",

@@ -145,3 +145,22 @@ def test_by_profiler_names_each_rank_needs_its_own_launches():
     ev = evidence.judge(_ranked({0: {}, 1: {}}, profile=profile), [LOAD], "compiled")
     s = ev["slots"]["rms_norm"]
     assert s["status"] == "exercised" and s["ranks"][1]["profiler_hits"] == 16
+
+
+def test_workers_that_did_not_say_their_rank_are_judged_by_each_ranks_profile():
+    # session 28: SGLang's schedulers gave no rank (fk read it from the wrong attribute); the sum of both ranks'
+    # launches must not stand in for each rank's
+    res = {"probe": [{"pid": 10 + r, "calls": {}, "constructed": {"rms_norm": 5}} for r in (0, 1)],
+           "profile": [{"pid": 10, "rank": 0, "kernels": {"my_norm_kernel": 32}}, {"pid": 11, "rank": 1, "kernels": {}}]}
+    s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
+    assert s["status"] == "not exercised" and "rank 1: no launch of its kernels" in s["proof"]
+    assert s["ranks"][0] == {"reported": True, "layers": None, "calls": None, "profiler_hits": 32}
+    res["profile"][1]["kernels"] = {"my_norm_kernel": 16}
+    s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
+    assert s["status"] == "exercised" and "each of the 2 tensor-parallel ranks" in s["proof"]
+    res["profile"][1]["rank"] = 2  # the profiles of ranks 0 and 2: rank 1 gave no evidence
+    s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
+    assert s["status"] == "not exercised" and "rank 1: no evidence reported" in s["proof"]
+    res["profile"] = [{"pid": 10, "rank": 0, "kernels": {"my_norm_kernel": 32}}]  # one GPU: SGLang's "TP-0" trace
+    s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
+    assert s["status"] == "exercised" and "ranks" not in s
