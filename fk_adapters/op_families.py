@@ -36,7 +36,9 @@ FAMILIES: list[tuple[str, str]] = [
     ("reduce", r"reduce|_sum|_mean|norm_kernel"),
     ("copy / elementwise", r"copy|memcpy|memset|fill|elementwise|vectorized|unrolled|cat_|transpose|cast"),
 ]
-SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm"), "layer_norm": ("layer_norm",), "conv": ("conv2d",),
+# gated_rms_norm in both norm families: vLLM's one-group Mamba2 norm is FLA's Triton layer-norm kernel
+SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm", "gated_rms_norm"),
+                 "layer_norm": ("layer_norm", "gated_rms_norm"), "conv": ("conv2d",),
                  "activation": ("silu_and_mul", "gelu_and_mul"),
                  "rotary": ("rotary_embedding",), "gemm": ("gemm",), "moe": ("fused_moe",),
                  "attention": ("paged_attention", "sdpa"), "all-reduce": ("all_reduce",),

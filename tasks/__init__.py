@@ -14,7 +14,7 @@ from fk_adapters.tasks.linear_attention import (
                                                SSM_STATE_UPDATE,
 )
 from fk_adapters.tasks.moe import FUSED_MOE
-from fk_adapters.tasks.norms import FUSED_ADD_RMS_NORM, LAYER_NORM, RMS_NORM
+from fk_adapters.tasks.norms import FUSED_ADD_RMS_NORM, GATED_RMS_NORM, LAYER_NORM, RMS_NORM
 from fk_adapters.tasks.rotary import ROTARY_EMBEDDING
 from fk_adapters.tasks.sdpa import SDPA
 from fk_adapters.tasks.slot import Slot
@@ -22,6 +22,7 @@ from fk_adapters.tasks.slot import Slot
 SLOTS: dict[str, Slot] = {s.name: s for s in (RMS_NORM, FUSED_ADD_RMS_NORM, SILU_AND_MUL, GELU_AND_MUL,
                                               ROTARY_EMBEDDING, GEMM, FUSED_MOE, PAGED_ATTENTION,
                                               GATED_DELTA_RULE, GATED_DELTA_RULE_DECODE, SSD_CHUNK_SCAN,
-                                              SSM_STATE_UPDATE, LAYER_NORM, CONV2D, SDPA, ALL_REDUCE)}
+                                              SSM_STATE_UPDATE, GATED_RMS_NORM, LAYER_NORM, CONV2D, SDPA,
+                                              ALL_REDUCE)}
 
 __all__ = ["SLOTS", "Slot"]

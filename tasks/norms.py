@@ -117,3 +117,47 @@ LAYER_NORM = Slot(
         "sglang": "its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock",
     },
 )
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, group_size: int) -> torch.Tensor:
+    """Mamba2's gated norm, the gate before the norm: g = x * silu(z); each group of ``group_size`` channels of g
+    divided by sqrt(mean(g^2) + eps); rounded to x.dtype, then times weight. float32 inside (float64 for float64)."""
+    g = acc(x) * torch.nn.functional.silu(acc(z))
+    groups = g.view(*g.shape[:-1], g.shape[-1] // group_size, group_size)
+    y = (groups * torch.rsqrt(groups.pow(2).mean(dim=-1, keepdim=True) + eps)).view(g.shape)
+    return (y.to(x.dtype) * weight).to(x.dtype)
+
+
+# one group (Mamba2-2.7B) and several (Codestral-style n_groups=8), a decode row and a prefill's rows
+GATED_NORM_CASES = ({"tokens": 1, "hidden": 128, "group": 128}, {"tokens": 7, "hidden": 256, "group": 64},
+                    {"tokens": 33, "hidden": 4096, "group": 512})
+
+
+def _gated_norm_inputs(case, dtype, device, gen):
+    shape = (case["tokens"], case["hidden"])
+    x, z = (torch.randn(shape, generator=gen).to(device=device, dtype=dtype) for _ in range(2))
+    w = (1.0 + 0.1 * torch.randn(case["hidden"], generator=gen)).to(device=device, dtype=dtype)
+    return (x, z, w, 1e-6, case["group"])
+
+
+GATED_RMS_NORM = Slot(
+    name="gated_rms_norm",
+    summary="Mamba2's gated RMS normalization per channel group: norm(x * silu(z)) * weight",
+    signature=("gated_rms_norm(x: Tensor[T, H], z: Tensor[T, H], weight: Tensor[H], eps: float, group_size: int) "
+               "-> Tensor[T, H]"),
+    schema="(Tensor x, Tensor z, Tensor weight, float eps, int group_size) -> Tensor",
+    fake=lambda x, z, weight, eps, group_size: x.new_empty(x.shape),
+    reference=gated_rms_norm,
+    make_inputs=_gated_norm_inputs,
+    cases=GATED_NORM_CASES,
+    traffic=lambda x, z, weight, eps, group_size: 2 * _nbytes(x) + _nbytes(z) + _nbytes(weight),
+    entries={
+        "vllm": ("CustomOp 'Mixer2RMSNormGated' (vllm.model_executor.layers.mamba.mamba_mixer2; Mamba2, Codestral "
+                 "Mamba, NemotronH, Zamba2, Granite-4 hybrids), forward(x, gate), with its norm (use_rms_norm) and its "
+                 "groups whole on each rank (one rank, or n_groups divisible by the ranks)",),
+    },
+    not_entered={
+        "sglang": "SGLang 0.5.15 serves no Mamba2 mixer that fk hooks (its gated norms stay stock)",
+        "transformers": "not routed yet: MambaRMSNormGated's forward is not matched to the slot",
+    },
+)

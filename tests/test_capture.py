@@ -172,7 +172,7 @@ def test_workload_merges_workers_and_separates_engine_start(tmp_path):
     assert wl["total_calls"] == {"rms_norm": 22, "fused_add_rms_norm": 0, "silu_and_mul": 5, "gelu_and_mul": 0,
                                  "rotary_embedding": 0, "gemm": 0, "fused_moe": 0, "paged_attention": 0,
                                  "gated_delta_rule": 0, "gated_delta_rule_decode": 0, "ssd_chunk_scan": 0,
-                                 "ssm_state_update": 0, "all_reduce": 0}
+                                 "ssm_state_update": 0, "gated_rms_norm": 0, "all_reduce": 0}
     assert set(wl["slots"]) == {"rms_norm", "silu_and_mul"} and wl["workers"] == 2  # slots with calls
     assert wl["not_routed"] == {"rms_norm (call: x)": 3}
     assert (wl["scenario"], wl["engine"], wl["engine_version"], wl["mode"], wl["dtype"]) == (

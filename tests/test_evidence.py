@@ -151,7 +151,8 @@ def test_workers_that_did_not_say_their_rank_are_judged_by_each_ranks_profile():
     # session 28: SGLang's schedulers gave no rank (fk read it from the wrong attribute); the sum of both ranks'
     # launches must not stand in for each rank's
     res = {"probe": [{"pid": 10 + r, "calls": {}, "constructed": {"rms_norm": 5}} for r in (0, 1)],
-           "profile": [{"pid": 10, "rank": 0, "kernels": {"my_norm_kernel": 32}}, {"pid": 11, "rank": 1, "kernels": {}}]}
+           "profile": [{"pid": 10, "rank": 0, "kernels": {"my_norm_kernel": 32}},
+                       {"pid": 11, "rank": 1, "kernels": {}}]}
     s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
     assert s["status"] == "not exercised" and "rank 1: no launch of its kernels" in s["proof"]
     assert s["ranks"][0] == {"reported": True, "layers": None, "calls": None, "profiler_hits": 32}

@@ -28,10 +28,13 @@ LAYERS = {
     "rotary_embedding": ("vllm.model_executor.layers.rotary_embedding.base", "RotaryEmbedding", "rotary_embedding",
                          "RotaryEmbedding.forward_static: query and key rotated into new tensors (the pass-through "
                          "channels copied), not in place; not fused with a q/k norm"),
+    "gated_rms_norm": ("vllm.model_executor.layers.mamba.mamba_mixer2", "Mixer2RMSNormGated", "mixer2_gated_rms_norm",
+                       "Mixer2RMSNormGated.forward_native(x, gate) on one rank: the gate, the grouped norm and the "
+                       "weight in one graph (the mixer's SSD output before it and out_proj after: not in it)"),
 }
 IR_OPS = {"rms_norm": "rms_norm", "fused_add_rms_norm": "fused_add_rms_norm"}  # slots vLLM routes through vllm.ir
 TOKEN_ARGS = {"rms_norm": (0,), "fused_add_rms_norm": (0, 1), "silu_and_mul": (0,), "gelu_and_mul": (0,),
-              "rotary_embedding": (0, 1, 2)}
+              "rotary_embedding": (0, 1, 2), "gated_rms_norm": (0, 1)}
 _LINEAR_ATTENTION = ("an opaque custom op (vllm::qwen_gdn_attention_core, vllm::mamba_mixer2) and a splitting op of "
                      "vLLM's piecewise graph: its kernels, compiled or not")
 KEPT = {
@@ -141,6 +144,27 @@ def _gate(slot: str, *init):
     return Native(lambda x, *_: (fn(x),), qualified(type(layer).forward_native), graphs)
 
 
+def _gated_norm(weight, eps, group_size):
+    """Mixer2RMSNormGated's forward_native on one rank (a stand-in for the layer: its __init__ needs vLLM's
+    distributed state), the weight each call's own."""
+    import types
+
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import Mixer2RMSNormGated
+
+    hidden = weight.shape[0]
+    layer = types.SimpleNamespace(tp_size=1, tp_rank=0, full_hidden_size=hidden, group_size=group_size,
+                                  per_rank_hidden_size=hidden, n_groups=hidden // group_size, variance_epsilon=eps,
+                                  use_rms_norm=True, weight=weight)
+    fn, graphs = compile_native(types.MethodType(Mixer2RMSNormGated.forward_native, layer),
+                                inductor_options(default_config().compilation_config), _native_ir)
+
+    def gated(x, z, w, *_):
+        layer.weight = w
+        return (fn(x, z),)
+
+    return Native(gated, qualified(Mixer2RMSNormGated.forward_native), graphs)
+
+
 def _rotary():
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
 
@@ -160,6 +184,8 @@ _built: dict[tuple, Native] = {}  # one compiled forward per layer: a new shape 
 def _key(slot: str, args: tuple) -> tuple:
     if slot in ("rms_norm", "fused_add_rms_norm"):
         return slot, args[-2].dtype, args[-2].shape[0], args[-1]
+    if slot == "gated_rms_norm":
+        return slot, args[2].dtype, args[2].shape[0], args[3], args[4]
     return (slot, args[1]) if slot == "gelu_and_mul" else (slot,)
 
 
@@ -172,6 +198,8 @@ def _new(slot: str, args: tuple) -> Native:
         return _gate(slot, args[1])
     if slot == "rotary_embedding":
         return _rotary()
+    if slot == "gated_rms_norm":
+        return _gated_norm(args[2], args[3], args[4])
     raise LookupError(f"vLLM's compiled mode runs {slot}'s kernel: no native forward to compile")
 
 

@@ -6,7 +6,7 @@
 #   bash reports/gpu/issue30.sh ENGINE pack                      # /tmp/fk-work/i30/ENGINE (no weights) -> $OUT
 # Steps ($STEPS, in this order by default, each independent of a failed one before it):
 #   gputests  the natives of every slot, the Triton attention and recurrent kernels against the references (FLA
-#             autotunes its kernels on first use: minutes) -> gputests.txt
+#             autotunes its kernels on first use: minutes) -> gputests.txt; $GPUTESTS_FILES, $GPUTESTS_K pick them
 #   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: attention enters and runs
 #   capture   $CAPTURE (default fk46-llama-3.1) served eagerly, --smoke, --profile: slot calls, shapes, coverage
 #   check     the Triton and passthrough paged_attention and gemm against the engine's own kernels on those shapes
@@ -15,9 +15,10 @@
 #   wrong     fk-wrong's wrong-attention (eager: not graph safe) and wrong-gemm, correctness only: both must FAIL
 #             (wrong-gemm and pass reuse the baseline runs of $AB_DIR, default ab's)
 #   pass      the passthrough plugin against ab's baseline (correctness only): must PASS with its natives proven
-#   linear    the linear-attention / SSM slots on each of $LINEAR (default fk46-mamba2 fk46-qwen3-next): capture with
-#             --profile (coverage), fk check of the slots on its shapes, the Triton A/B (compiled + graphs), fk-wrong's wrong-ssd / wrong-gdn (eager: not graph
-#             safe) and passthrough (correctness only, against the A/B's baseline)
+#   linear    the linear-attention / SSM slots on each of $LINEAR (default fk46-mamba2 fk46-qwen3-next), the parts in
+#             $LINEAR_STEPS (default all): capture with --profile (coverage), fk check of the slots on its shapes, the
+#             Triton A/B (compiled + graphs), fk-wrong's wrong-ssd + wrong-gated-norm (Mamba2) / wrong-gdn (eager:
+#             not graph safe) and passthrough (correctness only, against the A/B's baseline)
 #   moe       issue 29's leftovers: $MOE (default fk46-mixtral) captured with --profile (coverage without fk's value
 #             statistics in the profile), then fused_moe and gemm checked on its shapes
 . "$(dirname "$0")/hold_env.sh" i30 "$1"; shift
@@ -31,7 +32,8 @@ case $1 in
       echo "=== $step $(date -u +%H:%M:%S)"
       case $step in
         gputests)
-          (cd "$REPO" && timeout ${GPUTESTS_S:-600} python3 -m pytest -q -p no:cacheprovider -m gpu tests/plugins/test_triton_attention.py tests/plugins/test_triton_linear_attention.py \
+          (cd "$REPO" && timeout ${GPUTESTS_S:-600} python3 -m pytest -q -p no:cacheprovider -m gpu \
+            ${GPUTESTS_FILES:-tests/plugins/test_triton_attention.py tests/plugins/test_triton_linear_attention.py} \
             "tests/engines/$ENGINE" -k "${GPUTESTS_K:-natives or test_triton_attention or linear}" 2>&1 | tail -30) \
             > "$W/gputests.txt"
           tail -3 "$W/gputests.txt" ;;
@@ -58,16 +60,25 @@ case $1 in
             --out "$W/ab-passthrough" ;;
         linear)
           for L in ${LINEAR:-fk46-mamba2 fk46-qwen3-next}; do
-            case $L in *mamba*) WRONG=wrong-ssd ;; *) WRONG=wrong-gdn ;; esac
-            $FK capture --engine "$ENGINE" --scenario "$L" --profile --smoke --model-cache $MODELS --timeout 900 \
-              --out "$W/fk46"
-            $FK check --engine "$ENGINE" --plugins triton,passthrough,$WRONG \
-              --slots gated_delta_rule,gated_delta_rule_decode,ssd_chunk_scan,ssm_state_update \
-              --workload "$W/fk46/$L/$ENGINE.json" --max-shapes 4 --timeout 600 --out "$W/check-$L"
-            $RUN --plugins triton --scenario "$L" --smoke --interleave 0 --out "$W/ab-triton-$L"
-            $RUN --plugins $WRONG --scenario "$L" --mode eager --smoke --correctness-only --out "$W/ab-$WRONG-$L"
-            $RUN --plugins passthrough --scenario "$L" --smoke --correctness-only --baseline-from "$W/ab-triton-$L" \
-              --out "$W/ab-passthrough-$L"
+            case $L in *mamba*) WRONG="wrong-ssd wrong-gated-norm" ;; *) WRONG=wrong-gdn ;; esac
+            for part in ${LINEAR_STEPS:-capture check ab wrong pass}; do
+              case $part in
+                capture) $FK capture --engine "$ENGINE" --scenario "$L" --profile --smoke --model-cache $MODELS \
+                           --timeout 900 --out "$W/fk46" ;;
+                check) $FK check --engine "$ENGINE" --plugins "triton,passthrough,${WRONG// /,}" \
+                         --slots gated_delta_rule,gated_delta_rule_decode,ssd_chunk_scan,ssm_state_update,gated_rms_norm \
+                         --workload "$W/fk46/$L/$ENGINE.json" --max-shapes 4 --timeout 600 --out "$W/check-$L" ;;
+                ab) $RUN --plugins triton --scenario "$L" --smoke --interleave 0 --out "$W/ab-triton-$L" ;;
+                wrong) BASE=()  # the second wrong plugin reuses the first one's eager baseline
+                       for w in $WRONG; do
+                         $RUN --plugins $w --scenario "$L" --mode eager --smoke --correctness-only "${BASE[@]}" \
+                           --out "$W/ab-$w-$L"
+                         BASE=(--baseline-from "$W/ab-$w-$L")
+                       done ;;
+                pass) $RUN --plugins passthrough --scenario "$L" --smoke --correctness-only \
+                        --baseline-from "$W/ab-triton-$L" --out "$W/ab-passthrough-$L" ;;
+              esac
+            done
           done
           $FK coverage --results "$W/fk46" --out "$W/fk46" | tail -1 ;;
         moe)

@@ -10,22 +10,22 @@
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
 # A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s.
 # vllm:
-#   V-A  GPU 0     issue 29: fk-wrong's wrong-gemm on fk46-mixtral under the median rule (its own baseline);
-#                  issue 30 on fk46-qwen3-next (capture, check, A/B, wrong-gdn, passthrough: session 27's capture
-#                  crashed in fk's GDN seam, fixed since); issue 32: BGE-M3 and ColBERTv2 (per-token embeddings) in
-#                  vLLM's pooling runner (capture, Triton A/B, wrong-gemm); issue 31: the adapter's cost (A/A, then
-#                  passthrough, $ROUNDS interleaved rounds), compiled, on llama31-8b-decode
-#   V-D  GPU 1     the GPU tests of the Triton gemm / MoE (session 27 changed their tiles and the MoE's sort) and paged
-#                  attention (now one KV read per GQA group), while SGLang stages
-#   V-E  GPU 2     paged_attention and gemm checked on the committed fk46-llama-3.1 capture (session 25: attention 0.29x
-#                  FlashAttention), while SGLang stages
+#   V-D  GPU 3     first, while SGLang stages: the GPU tests of the new gated_rms_norm slot (Triton in half precision,
+#                  under a CUDA graph, its profiler name; vLLM's native) and the declared kernel names of every slot
+#   V-A  GPU 0     issue 30 on fk46-mamba2 with Mamba2's gated norm in the catalog: capture (coverage: session 26
+#                  measured 67.6%, the gated norm's torch ops about 16% outside), check, Triton A/B, wrong-ssd and
+#                  wrong-gated-norm, passthrough
+#   V-B  GPU 1     issue 30 on fk46-qwen3-next (session 28 captured and checked it): the Triton A/B, wrong-gdn,
+#                  passthrough; then issue 31: the adapter's cost (A/A, then passthrough, $ROUNDS interleaved rounds),
+#                  compiled, on llama31-8b-decode
+#   V-F  GPU 3     after S-C: issue 29's gemm and fused_moe checked on session 28's fk46-qwen3-next capture, fk-vllm-moe
+#                  in the transformers host; issue 32: BGE-M3 and ColBERTv2 in vLLM's pooling runner
 # sglang:
-#   S-C  GPUs 2,3  issue 33 at TP=2 in SGLang (Triton A/B, wrong-all-reduce, passthrough, capture, check), first (its
-#                  bar waits on it), once V-E is done; vLLM's TP=2 evidence is session 27's
-#   S-A  GPU 1     once V-D is done: issue 29 on fk46-mixtral: the Triton A/B, then wrong-moe, wrong-gemm and
-#                  passthrough against its baseline (correctness only); fk46-qwen3-next captured; issue 31: the
-#                  adapter's cost in SGLang's default mode, llama31-8b-decode
-# Sessions 26 and 27 ran earlier plans of this script (reports/gpu/s26-h200x4/README.md, s27-h100x4/README.md).
+#   S-C  GPUs 2,3  issue 33: the Triton A/B at TP=2 again, now that each scheduler reports its rank (session 28's
+#                  report had no per-rank table), once V-D is done
+#   S-A  GPU 2     after S-C: issue 31, the adapter's cost in SGLang's default mode (llama31-8b-decode); issue 29's
+#                  gemm and fused_moe checked on session 28's SGLang fk46-qwen3-next capture
+# Sessions 26-28 ran earlier plans of this script (reports/gpu/s26-h200x4/, s27-h100x4/, s28-h100x4/: READMEs).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -41,22 +41,22 @@ lane() {  # lane NAME ISSUE ENGINE DEVICES [VAR=value ...]: runs issueNN.sh ENGI
 
 case ${1:-} in
   vllm)
-    LLAMA=$REPO/reports/gpu/issue30-h100/vllm/fk46/fk46-llama-3.1/vllm.json
-    (lane V-A 29 vllm 0 STEPS="wrong" SC=fk46-mixtral WRONG=wrong-gemm
-     lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next
-     lane V-A 32 vllm 0 STEPS="pooling"
-     lane V-A 31 vllm 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
-    (lane V-D 29 vllm 1 STEPS="gputests" GPUTESTS_K="test_triton_gemm_moe"
-     lane V-D 30 vllm 1 STEPS="gputests" GPUTESTS_K="test_triton_attention"; touch "$ROOT/V-D.done") &
-    (lane V-E 30 vllm 2 STEPS="check" WORKLOAD="$LLAMA"; touch "$ROOT/V-E.done") &
+    S28=$REPO/reports/gpu/s28-h100x4
+    (lane V-D 30 vllm 3 STEPS="gputests" GPUTESTS_FILES="tests/plugins/test_triton_plugin.py" \
+       GPUTESTS_K="gated or profiler"; touch "$ROOT/V-D.done") &
+    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2) &
+    (lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab wrong pass"
+     lane V-B 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
+    (while [ ! -e "$ROOT/S-C.done" ]; do sleep 10; done  # GPU 3: SGLang's TP=2 first
+     lane V-F 29 vllm 3 STEPS="check tfx" WORKLOAD="$S28/i30/vllm/fk46/fk46-qwen3-next/vllm.json"
+     lane V-F 32 vllm 3 STEPS="pooling") &
     wait ;;
   sglang)
-    (while [ ! -e "$ROOT/V-E.done" ]; do sleep 10; done  # GPU 2: vLLM's check first
-     lane S-C 33 sglang 2,3 STEPS="triton wrong pass capture check" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0) &
-    (while [ ! -e "$ROOT/V-D.done" ]; do sleep 10; done  # GPU 1: vLLM's GPU tests first
-     lane S-A 29 sglang 1 STEPS="ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG="wrong-moe wrong-gemm passthrough"
-     lane S-A 29 sglang 1 STEPS="capture" CAPTURE=fk46-qwen3-next
-     lane S-A 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
+    S28=$REPO/reports/gpu/s28-h100x4
+    (while [ ! -e "$ROOT/V-D.done" ]; do sleep 10; done  # GPU 3: vLLM's GPU tests first
+     lane S-C 33 sglang 2,3 STEPS="triton" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0; touch "$ROOT/S-C.done"
+     lane S-A 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode
+     lane S-A 29 sglang 2 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json") &
     wait ;;
   pack)
     for issue in 29 30 31 32 33; do

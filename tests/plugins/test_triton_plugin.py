@@ -29,7 +29,7 @@ if importlib.util.find_spec("fk_triton_kernels") is None:  # not installed: use 
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {"atol": 1e-5, "rtol": 1e-5}
-SLOT_NAMES = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
+SLOT_NAMES = ("rms_norm", "fused_add_rms_norm", "gated_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
 # declared for CUDA only; their kernels are tested under the interpreter in test_triton_gemm_moe.py,
 # test_triton_attention.py, test_triton_linear_attention.py and test_triton_vision.py
 RECURRENT = ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update")

@@ -8,8 +8,8 @@ from fk_adapters import op_families
 from fk_adapters.engines.sglang.targets import UNCOVERED_SLOTS
 from fk_adapters.tasks import SLOTS
 
-EXPECTED = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe",
-            "paged_attention", "layer_norm", "conv2d", "sdpa"}
+EXPECTED = {"rms_norm", "fused_add_rms_norm", "gated_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding",
+            "gemm", "fused_moe", "paged_attention", "layer_norm", "conv2d", "sdpa"}
 
 
 def test_catalog_has_the_required_slots_with_engine_entries():

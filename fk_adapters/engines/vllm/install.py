@@ -35,7 +35,7 @@ def _targets():
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.layers.layernorm import RMSNorm
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
-    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2, Mixer2RMSNormGated
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
     return [([RMSNorm], ("rms_norm", "fused_add_rms_norm"), layers.rms_norm_class),
@@ -46,7 +46,8 @@ def _targets():
             ([ParallelLMHead], ("gemm",), layers.lm_head_class),
             ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class),
             ([QwenGatedDeltaNetAttention], linear_attention.GDN, linear_attention.gdn_class),
-            ([MambaMixer2], linear_attention.SSD, linear_attention.mamba2_class)]
+            ([MambaMixer2], linear_attention.SSD, linear_attention.mamba2_class),
+            ([Mixer2RMSNormGated], ("gated_rms_norm",), layers.gated_norm_class)]
 
 
 # registered by runtime class name: subclasses with their own name (0.32's GateLinear router, ...) stay stock

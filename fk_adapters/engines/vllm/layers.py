@@ -102,6 +102,27 @@ def rotary_class(base, ops: dict):
     return _replacement(base, ("rotary_embedding",), routed)
 
 
+def gated_norm_why(layer) -> str:
+    """Why a built Mixer2RMSNormGated never routes ("" if it can): the slot normalizes whole groups on one rank."""
+    if not layer.use_rms_norm:
+        return "use_rms_norm=False (the gate alone)"
+    if layer.tp_size > 1 and (layer.n_groups == 1 or layer.n_groups % layer.tp_size):
+        return f"{layer.n_groups} group(s) over {layer.tp_size} ranks: the norm reduces across ranks"
+    return ""
+
+
+def gated_norm_class(base, ops: dict):
+    """Mamba2's Mixer2RMSNormGated: 'gated_rms_norm' (x and gate of any leading shape, flattened to rows)."""
+    op = ops["gated_rms_norm"]
+
+    def routed(self, x, gate):
+        y = op(x.reshape(-1, x.shape[-1]), gate.reshape(-1, gate.shape[-1]), self.weight, self.variance_epsilon,
+               self.group_size)
+        return y.reshape(x.shape)
+
+    return _replacement(base, ("gated_rms_norm",), routed, layer_check=gated_norm_why)
+
+
 # ----------------------------------------------------------------------------------------------------------- gemm
 def _gemm_apply(op):
     def apply(self, layer, x, bias=None):  # traced under torch.compile: no Python side effects here

@@ -36,6 +36,22 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     torch.ops._C.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
 
 
+def gated_rms_norm(x, z, weight, eps, group_size):
+    """vLLM's own Mixer2RMSNormGated forward for one rank, as its CustomOp dispatches here: on CUDA its Triton
+    rms_norm_gated for one group, its torch forward_native for several; on a CPU forward_native."""
+    import types
+
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import Mixer2RMSNormGated
+
+    hidden = x.shape[-1]
+    layer = types.SimpleNamespace(tp_size=1, tp_rank=0, full_hidden_size=hidden, group_size=group_size,
+                                  per_rank_hidden_size=hidden, n_groups=hidden // group_size, variance_epsilon=eps,
+                                  use_rms_norm=True, weight=weight)
+    layer.forward_native = types.MethodType(Mixer2RMSNormGated.forward_native, layer)
+    forward = Mixer2RMSNormGated.forward_cuda if x.is_cuda else Mixer2RMSNormGated.forward_cpu
+    return forward(layer, x, z)
+
+
 # --------------------------------------------------------------------------- gemm and fused_moe
 # vLLM's CPU paths keep per-layer state built at load (a packed GEMM handle, prepacked expert weights): the fk
 # layers hand it over here, keyed by the weight tensor the op receives; a weight nobody registered (fk check's
@@ -369,5 +385,5 @@ def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
 
 
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
-                                   gemm, fused_moe, paged_attention, gated_delta_rule, gated_delta_rule_decode,
-                                   ssd_chunk_scan, ssm_state_update, all_reduce)}
+                                   gated_rms_norm, gemm, fused_moe, paged_attention, gated_delta_rule,
+                                   gated_delta_rule_decode, ssd_chunk_scan, ssm_state_update, all_reduce)}

