@@ -145,18 +145,14 @@ def _gate(slot: str, *init):
 
 
 def _gated_norm(weight, eps, group_size):
-    """Mixer2RMSNormGated's forward_native on one rank (a stand-in for the layer: its __init__ needs vLLM's
-    distributed state), the weight each call's own."""
-    import types
-
+    """Mixer2RMSNormGated's forward_native on one rank, the weight each call's own."""
     from vllm.model_executor.layers.mamba.mamba_mixer2 import Mixer2RMSNormGated
 
-    hidden = weight.shape[0]
-    layer = types.SimpleNamespace(tp_size=1, tp_rank=0, full_hidden_size=hidden, group_size=group_size,
-                                  per_rank_hidden_size=hidden, n_groups=hidden // group_size, variance_epsilon=eps,
-                                  use_rms_norm=True, weight=weight)
-    fn, graphs = compile_native(types.MethodType(Mixer2RMSNormGated.forward_native, layer),
-                                inductor_options(default_config().compilation_config), _native_ir)
+    from fk_adapters.engines.vllm.natives import one_rank_gated_norm
+
+    layer = one_rank_gated_norm(weight, eps, group_size)
+    fn, graphs = compile_native(layer.forward_native, inductor_options(default_config().compilation_config),
+                                _native_ir)
 
     def gated(x, z, w, *_):
         layer.weight = w

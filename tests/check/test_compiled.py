@@ -14,7 +14,7 @@ from fk_adapters.check import compiled, driver, guards, runner, timing
 from fk_adapters.check.report import render_check
 from fk_adapters.tasks import SLOTS
 
-COMPILED = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
+COMPILED = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gated_rms_norm")
 KERNELS = ("gemm", "fused_moe", "paged_attention", "gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
            "ssm_state_update", "all_reduce")
 CFG = {"rounds": 1, "warmup": 1, "repeats": 4}

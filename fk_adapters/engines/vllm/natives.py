@@ -36,20 +36,28 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     torch.ops._C.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
 
 
-def gated_rms_norm(x, z, weight, eps, group_size):
-    """vLLM's own Mixer2RMSNormGated forward for one rank, as its CustomOp dispatches here: on CUDA its Triton
-    rms_norm_gated for one group, its torch forward_native for several; on a CPU forward_native."""
+def one_rank_gated_norm(weight, eps: float, group_size: int):
+    """A stand-in for one rank's Mixer2RMSNormGated (the layer's __init__ needs vLLM's distributed state): the
+    attributes its forwards read, and its own forward_native bound to it."""
     import types
 
     from vllm.model_executor.layers.mamba.mamba_mixer2 import Mixer2RMSNormGated
 
-    hidden = x.shape[-1]
+    hidden = weight.shape[0]
     layer = types.SimpleNamespace(tp_size=1, tp_rank=0, full_hidden_size=hidden, group_size=group_size,
                                   per_rank_hidden_size=hidden, n_groups=hidden // group_size, variance_epsilon=eps,
                                   use_rms_norm=True, weight=weight)
     layer.forward_native = types.MethodType(Mixer2RMSNormGated.forward_native, layer)
+    return layer
+
+
+def gated_rms_norm(x, z, weight, eps, group_size):
+    """vLLM's own Mixer2RMSNormGated forward for one rank, as its CustomOp dispatches here: on CUDA its Triton
+    rms_norm_gated for one group, its torch forward_native for several; on a CPU forward_native."""
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import Mixer2RMSNormGated
+
     forward = Mixer2RMSNormGated.forward_cuda if x.is_cuda else Mixer2RMSNormGated.forward_cpu
-    return forward(layer, x, z)
+    return forward(one_rank_gated_norm(weight, eps, group_size), x, z)
 
 
 # --------------------------------------------------------------------------- gemm and fused_moe
