@@ -155,9 +155,13 @@ GATED_RMS_NORM = Slot(
         "vllm": ("CustomOp 'Mixer2RMSNormGated' (vllm.model_executor.layers.mamba.mamba_mixer2; Mamba2, Codestral "
                  "Mamba, NemotronH, Zamba2, Granite-4 hybrids), forward(x, gate), with its norm (use_rms_norm) and its "
                  "groups whole on each rank (one rank, or n_groups divisible by the ranks)",),
+        "transformers": ("forward(x, gate) of each module whose class name ends in 'RMSNormGated' (1-D weight, eps; "
+                         "its group_size if it has one), per instance, when its own forward agrees with the slot "
+                         "(MambaRMSNormGated, BambaRMSNormGated, Zamba2RMSNormGated; not Qwen3-Next's, which gates "
+                         "after the norm); x and gate flattened to rows",),
     },
     not_entered={
-        "sglang": "SGLang 0.5.15 serves no Mamba2 mixer that fk hooks (its gated norms stay stock)",
-        "transformers": "not routed yet: MambaRMSNormGated's forward is not matched to the slot",
+        "sglang": ("not hooked yet: SGLang 0.5.15's Mixer2RMSNormGated (mamba/mixer2_rms_norm_gated.py; NemotronH, "
+                   "Falcon-H1) has the same math; none of the fk46 scenarios SGLang serves builds one"),
     },
 )

@@ -84,6 +84,20 @@ def _rms_forward(m, fn, original, eps_attr: str):
     return _checked(m, "rms_norm", routed, original)
 
 
+def _gated_norm_forward(m, fn, original, eps_attr: str, group_size: int):
+    def routed(hidden_states, gate):
+        if gate is None or hidden_states.dtype != m.weight.dtype:
+            calls.left_stock("gated_rms_norm", f"{type(m).__name__}: " + (
+                "no gate" if gate is None else f"input {hidden_states.dtype}, weight {m.weight.dtype}"))
+            return original(hidden_states, gate)
+        width = hidden_states.shape[-1]
+        y = fn(hidden_states.reshape(-1, width), gate.reshape(-1, width), m.weight, float(getattr(m, eps_attr)),
+               group_size)
+        return y.reshape(hidden_states.shape)
+
+    return _checked(m, "gated_rms_norm", routed, original, inputs=2)
+
+
 def _mlp_forward(m, fn, slot: str, extra: tuple, original):
     def routed(x):
         return m.down_proj(fn(torch.cat([m.gate_proj(x), m.up_proj(x)], dim=-1), *extra))
@@ -137,11 +151,11 @@ def _experts_forward(m, fn, lay: experts.Layout, original):
     return _checked(m, "fused_moe", routed, original, inputs=3)
 
 
-def _one_input(m, width: int, shape: tuple = (1, 3)):
+def _one_input(m, width: int, shape: tuple = (1, 3), seed: int = 0):
     """A seeded [*shape, width] input in the module's dtype and device (float32 on a CPU for a module without
     parameters), as a one-element args tuple."""
     p = next(m.parameters(), torch.empty(0))
-    x = torch.randn(*shape, width, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(*shape, width, generator=torch.Generator().manual_seed(seed))
     return (x.to(device=p.device, dtype=p.dtype),)
 
 
@@ -229,6 +243,13 @@ def candidate(m) -> Candidate | None:
         return _conv_candidate(m, cls)
     if experts.is_experts(m):
         return _experts_candidate(m, cls)
+    if cls.endswith("RMSNormGated"):  # Mamba2's gated norm (NemotronH's per group)
+        w, eps = getattr(m, "weight", None), _eps_attr(m)
+        if not isinstance(w, nn.Parameter) or w.dim() != 1 or eps is None:
+            return Candidate("gated_rms_norm", "no 1-D weight parameter or no eps attribute")
+        group = int(getattr(m, "group_size", 0) or w.shape[0])
+        return Candidate("gated_rms_norm", "", lambda fn, original: _gated_norm_forward(m, fn, original, eps, group),
+                         cls, lambda: _one_input(m, w.shape[0]) + _one_input(m, w.shape[0], seed=1))
     if cls.endswith("RMSNorm"):
         w, eps = getattr(m, "weight", None), _eps_attr(m)
         if not isinstance(w, nn.Parameter) or w.dim() != 1:

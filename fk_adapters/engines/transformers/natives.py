@@ -38,8 +38,16 @@ def gemm(x, weight, bias):
     return F.linear(x, weight, bias)
 
 
+def gated_rms_norm(x, z, weight, eps, group_size):
+    """``MambaRMSNormGated.forward(x, gate)`` op for op, per group of ``group_size`` channels (Mamba2's: one group)."""
+    h = x.to(torch.float32) * F.silu(z.to(torch.float32))
+    groups = h.view(*h.shape[:-1], h.shape[-1] // group_size, group_size)
+    h = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + eps)).view(h.shape)
+    return weight * h.to(x.dtype)
+
+
 NATIVES = {"rms_norm": rms_norm, "silu_and_mul": silu_and_mul, "gelu_and_mul": gelu_and_mul, "gemm": gemm,
-           "fused_moe": fused_moe}
+           "fused_moe": fused_moe, "gated_rms_norm": gated_rms_norm}
 
 
 # The linear-attention / SSM slots: transformers' own scan functions (as the model's module had them before fk swapped

@@ -57,7 +57,7 @@ def ops_for(plugin: str, fns: dict) -> dict:
 def test_hosted_slots_are_the_ones_with_natives():
     assert set(capture_slots("transformers")) == set(natives.NATIVES) == {
         "rms_norm", "silu_and_mul", "gelu_and_mul", "gemm", "fused_moe", "gated_delta_rule", "gated_delta_rule_decode",
-        "ssd_chunk_scan", "ssm_state_update", "layer_norm", "conv2d", "sdpa"}
+        "ssd_chunk_scan", "ssm_state_update", "layer_norm", "conv2d", "sdpa", "gated_rms_norm"}
 
 
 def test_natives_match_the_slot_references():
@@ -79,12 +79,35 @@ def test_llama_norms_and_mlps_are_routed_per_instance_and_passthrough_is_exact()
     by_module = {s: f for s, f in natives.NATIVES.items() if s not in (*recurrent.SLOTS, attention.SLOT)}
     entered = install.route(model, ops_for("tfx_native", by_module))
     assert entered == {"rms_norm": ["LlamaRMSNorm"], "silu_and_mul": ["LlamaMLP (gate/up concatenated)"],
-                       "gelu_and_mul": [], "gemm": ["Linear"], "fused_moe": [], "layer_norm": [], "conv2d": []}
+                       "gelu_and_mul": [], "gemm": ["Linear"], "fused_moe": [], "layer_norm": [], "conv2d": [],
+                       "gated_rms_norm": []}
     assert probe.constructed == {"rms_norm": 5, "silu_and_mul": 2, "gemm": 14} and not probe.not_routed
     assert "forward" in vars(model.norm) and "forward" not in vars(stock.norm)  # the instance, not the class
     assert torch.equal(forward(model, ids()), base)  # the engine's own math through the op: bit for bit
     # the routed MLP calls its projections as modules: they go through gemm too
     assert probe.calls == {"tfx_native:rms_norm": 5, "tfx_native:silu_and_mul": 2, "tfx_native:gemm": 14}
+
+
+def test_gated_norms_route_where_their_forward_is_the_slots_and_stay_stock_otherwise():
+    """Mamba2's and Zamba2's (per group) gated norms gate before normalizing, as the slot; Qwen3-Next's gates after:
+    it stays stock. A call without a gate runs the module's own forward, counted."""
+    from transformers.models.mamba2.modeling_mamba2 import MambaRMSNormGated
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextRMSNormGated
+    from transformers.models.zamba2.modeling_zamba2 import Zamba2RMSNormGated
+
+    model = torch.nn.ModuleList([MambaRMSNormGated(64), Zamba2RMSNormGated(64, 16), Qwen3NextRMSNormGated(64)])
+    for m in model:
+        m.weight.data = 1 + 0.1 * torch.randn(64, generator=torch.Generator().manual_seed(1))
+    x, z = (torch.randn(2, 3, 64, generator=torch.Generator().manual_seed(s)) for s in (2, 3))
+    want = [m(x, z) for m in model]
+    entered = install.route(model, ops_for("tfx_native", {"gated_rms_norm": natives.gated_rms_norm}))
+    assert entered == {"gated_rms_norm": ["MambaRMSNormGated", "Zamba2RMSNormGated"]}
+    assert probe.not_routed == {"gated_rms_norm (Qwen3NextRMSNormGated: forward differs from gated_rms_norm "
+                                "(e.g. 1 + weight offset, an extra norm or scale))": 1}
+    assert all(torch.equal(m(x, z), w) for m, w in zip(model, want))  # transformers' own math through the op
+    assert probe.calls == {"tfx_native:gated_rms_norm": 2}
+    model[0](x, None)
+    assert probe.not_routed["gated_rms_norm (call: MambaRMSNormGated: no gate)"] == 1
 
 
 def test_only_chosen_slots_are_routed():
