@@ -38,6 +38,8 @@ def test_the_slots_references_run_every_mixer_and_agree(tmp_path, make_plugin, s
                        env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
     _exercised(row, scenario)
+    if scenario == "tiny-mamba2":  # the reference plugin has the gated norm too: each mixer's norm took it
+        mixers_exercised(row, "MambaRMSNormGated", 2, ("gated_rms_norm",))
 
 
 def test_a_scan_without_its_skip_connection_fails_the_diff(tmp_path):
