@@ -352,7 +352,29 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
                                        "output_len": w["output_len"]} for n, w in p.get("latency", {}).items()}}
     if sc.extra.get("speculative"):
         job["speculative"] = speculative_job(sc.extra["speculative"], model_dir)
+    elif quick and sc.perf:
+        _fewer_graphs(job)
     return job
+
+
+GRAPH_SIZES_DEFAULT_FROM = 256  # the engines capture up to 256-512 by default: fewer sizes only below that
+
+
+def _fewer_graphs(job: dict) -> None:
+    """Under --quick / --smoke: ``graph_sizes``, the batch sizes up to the largest batch the job sends (powers of
+    two), for vLLM on CUDA to capture instead of its defaults: one vLLM 0.26 start spent 41 s of its 58 s capturing
+    and profiling 86 graph sizes up to 512 tokens (docs/design/suite-time.md). Both sides run the same job; a
+    scenario's own sizes stay, and speculative decoding (vLLM fits its sizes to the draft) is left at the engine's."""
+    cc = job["engine_args"].get("compilation_config") or {}
+    if "cudagraph_capture_sizes" in cc or "max_cudagraph_capture_size" in cc:
+        return
+    batches = [len(job["correctness"]["prompts"]), len(job["correctness"]["teacher"])]
+    batches += [len(w["prompts"]) for kind in ("throughput", "latency") for w in job["perf"][kind].values()]
+    largest = max(batches)
+    sizes = [1 << i for i in range((largest - 1).bit_length() + 1)]  # 1, 2, 4, ... up to largest rounded up
+    if sizes[-1] >= GRAPH_SIZES_DEFAULT_FROM:
+        return
+    job["graph_sizes"] = sizes
 
 
 SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "num_steps", "eagle_topk", "num_draft_tokens")

@@ -247,3 +247,13 @@ def test_tensor_parallel_scenarios_keep_their_base_model_and_name_their_size():
         assert types is None or len(types) == sc.model["num_hidden_layers"]
         kv = sc.model["num_key_value_heads"]  # fewer KV heads than ranks: each is replicated (size a multiple of kv)
         assert sc.model["num_attention_heads"] % size == 0 and (kv % size == 0 or size % kv == 0)
+
+
+def test_smoke_jobs_ask_for_cuda_graphs_only_up_to_their_largest_batch():
+    """docs/design/suite-time.md: a vLLM start spent 41 s of 58 on 86 graph sizes; a --smoke job sends at most 32."""
+    mixtral = scenarios.load("fk46-mixtral")
+    assert "graph_sizes" not in scenarios.build_job(mixtral, "/m", "compiled")  # full size: the engine's defaults
+    assert "graph_sizes" not in scenarios.build_job(mixtral, "/m", "compiled", quick=True)  # 1/4: 256 and more
+    assert scenarios.build_job(mixtral, "/m", "compiled", quick=32)["graph_sizes"] == [1, 2, 4, 8, 16, 32]
+    for own in ("llama31-8b-decode", "fk46-eagle-3"):  # its own sizes; speculative decoding: vLLM fits them
+        assert "graph_sizes" not in scenarios.build_job(scenarios.load(own), "/m", "compiled", quick=32), own

@@ -279,6 +279,10 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     disturbed, unwatched = gpu_share_findings(runs)
     if disturbed or unwatched:
         row["notes"] = disturbed + unwatched
+    if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
+        row["notes"] = row.get("notes", []) + [
+            f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / --smoke "
+            "capture up to the largest batch the job sends, not vLLM's default sizes"]
     if bad:
         row["status"] = verdict.failed_run([r["status"] for _, r in bad])
         rnd = len(runs["baseline"])

