@@ -28,8 +28,8 @@ EXERCISED = {
     "tiny-deepseek-v3.2": {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gemm", "fused_moe"},
     # Gemma-4's norms (hidden and q/k) are all plain rms_norm, none fused with the add; the dense MLP is GeGLU
     "tiny-gemma-4": {"rms_norm", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe", "paged_attention"},
-    # attention-free: the hidden-size block norms (the gated RMSNorm inside the mixer is its own op) and the SSD scan
-    "tiny-mamba2": {"rms_norm", "fused_add_rms_norm", "gemm", "ssd_chunk_scan", "ssm_state_update"},
+    # attention-free: the hidden-size block norms, the gated RMSNorm inside each mixer and the SSD scan
+    "tiny-mamba2": {"rms_norm", "fused_add_rms_norm", "gemm", "ssd_chunk_scan", "ssm_state_update", "gated_rms_norm"},
     # Qwen3-Next's (1 + w) RMSNorm is its own layer, not the slot; the shared expert is SiluAndMul
     # its full-attention layers (one in four) take paged_attention; the GDN layers are their own mixer
     "tiny-qwen3-next": {"silu_and_mul", "rotary_embedding", "gemm", "fused_moe", "paged_attention",
@@ -44,7 +44,7 @@ EXPECTED_NAMES = list(EXERCISED)
 IN_MAKE_TEST = ("tiny-mixtral", "tiny-eagle-3")  # the others are `slow`: make test-all runs them
 SLOTS = {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding", "gemm", "fused_moe",
          "paged_attention", "gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update",
-         "all_reduce"}  # hooked; at tensor-parallel size 1 no group all-reduces: 0 calls
+         "gated_rms_norm", "all_reduce"}  # hooked; at tensor-parallel size 1 no group all-reduces: 0 calls
 
 
 def test_draft_forwards_from_slot_calls():
