@@ -62,14 +62,15 @@ def rank_evidence(probes: list[dict], profile: list[dict] | None, slot: str, key
     layers and calls unknown, None): each must still show the kernel's launches in its own trace."""
     ranked = [p for p in probes or [] if "rank" in p]
     traced = [p for p in profile or [] if "rank" in p]
+    top = max((p["rank"] for p in traced), default=0)
     if ranked:
         size = max(p["world_size"] for p in ranked)
         out: dict[int, dict] = {r: {"reported": False} for r in range(size)}
         for p in ranked:
             out[p["rank"]] = {"reported": True, "layers": p.get("constructed", {}).get(slot, 0),
                               "calls": p.get("calls", {}).get(key, 0)}
-    elif traced and max(p["rank"] for p in traced) > 0:  # SGLang names a single GPU's trace "TP-0" too
-        out = {r: {"reported": False} for r in range(1 + max(p["rank"] for p in traced))}
+    elif top > 0:  # SGLang names a single GPU's trace "TP-0" too
+        out = {r: {"reported": False} for r in range(1 + top)}
         for p in traced:
             out[p["rank"]] = {"reported": True, "layers": None, "calls": None}
     else:

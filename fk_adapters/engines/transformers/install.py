@@ -86,16 +86,15 @@ def _rms_forward(m, fn, original, eps_attr: str):
 
 def _gated_norm_forward(m, fn, original, eps_attr: str, group_size: int):
     def routed(hidden_states, gate):
-        if gate is None or hidden_states.dtype != m.weight.dtype:
-            calls.left_stock("gated_rms_norm", f"{type(m).__name__}: " + (
-                "no gate" if gate is None else f"input {hidden_states.dtype}, weight {m.weight.dtype}"))
+        if gate is None:
+            calls.left_stock("gated_rms_norm", f"{type(m).__name__}: no gate")
             return original(hidden_states, gate)
         width = hidden_states.shape[-1]
         y = fn(hidden_states.reshape(-1, width), gate.reshape(-1, width), m.weight, float(getattr(m, eps_attr)),
                group_size)
         return y.reshape(hidden_states.shape)
 
-    return _checked(m, "gated_rms_norm", routed, original, inputs=2)
+    return _checked(m, "gated_rms_norm", _same_dtype(m, "gated_rms_norm", routed, original), original, inputs=2)
 
 
 def _mlp_forward(m, fn, slot: str, extra: tuple, original):
@@ -114,13 +113,14 @@ def _gemm_forward(m, fn, original):
 
 
 def _same_dtype(m, slot: str, routed, original):
-    """``routed(x)`` when ``x`` has the module's weight dtype, else the module's own forward, counted with why."""
-    def call(x):
+    """``routed(x, *rest)`` when ``x`` has the module's weight dtype, else the module's own forward, counted with
+    why."""
+    def call(x, *rest):
         w = m.weight
         if w is not None and x.dtype != w.dtype:
             calls.left_stock(slot, f"{type(m).__name__}: input {x.dtype}, weight {w.dtype}")
-            return original(x)
-        return routed(x)
+            return original(x, *rest)
+        return routed(x, *rest)
 
     return call
 

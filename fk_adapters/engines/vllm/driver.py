@@ -95,13 +95,11 @@ def _on_cuda() -> bool:
 
 def routes_attention() -> bool:
     """Whether this process's selected plugins (or fk capture's recorder) put a kernel in paged_attention on CUDA."""
-    import torch
-
     from fk_adapters import probe
     from fk_adapters.engines.loading import capture_slots
     from fk_adapters.plugins import allowlist_from_env, any_selected_in_env, load_plugins, select_kernels
 
-    if not torch.cuda.is_available():
+    if not _on_cuda():
         return False
     if probe.capturing():
         return "paged_attention" in capture_slots("vllm")

@@ -106,7 +106,7 @@ def gated_norm_why(layer) -> str:
     """Why a built Mixer2RMSNormGated never routes ("" if it can): the slot normalizes whole groups on one rank."""
     if not layer.use_rms_norm:
         return "use_rms_norm=False (the gate alone)"
-    if layer.tp_size > 1 and (layer.n_groups == 1 or layer.n_groups % layer.tp_size):
+    if layer.n_groups % layer.tp_size:  # one group over 2+ ranks included
         return f"{layer.n_groups} group(s) over {layer.tp_size} ranks: the norm reduces across ranks"
     return ""
 
