@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from fk_adapters import user_cache
 from fk_adapters.doctor import DoctorError, find_engine_dist, module_origin, verify_record
 
 CACHE_ENV = "FK_INTEGRITY_CACHE"  # folder of the cache files (default: <XDG cache>/fk-adapters/integrity)
@@ -25,8 +26,7 @@ REFERENCE_ROLE = "float32 reference where the engine cannot make it"
 def cache_dir() -> str:
     if os.environ.get(CACHE_ENV):
         return os.environ[CACHE_ENV]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "fk-adapters", "integrity")
+    return os.path.join(user_cache.home(), "integrity")
 
 
 def _cache_file(key: dict) -> str:

@@ -18,14 +18,16 @@ except ImportError:
 
 
 @pytest.fixture(scope="session")
-def _integrity_cache_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("integrity-cache"))
+def _cache_home(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("fk-cache-home"))
 
 
 @pytest.fixture(autouse=True)
-def _integrity_cache(_integrity_cache_dir, monkeypatch):
-    """fk run / capture / check verify the engine and cache the result: keep that cache out of the user's home."""
-    monkeypatch.setenv("FK_INTEGRITY_CACHE", _integrity_cache_dir)
+def _user_cache(_cache_home, monkeypatch):
+    """fk's caches that outlive a run (engine integrity, vLLM's model-class inspections) stay out of the user's home,
+    shared by the session's tests as by a user's runs."""
+    monkeypatch.setenv("FK_CACHE_HOME", _cache_home)
+    monkeypatch.delenv("FK_INTEGRITY_CACHE", raising=False)
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from fk_adapters import user_cache
+
 
 class EngineError(ValueError):
     """Unknown engine, or an engine that is not installed."""
@@ -45,6 +47,8 @@ class EngineSpec:
     env_cpu: dict = field(default_factory=dict)
     env_cuda: dict = field(default_factory=dict)
     cache_var: str = ""
+    # Folders of a run's cache that no plugin's code can change, shared by every run (one cold start, not one each)
+    shared_cache: tuple[str, ...] = ()
     # What fk's "compiled" mode means in this engine on CUDA: (torch.compile traces the ops, CUDA graphs)
     compiled_cuda: tuple[bool, bool] = (True, True)
     compiled_label: str = "torch.compile + CUDA graphs"
@@ -84,7 +88,18 @@ class EngineSpec:
             env["PYTHONPATH"] = self.pythonpath
         if cache_dir and self.cache_var:
             env[self.cache_var] = cache_dir
+            self._link_shared_cache(cache_dir)
         return env
+
+    def _link_shared_cache(self, cache_dir: str) -> None:
+        for sub in self.shared_cache:
+            shared = os.path.join(user_cache.home(), f"{self.name}-{sub}")
+            os.makedirs(shared, exist_ok=True)
+            os.makedirs(cache_dir, exist_ok=True)
+            try:
+                os.symlink(shared, os.path.join(cache_dir, sub))
+            except FileExistsError:
+                pass
 
 
 ENGINES = {
@@ -94,6 +109,9 @@ ENGINES = {
         env_cpu={"VLLM_CPU_KVCACHE_SPACE": "1", "TRITON_INTERPRET": "1"},
         # A compiled graph cached by one variant must never be replayed by another.
         cache_var="VLLM_CACHE_ROOT",
+        # Each model class's static capabilities, keyed by the hash of its source file: without them every engine
+        # start inspects the class in a subprocess that imports vLLM again (about 18 s)
+        shared_cache=("modelinfos",),
         natives="fk_adapters.engines.vllm.natives", natives_setup="vllm._custom_ops",
     ),
     # CUDA only (no CPU path). Only our entry point among SGLang's general plugins, in both runs of a pair.

@@ -276,13 +276,9 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
                          "runs": [[_summary(r) for r in runs["baseline"]], [_summary(r) for r in runs["candidate"]]]}
     if base["loads"]:
         row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
-    disturbed, unwatched = gpu_share_findings(runs)
-    if disturbed or unwatched:
-        row["notes"] = disturbed + unwatched
-    if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
-        row["notes"] = row.get("notes", []) + [
-            f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / --smoke "
-            "capture up to the largest batch the job sends, not vLLM's default sizes"]
+    disturbed, notes = _run_notes(cfg, job, runs)
+    if notes:
+        row["notes"] = notes
     if bad:
         row["status"] = verdict.failed_run([r["status"] for _, r in bad])
         rnd = len(runs["baseline"])
@@ -321,6 +317,16 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if notes:
         row["notes"] = row.get("notes", []) + notes
     return row
+
+
+def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[str]]:
+    """The GPU-sharing findings that disturbed the timing, and every note the run's set-up earns the report."""
+    disturbed, unwatched = gpu_share_findings(runs)
+    notes = disturbed + unwatched
+    if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
+        notes.append(f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / "
+                     "--smoke capture up to the largest batch the job sends, not vLLM's default sizes")
+    return disturbed, notes
 
 
 def _measured_before_failure(cfg: RunConfig, sc: Scenario, row: dict, base: dict, cand: dict) -> None:

@@ -25,6 +25,20 @@ def test_per_engine_python_path_and_cache(monkeypatch):
     assert engines.get("vllm").env("cpu")["TRITON_INTERPRET"] == "1"
 
 
+def test_vllms_model_class_inspections_are_shared_by_every_runs_cache(tmp_path, monkeypatch):
+    """Only the inspection cache is shared: each run's compile cache stays its own folder."""
+    monkeypatch.setenv("FK_CACHE_HOME", str(tmp_path / "home"))
+    spec = engines.get("vllm")
+    for variant in ("baseline", "wrong-1234"):
+        env = spec.env("cpu", cache_dir=str(tmp_path / variant))
+        assert env["VLLM_CACHE_ROOT"] == str(tmp_path / variant)
+    shared = tmp_path / "home" / "vllm-modelinfos"
+    links = {(tmp_path / variant / "modelinfos").resolve() for variant in ("baseline", "wrong-1234")}
+    assert links == {shared}
+    assert sorted(p.name for p in (tmp_path / "baseline").iterdir()) == ["modelinfos"]
+    spec.env("cpu", cache_dir=str(tmp_path / "baseline"))  # a second run of the same variant: the link stands
+
+
 def test_an_engine_site_brings_the_folders_its_pth_files_name(tmp_path, monkeypatch):
     site = tmp_path / "site"
     (site / "dsl" / "python_packages" / "cutlass_like").mkdir(parents=True)
