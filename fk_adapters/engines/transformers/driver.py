@@ -29,7 +29,7 @@ REFERENCE_FILE = "reference.safetensors"
 def load_model(job: dict, device: str):
     import transformers
 
-    from fk_adapters.engines.transformers import libraries
+    from fk_adapters.engines.transformers import action_loop, libraries
     from fk_adapters.model_classes import model_class
 
     library = libraries.of(job)
@@ -40,7 +40,8 @@ def load_model(job: dict, device: str):
     cls = model_class(arch)
     if cls is None:
         raise ValueError(f"transformers {transformers.__version__} has no class {arch}")
-    return cls.from_pretrained(job["model_dir"], **load_kwargs(cls, job["dtype"])).to(device).eval()
+    model = cls.from_pretrained(job["model_dir"], **load_kwargs(cls, job["dtype"])).to(device).eval()
+    return action_loop.wrap(model, job.get("inputs", {}))
 
 
 def load_kwargs(cls, dtype: str) -> dict:

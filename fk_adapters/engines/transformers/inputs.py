@@ -47,8 +47,12 @@ def _naflex(spec: dict, config, b: int, gen, dtype, device) -> dict:
 
 def batch(model, spec: dict, b: int, seed: int, device, dtype) -> dict:
     """Keyword arguments of ``model.forward`` for a batch of ``b`` items."""
-    params = inspect.signature(model.forward).parameters
+    from fk_adapters.engines.transformers.action_loop import ActionLoop
+
     config, gen = model.config, torch.Generator().manual_seed(seed)
+    if isinstance(model, ActionLoop):
+        return model.inputs(spec, b, gen, device, dtype)
+    params = inspect.signature(model.forward).parameters
     arch = type(model).__name__
     out: dict = {}
     c = int(spec.get("channels", _config_value(config, "num_channels", 3)))
