@@ -9,6 +9,9 @@
 #   (last SGLang part) bash reports/gpu/fk_gpu.sh sglang setup; setsid nohup bash reports/gpu/lanes_x4.sh sglang > /dev/null 2>&1 < /dev/null &
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
 # A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s.
+# transformers (no engine to stage: reports/gpu/extra-transformers.txt's part, then `fk_gpu.sh transformers setup`):
+#   T-A  GPU 2     first of all: issue 32's newly hosted architectures (Pi0, SDXL, FLUX.1-dev, HunyuanVideo-1.5,
+#                  LightGCN): capture, Triton A/B, wrong-gemm, passthrough; SGLang's lanes wait for it
 # vllm:
 #   V-D  GPU 3     first, while SGLang stages: the GPU tests of the new gated_rms_norm slot (Triton in half precision,
 #                  under a CUDA graph, its profiler name; vLLM's native) and the declared kernel names of every slot
@@ -51,20 +54,25 @@ case ${1:-} in
      lane V-F 29 vllm 3 STEPS="check tfx" WORKLOAD="$S28/i30/vllm/fk46/fk46-qwen3-next/vllm.json"
      lane V-F 32 vllm 3 STEPS="pooling") &
     wait ;;
+  transformers)
+    touch "$ROOT/T-A.started"
+    lane T-A 32 transformers 2 STEPS="hosts"; touch "$ROOT/T-A.done" ;;
   sglang)
     S28=$REPO/reports/gpu/s28-h100x4
-    (while [ ! -e "$ROOT/V-D.done" ]; do sleep 10; done  # GPU 3: vLLM's GPU tests first
+    # GPU 3: vLLM's GPU tests first; GPU 2: the transformers lane, where one was started
+    while [ ! -e "$ROOT/V-D.done" ] || { [ -e "$ROOT/T-A.started" ] && [ ! -e "$ROOT/T-A.done" ]; }; do sleep 10; done
+    (
      lane S-C 33 sglang 2,3 STEPS="triton" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0; touch "$ROOT/S-C.done"
      lane S-A 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode
      lane S-A 29 sglang 2 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json") &
     wait ;;
   pack)
     for issue in 29 30 31 32 33; do
-      for engine in vllm sglang; do
+      for engine in vllm sglang transformers; do
         [ -d "$ROOT/i$issue/$engine" ] && (. "$HERE/hold_env.sh" "i$issue" "$engine" && hold_pack > /dev/null)
       done
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh vllm|sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pack"; exit 2 ;;
 esac

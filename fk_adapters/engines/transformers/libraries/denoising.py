@@ -7,6 +7,9 @@ steps, guidance_scale, text_len (embedding tokens), vae_scale_factor (pixels per
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 
@@ -106,7 +109,53 @@ class UNetLoop(Loop):
         return {"latents": latents}
 
 
-LOOPS = {"FluxTransformer2DModel": FluxLoop, "UNet2DConditionModel": UNetLoop}
+class HunyuanVideo15Loop(Loop):
+    """HunyuanVideo-1.5 text-to-video (HunyuanVideo15Pipeline's loop): latents (B, C, F, H, W), each step's input
+    those with t2v's zero condition latents and zero mask channel appended; Qwen2.5-VL embeddings (text_len tokens,
+    the first text_tokens valid) and ByT5 glyph embeddings (glyph_len, the first glyph_tokens valid) with their masks,
+    zero image embeddings (729 tokens: no image); sigmas 1 .. 1/steps under the scheduler's shift, timesteps as they
+    are; classifier-free guidance as a second call (the empty negative prompt: negative_tokens valid, no glyph text)
+    unless guidance_scale is 1. [inputs] adds num_frames, vae_scale_factor (16) and vae_temporal_factor (4)."""
+
+    IMAGE_TOKENS = 729  # the pipeline's vision_num_semantic_tokens
+
+    def inputs(self, spec: dict, b: int, gen, device, dtype) -> dict:
+        c, scale = self.config, int(spec.get("vae_scale_factor", 16))
+        frames = (int(spec.get("num_frames", 1)) - 1) // int(spec.get("vae_temporal_factor", 4)) + 1
+        text, glyph = int(spec.get("text_len", 8)), int(spec.get("glyph_len", 8))
+
+        def mask(n, valid):  # right padding, as the tokenizers pad
+            return (torch.arange(n) < valid).to(device=device, dtype=dtype).expand(b, n).contiguous()
+
+        return {"latents": _randn(gen, (b, c.out_channels, frames, int(spec["height"]) // scale,
+                                        int(spec["width"]) // scale), device, dtype),
+                "prompt_embeds": _randn(gen, (b, text, c.text_embed_dim), device, dtype),
+                "prompt_mask": mask(text, int(spec.get("text_tokens", text))),
+                "glyph_embeds": _randn(gen, (b, glyph, c.text_embed_2_dim), device, dtype),
+                "glyph_mask": mask(glyph, int(spec.get("glyph_tokens", glyph))),
+                "negative_embeds": _randn(gen, (b, text, c.text_embed_dim), device, dtype),
+                "negative_mask": mask(text, int(spec.get("negative_tokens", 1)))}
+
+    def forward(self, latents, prompt_embeds, prompt_mask, glyph_embeds, glyph_mask, negative_embeds, negative_mask):
+        b, dtype = latents.shape[0], latents.dtype
+        self.scheduler.set_timesteps(sigmas=np.linspace(1.0, 0.0, self.steps + 1)[:-1], device=latents.device)
+        cond = torch.cat([torch.zeros_like(latents), torch.zeros_like(latents[:, :1])], dim=1)
+        image = torch.zeros(b, self.IMAGE_TOKENS, self.config.image_embed_dim, device=latents.device, dtype=dtype)
+        texts = [(prompt_embeds, prompt_mask, glyph_embeds, glyph_mask)]
+        if not math.isclose(self.guidance_scale, 1.0):  # the guider's rule; the prompt's call first, as it runs them
+            texts.append((negative_embeds, negative_mask, torch.zeros_like(glyph_embeds), torch.zeros_like(glyph_mask)))
+        for t in self.scheduler.timesteps:
+            x = torch.cat([latents, cond], dim=1)
+            preds = [self.model(hidden_states=x, timestep=t.expand(b).to(dtype), encoder_hidden_states=e,
+                                encoder_attention_mask=m, encoder_hidden_states_2=e2, encoder_attention_mask_2=m2,
+                                image_embeds=image, return_dict=False)[0] for e, m, e2, m2 in texts]
+            v = preds[0] if len(preds) == 1 else preds[1] + self.guidance_scale * (preds[0] - preds[1])
+            latents = self.scheduler.step(v, t, latents, return_dict=False)[0]
+        return {"latents": latents}
+
+
+LOOPS = {"FluxTransformer2DModel": FluxLoop, "UNet2DConditionModel": UNetLoop,
+         "HunyuanVideo15Transformer3DModel": HunyuanVideo15Loop}
 
 
 def loop(model, scheduler, spec: dict) -> Loop:
