@@ -205,8 +205,11 @@ def test_a_diffusers_scenario_names_its_class_and_is_hosted_by_transformers_alon
     assert {(s.name, s.library, s.model["class"], s.family) for s in suite} == {
         ("tiny-flux", "diffusers", "FluxTransformer2DModel", "diffusion"),
         ("tiny-sdxl", "diffusers", "UNet2DConditionModel", "diffusion")}
+    video = scenarios.load_suite("tiny-video")
+    assert {(s.name, s.library, s.model["class"], s.family) for s in video} == {
+        ("tiny-hunyuanvideo", "diffusers", "HunyuanVideo15Transformer3DModel", "diffusion")}
     assert scenarios.load("tiny-dinov3").library == "transformers"  # no library: transformers, as ever
-    for s in suite:
+    for s in suite + video + [scenarios.load("fk46-hunyuanvideo-1.5")]:
         scenarios.check_runnable(s, "transformers")
     text = scenarios._builtin_dir().joinpath("tiny-flux.toml").read_text()
     bad = tmp_path / "bad.toml"

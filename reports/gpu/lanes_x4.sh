@@ -19,7 +19,8 @@
 #                  measured 67.6%, the gated norm's torch ops about 16% outside), check, Triton A/B, wrong-ssd and
 #                  wrong-gated-norm, passthrough
 #   V-B  GPU 1     issue 30 on fk46-qwen3-next (session 28 captured and checked it): the Triton A/B, wrong-gdn,
-#                  passthrough; then issue 31: the adapter's cost (A/A, then passthrough, $ROUNDS interleaved rounds),
+#                  passthrough; Kimi-Linear's KDA through the same slots (session 29's seam, never run yet): capture,
+#                  Triton A/B, wrong-gdn; then issue 31: the adapter's cost (A/A, then passthrough, $ROUNDS interleaved rounds),
 #                  compiled, on llama31-8b-decode
 #   V-F  GPU 3     after S-C: issue 29's gemm and fused_moe checked on session 28's fk46-qwen3-next capture, fk-vllm-moe
 #                  in the transformers host; issue 32: BGE-M3 and ColBERTv2 in vLLM's pooling runner
@@ -49,6 +50,7 @@ case ${1:-} in
        GPUTESTS_K="gated or profiler"; touch "$ROOT/V-D.done") &
     (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2) &
     (lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab wrong pass"
+     lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong"
      lane V-B 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
     (while [ ! -e "$ROOT/S-C.done" ]; do sleep 10; done  # GPU 3: SGLang's TP=2 first
      lane V-F 29 vllm 3 STEPS="check tfx" WORKLOAD="$S28/i30/vllm/fk46/fk46-qwen3-next/vllm.json"

@@ -34,6 +34,7 @@ def _targets():
     from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn import KimiGatedDeltaNetAttention
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
     from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2, Mixer2RMSNormGated
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
@@ -46,6 +47,7 @@ def _targets():
             ([ParallelLMHead], ("gemm",), layers.lm_head_class),
             ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class),
             ([QwenGatedDeltaNetAttention], linear_attention.GDN, linear_attention.gdn_class),
+            ([KimiGatedDeltaNetAttention], linear_attention.GDN, linear_attention.kda_class),
             ([MambaMixer2], linear_attention.SSD, linear_attention.mamba2_class),
             ([Mixer2RMSNormGated], ("gated_rms_norm",), layers.gated_norm_class)]
 

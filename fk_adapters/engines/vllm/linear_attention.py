@@ -1,7 +1,9 @@
 """The linear-attention / SSM slots in vLLM: Gated DeltaNet's and Mamba2's mixers, their core method overridden.
 
-``QwenGatedDeltaNetAttention._forward_core`` (called by the ``vllm::qwen_gdn_attention_core`` op on every platform)
-and ``MambaMixer2.conv_ssm_forward`` (called by ``vllm::mamba_mixer2``) are replaced in subclasses registered with
+``QwenGatedDeltaNetAttention._forward_core`` (called by the ``vllm::qwen_gdn_attention_core`` op on every platform),
+``KimiGatedDeltaNetAttention._forward`` (Kimi-Linear's KDA, vLLM 0.26: called by ``vllm::kda_attention``; 0.32's
+differs and stays stock, with why) and ``MambaMixer2.conv_ssm_forward`` (called by ``vllm::mamba_mixer2``) are
+replaced in subclasses registered with
 ``PluggableLayer.register_oot``: the engine's own conv1d and gating run as before, then the prefill tokens go to
 ``gated_delta_rule`` / ``ssd_chunk_scan`` and the decode tokens to ``gated_delta_rule_decode`` / ``ssm_state_update``,
 each over the engine's state pool in place. A slot of the pair the plugin does not implement runs the engine's own
@@ -132,6 +134,70 @@ def gdn_class(base, ops: dict):
     FkGDN._fk_drift_of = (base, ("_forward_core",))
     FkGDN._fk_pluggable = True
     return FkGDN
+
+
+def _kda_qkv(layer, conv, m, xs):
+    """KDA's three causal convs (q, k, v: each its own weight and third of the conv state), as the engine runs them:
+    with prefills one varlen conv over every sequence, else the decode update; each [n, H, D]."""
+    parts = _conv_state(layer).chunk(3, dim=-2)
+    out = []
+    for x, conv_state, c in zip(xs, parts, (layer.q_conv1d, layer.k_conv1d, layer.v_conv1d)):
+        weight = c.weight.view(c.weight.size(0), c.weight.size(2))
+        if m.num_prefills:
+            x = conv.causal_conv1d_fn(x.transpose(0, 1), weight, c.bias, activation="silu", conv_states=conv_state,
+                                      has_initial_state=m.has_initial_state,
+                                      cache_indices=m.non_spec_state_indices_tensor,
+                                      query_start_loc=m.non_spec_query_start_loc, metadata=m).transpose(0, 1)
+        else:
+            x = conv.causal_conv1d_update(x, conv_state, weight, c.bias, activation="silu",
+                                          conv_state_indices=m.non_spec_state_indices_tensor[:x.shape[0]])
+        out.append(x.reshape(x.shape[0], -1, layer.head_dim))
+    return out
+
+
+def kda_class(base, ops: dict):
+    """``KimiGatedDeltaNetAttention`` (Kimi-Linear) whose ``_forward`` calls the GDN slots with KDA's per-channel
+    decay g [T, H, D] = -exp(A_log) * softplus(g1 + dt_bias) (the engine's fused gate, in torch)."""
+    import torch.nn.functional as F
+    from vllm.model_executor.layers.mamba.ops import causal_conv1d as conv
+
+    prefill, decode = _pair(ops, GDN)
+    mine = tuple(s for s in GDN if s in ops)
+
+    class FkKDA(base):
+        _fk_drift = ""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _built(self, mine, self._fk_drift)
+
+        def _forward(self, *args, **kwargs):  # any signature: a vLLM whose _forward drifted stays stock
+            m = _metadata(self.prefix)
+            if not self._fk_routed or m is None:  # None: the profile run
+                return super()._forward(*args, **kwargs)
+            if m.spec_sequence_masks is not None:
+                _left_stock(mine, "speculative decoding")
+                return super()._forward(*args, **kwargs)
+            return self._fk_kda(m, *args, **kwargs)
+
+        def _fk_kda(self, m, q_proj_states, k_proj_states, v_proj_states, g1, beta, core_attn_out):
+            n, nd, ndt, npf = m.num_actual_tokens, m.num_decodes, m.num_decode_tokens, m.num_prefills
+            idx, qsl, state = m.non_spec_state_indices_tensor, m.non_spec_query_start_loc, self.kv_cache[1]
+            q, k, v = _kda_qkv(self, conv, m, (q_proj_states[:n], k_proj_states[:n], v_proj_states[:n]))
+            heads = q.shape[1]
+            g = -self.A_log.float().exp().view(heads, 1) * F.softplus(
+                g1[0, :n].float() + self.dt_bias.float().view(heads, -1))
+            b, out, scale = beta[0, :n].float(), core_attn_out[0, :n], self.head_dim ** -0.5
+            if nd:
+                decode(q[:ndt], k[:ndt], v[:ndt], g[:ndt], b[:ndt], state, _live(idx[:nd]), scale, True, out[:ndt])
+            if npf:
+                prefill(q[ndt:], k[ndt:], v[ndt:], g[ndt:], b[ndt:], state, idx[nd:nd + npf],
+                        qsl[nd:nd + npf + 1] - ndt, m.has_initial_state[nd:nd + npf], scale, True, out[ndt:])
+
+    FkKDA._fk_params = calls.Params.of(FkKDA._fk_kda, skip=2)  # the 0.26 _forward it was written for
+    FkKDA._fk_drift_of = (base, ("_forward",))
+    FkKDA._fk_pluggable = True
+    return FkKDA
 
 
 def _mamba_layer_why(layer) -> str:

@@ -1,5 +1,5 @@
 """diffusers models in the transformers host, without an engine process: seeded checkpoints, loading, inputs and the
-denoising loops of tiny-flux and tiny-sdxl (real diffusers on CPU, seconds)."""
+denoising loops of tiny-flux, tiny-sdxl and tiny-hunyuanvideo (real diffusers on CPU, seconds)."""
 import importlib.util
 import json
 import math
@@ -173,3 +173,45 @@ def test_a_bfloat16_run_saves_the_float32_loop_as_its_reference(tmp_path, monkey
     with torch.inference_mode():
         out = loop(**driver.batch(loop, job, 1, "cpu"))["latents"].float()
     assert out.dtype == torch.float32 and 0 < (out - ref["latents"]).abs().mean() < 0.1 * ref["latents"].abs().mean()
+
+
+def test_hunyuanvideo_runs_the_shifted_flow_matching_loop_with_guidance_as_two_calls():
+    """Built in memory from tiny-hunyuanvideo's config: 4 steps of two calls (the prompt, then the empty negative)."""
+    import torch
+
+    from fk_adapters.engines.transformers.libraries import denoising, diffusers_loader
+
+    sc = scenarios.load("tiny-hunyuanvideo")
+    torch.manual_seed(sc.seed)
+    model = diffusers_loader.diffusers_class(sc.model["class"]).from_config(
+        diffusers_loader.class_config(sc.model)).eval()
+    sched = diffusers_loader.diffusers_class(sc.model["scheduler"]["class"]).from_config(
+        diffusers_loader.class_config(sc.model["scheduler"]))
+    loop = denoising.loop(model, sched, sc.inputs)
+    assert isinstance(loop, denoising.HunyuanVideo15Loop)
+    x = diffusers_loader.batch(loop, sc.inputs, 2, sc.seed, "cpu", torch.float32)
+    assert x["latents"].shape == (2, 4, 3, 4, 4)  # 9 frames / 4 + 1, 64 px / 16
+    assert x["prompt_mask"].tolist() == [[1.0] * 6 + [0.0] * 2] * 2 and x["glyph_mask"][0].sum() == 4
+    assert x["negative_mask"][1].sum() == 3 and x["glyph_embeds"].shape == (2, 8, 24)
+    assert all(torch.equal(v, diffusers_loader.batch(loop, sc.inputs, 2, sc.seed, "cpu", torch.float32)[k])
+               for k, v in x.items())  # seeded
+    seen = []
+    model.register_forward_pre_hook(lambda m, args, kw: seen.append(kw), with_kwargs=True)
+    with torch.inference_mode():
+        out = loop(**x)["latents"]
+    assert len(seen) == 8 and out.shape == x["latents"].shape and not torch.allclose(out, x["latents"])
+    first, negative = seen[0], seen[1]
+    assert first["hidden_states"].shape == (2, 9, 3, 4, 4)  # the latents, t2v's zero condition latents and mask
+    assert torch.equal(first["hidden_states"][:, :4], x["latents"]) and not first["hidden_states"][:, 4:].any()
+    assert first["image_embeds"].shape == (2, 729, 16) and not first["image_embeds"].any()
+    assert torch.equal(negative["encoder_hidden_states"], x["negative_embeds"])
+    assert not negative["encoder_attention_mask_2"].any()  # the empty prompt has no glyph text
+    assert first["timestep"].tolist() == [1000.0, 1000.0]
+    want = [5 * s / (1 + 4 * s) * 1000 for s in (1.0, 0.75, 0.5, 0.25)]  # shift 5 on sigmas 1 .. 1/4
+    assert loop.scheduler.timesteps.tolist() == pytest.approx(want, rel=1e-5)
+    seen.clear()
+    with torch.inference_mode():
+        assert torch.equal(loop(**x)["latents"], out)  # a second loop starts afresh
+        loop.guidance_scale = 1.0
+        assert not torch.allclose(loop(**x)["latents"], out)
+    assert len(seen) == 8 + 4  # without guidance, one call a step
