@@ -225,6 +225,11 @@ def late_interaction(sc: Scenario) -> bool:
     return bool(set(sc.model.get("architectures") or []) & set(LATE_INTERACTION))
 
 
+# what each engine's driver serves (the transformers host: every family): token generation ("llm"), embeddings
+# (vLLM's pooling runner), speech (vLLM's encoder-decoder transcription path: decoder prompts with seeded audio)
+DRIVEN_FAMILIES = {"vllm": ("llm", "embedding", "audio"), "sglang": ("llm",)}
+
+
 def check_runnable(sc: Scenario, engine: str) -> None:
     """ScenarioError unless ``engine`` can serve ``sc`` with fk's token workloads."""
     if engine not in sc.hosts:
@@ -237,6 +242,9 @@ def check_runnable(sc: Scenario, engine: str) -> None:
             raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads nor an [inputs] table "
                                 f"for transformers" + (f" with {' and '.join(need)}" if need else ""))
         return
+    if sc.family not in DRIVEN_FAMILIES.get(engine, ("llm",)):
+        raise ScenarioError(f"scenario {sc.name!r} is a{'n' if sc.family[0] in 'aeiou' else ''} {sc.family} model: "
+                            f"fk's {engine} driver runs {', '.join(DRIVEN_FAMILIES.get(engine, ('llm',)))} models only")
     if sc.family == "embedding" and engine == "vllm":  # vLLM's pooling runner: sequences of [inputs] seq_len
         if not isinstance(sc.inputs.get("seq_len"), int):
             raise ScenarioError(f"scenario {sc.name!r} (embedding) has no [inputs] seq_len for {engine}'s pooling "
@@ -350,11 +358,27 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
                                           "output_len": w["output_len"]} for n, w in p.get("throughput", {}).items()},
                        "latency": {n: {"prompts": [_ids(rng, vocab, w["input_len"]) for _ in range(w["batch"])],
                                        "output_len": w["output_len"]} for n, w in p.get("latency", {}).items()}}
+    if sc.family == "audio":  # each decoder prompt with its own seeded clip of [inputs] audio_seconds
+        job["audio"] = {"seconds": float(sc.inputs.get("audio_seconds", 30))}
+        _start_decoder_prompts(job, sc.model.get("decoder_start_token_id"))
     if sc.extra.get("speculative"):
         job["speculative"] = speculative_job(sc.extra["speculative"], model_dir)
     elif quick and sc.perf:
         _fewer_graphs(job)
     return job
+
+
+def _start_decoder_prompts(job: dict, start: int | None) -> None:
+    """Every prompt of an encoder-decoder job begins with the decoder's start token, as Whisper's do (vLLM prepends
+    it to a prompt that lacks it, which would shift the teacher-forced positions by one)."""
+    if start is None:
+        return
+    c = job["correctness"]
+    batches = [c["prompts"], c["teacher"]] + [w["prompts"] for kind in ("throughput", "latency")
+                                              for w in job.get("perf", {}).get(kind, {}).values()]
+    for prompts in batches:
+        for p in prompts:
+            p[0] = int(start)
 
 
 GRAPH_SIZES_DEFAULT_FROM = 256  # the engines capture up to 256-512 by default: fewer sizes only below that

@@ -26,9 +26,8 @@ def _pending(sc: scenarios.Scenario, host: str) -> str:
     """What a host with no result yet means: still to run, or a model fk cannot drive in that host."""
     try:
         scenarios.check_runnable(sc, host)
-    except scenarios.ScenarioError:
-        what = "token generation and embeddings (per sequence or per token)" if host == "vllm" else "token generation"
-        return f"not driven by fk ({sc.family} model: fk's {host} driver runs {what} only)"
+    except scenarios.ScenarioError as exc:
+        return f"not driven by fk ({exc})"
     return "not run yet"
 
 

