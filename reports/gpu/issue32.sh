@@ -13,7 +13,8 @@
 #   hosts     $HOSTS (default fk46-pi0 fk46-sdxl fk46-flux.1-dev fk46-hunyuanvideo-1.5 fk46-lightgcn) in the
 #             transformers host: captured with --profile (coverage), the Triton A/B, fk-wrong's wrong-gemm and the
 #             passthrough against its baseline (correctness only), each scenario's weights deleted after it
-#   pooling   $POOLING (default fk46-bge-m3 fk46-colbertv2: sentence and per-token embeddings) captured with --profile
+#   pooling   $POOLING (default fk46-bge-m3 fk46-colbertv2: sentence and per-token embeddings; fk46-whisper: the
+#             transcription path, session 29) captured with --profile
 #             (coverage), then the Triton plugin A/B and fk-wrong's wrong-gemm (correctness only, its baseline)
 . "$(dirname "$0")/hold_env.sh" i32 "$1"; shift
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
@@ -36,7 +37,7 @@ case $1 in
             rm -rf "${MODELS:?}"/*
           done ;;
         pooling)
-          for S in ${POOLING:-fk46-bge-m3 fk46-colbertv2}; do
+          for S in ${POOLING:-fk46-bge-m3 fk46-colbertv2 fk46-whisper}; do
             $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
               --out "$W/fk46"
             $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S"
