@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 DEFAULT = "transformers"
-LOADERS = {"diffusers": "diffusers_loader", "torch_geometric": "pyg_loader"}  # library -> its loader module here
+# library -> its loader module here
+LOADERS = {"diffusers": "diffusers_loader", "timm": "timm_loader", "torch_geometric": "pyg_loader"}
 NAMES = (DEFAULT, *LOADERS)
 
 
