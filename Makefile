@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml plugins/*/pyproject.toml
 	# the diffusers and pyg extras (their models in the transformers host) pull no torch, torchvision nor CUDA wheel;
 	# not fla: once installed, transformers' own Qwen3-Next calls fla's Triton kernels, which need a GPU
 	$(BIN)/pip install -q --no-build-isolation -e ".[diffusers,pyg]" -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong -e plugins/fk-slow -e plugins/fk-vllm-moe
-	# timm (MobileNetV4, EfficientNetV2 in the transformers host) and the torchvision it imports, in a folder of their
-	# own that only fk's timm loader puts on the path: the registry's torchvision is a CUDA build, whose import from
-	# site-packages would break transformers' in every engine on this CPU
-	$(BIN)/pip install -q --no-deps --target $(VENV)/timm-site torchvision==0.28.0 timm==1.0.31
+	# timm (MobileNetV4, EfficientNetV2) and ultralytics (YOLOv10) for the transformers host, with the torchvision they
+	# import, in a folder of their own that only their loaders put on the path: the registry's torchvision is a CUDA
+	# build, whose import from site-packages would break transformers' in every engine on this CPU
+	$(BIN)/pip install -q --no-deps --target $(VENV)/torchvision-site torchvision==0.28.0 timm==1.0.31 ultralytics==8.4.190
 	touch $(STAMP)
 
 # The main job: the example Triton plugin vs. stock vLLM (CPU) on the tiny suite (--force: always a fresh run,

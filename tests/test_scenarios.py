@@ -211,11 +211,12 @@ def test_a_diffusers_scenario_names_its_class_and_is_hosted_by_transformers_alon
     assert scenarios.load("tiny-dinov3").library == "transformers"  # no library: transformers, as ever
     for s in suite + video + [scenarios.load("fk46-hunyuanvideo-1.5")]:
         scenarios.check_runnable(s, "transformers")
-    timm = scenarios.load_suite("tiny-timm") + [scenarios.load(n) for n in ("fk46-mobilenetv4", "fk46-efficientnetv2")]
-    assert {(s.library, s.model["class"]) for s in timm} == {
+    edge = scenarios.load_suite("tiny-edge") + [scenarios.load(n) for n in ("fk46-mobilenetv4", "fk46-efficientnetv2",
+                                                                             "fk46-yolov10")]
+    assert {(s.library, s.model["class"]) for s in edge} == {
         ("timm", "mobilenetv4_conv_small"), ("timm", "efficientnetv2_rw_t"), ("timm", "mobilenetv4_conv_medium"),
-        ("timm", "efficientnetv2_rw_m")}
-    for s in timm:
+        ("timm", "efficientnetv2_rw_m"), ("ultralytics", "yolov10n.yaml")}
+    for s in edge:
         scenarios.check_runnable(s, "transformers")
     text = scenarios._builtin_dir().joinpath("tiny-flux.toml").read_text()
     bad = tmp_path / "bad.toml"

@@ -6,11 +6,11 @@
 #   bash reports/gpu/issue32.sh vllm pack                        # /tmp/fk-work/i32/vllm (no weights) -> $OUT
 # The newly hosted architectures in the transformers host need no engine staged, only its libraries (diffusers,
 # torch-geometric: reports/gpu/extra-transformers.txt, staged by `PART_MIB=22 bash reports/gpu/stage_extra.sh
-# transformers`, 8 parts of 25 MiB in all):
+# transformers`, 13 parts, 85 MiB in all):
 #   bash reports/gpu/fk_gpu.sh transformers setup
 #   CUDA_VISIBLE_DEVICES=N STEPS=hosts setsid nohup bash reports/gpu/issue32.sh transformers runs > /dev/null 2>&1 < /dev/null &
 # Steps ($STEPS, in this order by default):
-#   hosts     $HOSTS (default fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-sdxl fk46-flux.1-dev
+#   hosts     $HOSTS (default fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-sdxl fk46-flux.1-dev
 #             fk46-hunyuanvideo-1.5 fk46-lightgcn) in the
 #             transformers host: captured with --profile (coverage), the Triton A/B, fk-wrong's wrong-gemm and the
 #             passthrough against its baseline (correctness only), each scenario's weights deleted after it
@@ -27,7 +27,7 @@ case $1 in
       echo "=== $step $(date -u +%H:%M:%S)"
       case $step in
         hosts)
-          for S in ${HOSTS:-fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-sdxl fk46-flux.1-dev fk46-hunyuanvideo-1.5 fk46-lightgcn}; do
+          for S in ${HOSTS:-fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-sdxl fk46-flux.1-dev fk46-hunyuanvideo-1.5 fk46-lightgcn}; do
             $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
               --out "$W/fk46"
             $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S"

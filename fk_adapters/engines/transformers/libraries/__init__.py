@@ -11,7 +11,8 @@ import importlib
 
 DEFAULT = "transformers"
 # library -> its loader module here
-LOADERS = {"diffusers": "diffusers_loader", "timm": "timm_loader", "torch_geometric": "pyg_loader"}
+LOADERS = {"diffusers": "diffusers_loader", "timm": "timm_loader", "torch_geometric": "pyg_loader",
+           "ultralytics": "ultralytics_loader"}
 NAMES = (DEFAULT, *LOADERS)
 
 

@@ -5,52 +5,24 @@ The checkpoint is ``config.json`` (the name and arguments) and ``model.safetenso
 into ``timm.create_model``'s model. Weights follow ``fk_adapters.weights``' rule: timm's own seeded init, then every
 constant parameter spread.
 
-timm imports torchvision (its ops module, for a frozen batch norm class). Where torchvision's C++ library does not
-match torch (the registry's torchvision is a CUDA build; this CPU machine's torch is not), torchvision's import
-fails on registering its two NMS ops' shapes; ``import_timm`` then declares those two ops (no kernel: a call raises,
-and no model fk hosts calls them) and imports it again. On this CPU machine ``make setup`` installs timm and
-torchvision into a folder of their own (``<venv>/timm-site``, or ``$FK_TIMM_SITE``), which only this loader puts
-on the path: in site-packages that torchvision would break transformers' imports in every engine.
+timm imports torchvision (its ops module, for a frozen batch norm class): ``torchvision_site`` makes it importable.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 import types
 
-from fk_adapters.engines.transformers.libraries import LibraryError
+from fk_adapters.engines.transformers.libraries import LibraryError, torchvision_site
 
 FK_KEYS = ("library", "class")
-_NMS_OPS = ("nms", "qnms")  # torchvision registers their fake kernels at import, unguarded by its ops' presence
-_declared: list = []  # the torch.library.Library declaring them (kept alive: the declarations live with it)
 
 
 def import_timm():
-    site = os.environ.get("FK_TIMM_SITE") or os.path.join(sys.prefix, "timm-site")
-    if os.path.isdir(site) and site not in sys.path:
-        sys.path.append(site)  # after the environment's own packages
-    try:
-        import torchvision  # noqa: F401
-    except RuntimeError as exc:
-        if "torchvision::nms" not in str(exc):
-            raise
-        _declare_nms_ops()
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
-        import torchvision  # noqa: F401
+    torchvision_site.importable()
     import timm
 
     return timm
-
-
-def _declare_nms_ops() -> None:
-    import torch
-
-    lib = torch.library.Library("torchvision", "DEF")
-    for op in _NMS_OPS:
-        lib.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    _declared.append(lib)
 
 
 def version() -> str:

@@ -1,0 +1,83 @@
+"""ultralytics detection models in the transformers host: ``[model] library = "ultralytics"``, ``class`` (a model
+definition ultralytics ships, e.g. ``yolov10n.yaml``) and ``nc`` (classes).
+
+The checkpoint is ``config.json`` (the definition and class count) and ``model.safetensors`` (the state dict), loaded
+back into the ``DetectionModel`` ultralytics builds from that definition, then fused as its predictor serves it
+(each convolution's batch norm folded into it). Weights follow ``fk_adapters.weights``' rule: the model's own seeded
+init, then every constant parameter spread. One item is one image's detections as the model's forward returns them
+(YOLOv10: the one-to-one head's boxes and class scores per anchor; no NMS). ultralytics imports torchvision:
+``torchvision_site`` makes it importable.
+"""
+from __future__ import annotations
+
+import json
+import os
+import types
+
+from fk_adapters.engines.transformers.libraries import LibraryError, torchvision_site
+
+FK_KEYS = ("library", "class")
+
+
+def _ultralytics():
+    torchvision_site.importable()
+    os.environ.setdefault("YOLO_OFFLINE", "1")  # no update or asset checks: nothing is downloaded
+    import ultralytics
+
+    return ultralytics
+
+
+def version() -> str:
+    return _ultralytics().__version__
+
+
+def _build(definition: str, nc: int):
+    _ultralytics()
+    from ultralytics.nn.tasks import DetectionModel
+
+    try:
+        return DetectionModel(definition, nc=nc, verbose=False)
+    except FileNotFoundError as exc:
+        raise LibraryError(f"ultralytics ships no model definition {definition!r}") from exc
+
+
+def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
+    """Build the model from its definition (seeded), spread its constant parameters, save its state dict."""
+    import torch
+    from safetensors.torch import save_file
+
+    from fk_adapters.weights import spread_constants
+
+    torch.manual_seed(seed)
+    model = _build(config["class"], int(config.get("nc", 80)))
+    spread_constants(model, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    state = {k: (v.to(getattr(torch, dtype)) if v.is_floating_point() else v).contiguous()
+             for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump({"library": "ultralytics", "class": config["class"], "nc": int(config.get("nc", 80))}, f, indent=1)
+
+
+def load(job: dict, device: str):
+    """The model built from the checkpoint's definition with its state dict, fused, in the job's dtype."""
+    import torch
+    from safetensors.torch import load_file
+
+    folder = job["model_dir"]
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    model = _build(cfg["class"], cfg["nc"])
+    model.load_state_dict(load_file(os.path.join(folder, "model.safetensors")))
+    model = model.fuse(verbose=False).eval()
+    model.config = types.SimpleNamespace(**cfg)  # what the host reads of a model's config
+    return model.to(device=device, dtype=getattr(torch, job["dtype"]))
+
+
+def batch(model, spec: dict, b: int, seed: int, device, dtype) -> dict:
+    """Seeded images [b, channels, image_size, image_size] (drawn on the CPU: the same on every device)."""
+    import torch
+
+    s, c = int(spec["image_size"]), int(spec.get("channels", 3))
+    gen = torch.Generator().manual_seed(seed)
+    return {"x": torch.rand(b, c, s, s, generator=gen).to(device=device, dtype=dtype)}  # pixels in [0, 1]
