@@ -84,8 +84,8 @@ def test_an_unknown_class_or_library_is_one_clear_error(tmp_path):
 
     with pytest.raises(libraries.LibraryError, match="no class 'NoSuchModel'"):
         weights.write_checkpoint({"library": "diffusers", "class": "NoSuchModel"}, str(tmp_path), 0, "float32")
-    with pytest.raises(libraries.LibraryError, match="no loader for library 'timm'"):
-        libraries.loader("timm")
+    with pytest.raises(libraries.LibraryError, match="no loader for library 'keras'"):
+        libraries.loader("keras")
     assert libraries.of({}) == "transformers" and libraries.of({"library": "diffusers"}) == "diffusers"
 
 
