@@ -242,9 +242,10 @@ def check_runnable(sc: Scenario, engine: str) -> None:
             raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads nor an [inputs] table "
                                 f"for transformers" + (f" with {' and '.join(need)}" if need else ""))
         return
-    if sc.family not in DRIVEN_FAMILIES.get(engine, ("llm",)):
+    driven = DRIVEN_FAMILIES.get(engine, ("llm",))
+    if sc.family not in driven:
         raise ScenarioError(f"scenario {sc.name!r} is a{'n' if sc.family[0] in 'aeiou' else ''} {sc.family} model: "
-                            f"fk's {engine} driver runs {', '.join(DRIVEN_FAMILIES.get(engine, ('llm',)))} models only")
+                            f"fk's {engine} driver runs {', '.join(driven)} models only")
     if sc.family == "embedding" and engine == "vllm":  # vLLM's pooling runner: sequences of [inputs] seq_len
         if not isinstance(sc.inputs.get("seq_len"), int):
             raise ScenarioError(f"scenario {sc.name!r} (embedding) has no [inputs] seq_len for {engine}'s pooling "
@@ -373,12 +374,16 @@ def _start_decoder_prompts(job: dict, start: int | None) -> None:
     it to a prompt that lacks it, which would shift the teacher-forced positions by one)."""
     if start is None:
         return
-    c = job["correctness"]
-    batches = [c["prompts"], c["teacher"]] + [w["prompts"] for kind in ("throughput", "latency")
-                                              for w in job.get("perf", {}).get(kind, {}).values()]
-    for prompts in batches:
+    for prompts in _prompt_batches(job):
         for p in prompts:
             p[0] = int(start)
+
+
+def _prompt_batches(job: dict) -> list[list]:
+    """Every batch of prompts a token job sends: correctness (greedy, teacher-forced), then each timed workload."""
+    c = job["correctness"]
+    return [c["prompts"], c["teacher"]] + [w["prompts"] for kind in ("throughput", "latency")
+                                           for w in job.get("perf", {}).get(kind, {}).values()]
 
 
 GRAPH_SIZES_DEFAULT_FROM = 256  # the engines capture up to 256-512 by default: fewer sizes only below that
@@ -392,9 +397,7 @@ def _fewer_graphs(job: dict) -> None:
     cc = job["engine_args"].get("compilation_config") or {}
     if "cudagraph_capture_sizes" in cc or "max_cudagraph_capture_size" in cc:
         return
-    batches = [len(job["correctness"]["prompts"]), len(job["correctness"]["teacher"])]
-    batches += [len(w["prompts"]) for kind in ("throughput", "latency") for w in job["perf"][kind].values()]
-    largest = max(batches)
+    largest = max(len(prompts) for prompts in _prompt_batches(job))
     sizes = [1 << i for i in range((largest - 1).bit_length() + 1)]  # 1, 2, 4, ... up to largest rounded up
     if sizes[-1] >= GRAPH_SIZES_DEFAULT_FROM:
         return

@@ -181,8 +181,12 @@ class VllmDriver(skeleton.Driver):
     def start(self, job: dict, res: dict) -> None:
         from vllm import LLM
 
-        self.llm = LLM(model=job["model_dir"], skip_tokenizer_init=True, dtype=job["dtype"], seed=job.get("seed", 0),
+        self.llm = LLM(**self.model_args(job), dtype=job["dtype"], seed=job.get("seed", 0),
                        worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
+
+    def model_args(self, job: dict) -> dict:
+        """Where ``vllm.LLM`` finds the model and its tokenizer: token-id prompts need none."""
+        return {"model": job["model_dir"], "skip_tokenizer_init": True}
 
     def runtime(self) -> dict | None:
         return {"speculative": speculative_runtime(self.llm)} if self.speculative else None
@@ -234,11 +238,8 @@ class VllmAudioDriver(VllmDriver):
         # vLLM refuses to start unless one step can hold a whole encoder input (1500 positions for Whisper)
         self.args.setdefault("max_num_batched_tokens", max(2048, audio.encoder_positions(job["model_dir"])))
 
-    def start(self, job: dict, res: dict) -> None:
-        from vllm import LLM
-
-        self.llm = LLM(model=self.folder, dtype=job["dtype"], seed=job.get("seed", 0),
-                       worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
+    def model_args(self, job: dict) -> dict:
+        return {"model": self.folder}  # vLLM reads the processor, its tokenizer included, from the model folder
 
     def close(self) -> None:
         pooling.remove(getattr(self, "folder", ""))
@@ -257,12 +258,8 @@ class VllmPoolingDriver(VllmDriver):
         self.task = job["pooling"].get("task", "embed")
         self.tokenizer_dir = pooling.tokenizer_dir(job["model_dir"])
 
-    def start(self, job: dict, res: dict) -> None:
-        from vllm import LLM
-
-        self.llm = LLM(model=job["model_dir"], tokenizer=self.tokenizer_dir, dtype=job["dtype"],
-                       seed=job.get("seed", 0),
-                       worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
+    def model_args(self, job: dict) -> dict:
+        return {"model": job["model_dir"], "tokenizer": self.tokenizer_dir}
 
     def close(self) -> None:
         pooling.remove(getattr(self, "tokenizer_dir", ""))
