@@ -9,12 +9,8 @@ one item), the same graph in every run. One item is one user's scores over all i
 """
 from __future__ import annotations
 
-import json
-import os
+from fk_adapters.engines.transformers.libraries import LibraryError, state_dict
 
-from fk_adapters.engines.transformers.libraries import LibraryError
-
-CONFIG, WEIGHTS = "config.json", "model.safetensors"
 FK_KEYS = ("library", "class", "num_users", "num_items", "num_edges", "seed")  # fk's, not the class's
 
 
@@ -43,18 +39,13 @@ def _build(config: dict):
 def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
     """The class's own seeded init (LightGCN: Xavier-uniform embeddings), constants spread, saved with its config."""
     import torch
-    from safetensors.torch import save_file
 
     from fk_adapters.weights import spread_constants
 
     torch.manual_seed(seed)
     model = _build(config)
     spread_constants(model, seed)
-    os.makedirs(out_dir, exist_ok=True)
-    save_file({k: v.to(getattr(torch, dtype)).contiguous() for k, v in model.state_dict().items()},
-              os.path.join(out_dir, WEIGHTS))
-    with open(os.path.join(out_dir, CONFIG), "w", encoding="utf-8") as f:
-        json.dump(dict(config, seed=seed), f, indent=1)
+    state_dict.save(model, out_dir, dtype, dict(config, seed=seed))
 
 
 def interaction_graph(users: int, items: int, edges: int, seed: int):
@@ -76,15 +67,11 @@ def interaction_graph(users: int, items: int, edges: int, seed: int):
 
 def load(job: dict, device: str):
     import torch
-    from safetensors.torch import load_file
 
-    folder = job["model_dir"]
-    with open(os.path.join(folder, CONFIG), encoding="utf-8") as f:
-        config = json.load(f)
+    config = state_dict.config(job["model_dir"])
     if config["class"] != "LightGCN":
         raise LibraryError(f"fk serves torch_geometric's LightGCN only, not {config['class']}")
-    model = _build(config)
-    model.load_state_dict(load_file(os.path.join(folder, WEIGHTS)))
+    model = state_dict.load_into(_build(config), job["model_dir"])
     model = model.to(device=device, dtype=getattr(torch, job["dtype"])).eval()
     edge_index = interaction_graph(config["num_users"], config["num_items"], config["num_edges"], config["seed"])
     return _ranking(model, edge_index.to(device), config)

@@ -1,8 +1,8 @@
 """ultralytics detection models in the transformers host: ``[model] library = "ultralytics"``, ``class`` (a model
 definition ultralytics ships, e.g. ``yolov10n.yaml``) and ``nc`` (classes).
 
-The checkpoint is ``config.json`` (the definition and class count) and ``model.safetensors`` (the state dict), loaded
-back into the ``DetectionModel`` ultralytics builds from that definition, then fused as its predictor serves it
+The checkpoint is the state dict beside the definition and class count (``state_dict``), loaded back into the
+``DetectionModel`` ultralytics builds from that definition, then fused as its predictor serves it
 (each convolution's batch norm folded into it). Weights follow ``fk_adapters.weights``' rule: the model's own seeded
 init, then every constant parameter spread. One item is one image's detections as the model's forward returns them
 (YOLOv10: the one-to-one head's boxes and class scores per anchor; no NMS). ultralytics imports torchvision:
@@ -10,11 +10,10 @@ init, then every constant parameter spread. One item is one image's detections a
 """
 from __future__ import annotations
 
-import json
 import os
 import types
 
-from fk_adapters.engines.transformers.libraries import LibraryError, torchvision_site
+from fk_adapters.engines.transformers.libraries import LibraryError, state_dict, torchvision_site
 
 FK_KEYS = ("library", "class")
 
@@ -44,40 +43,26 @@ def _build(definition: str, nc: int):
 def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
     """Build the model from its definition (seeded), spread its constant parameters, save its state dict."""
     import torch
-    from safetensors.torch import save_file
 
     from fk_adapters.weights import spread_constants
 
     torch.manual_seed(seed)
     model = _build(config["class"], int(config.get("nc", 80)))
     spread_constants(model, seed)
-    os.makedirs(out_dir, exist_ok=True)
-    state = {k: (v.to(getattr(torch, dtype)) if v.is_floating_point() else v).contiguous()
-             for k, v in model.state_dict().items()}
-    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump({"library": "ultralytics", "class": config["class"], "nc": int(config.get("nc", 80))}, f, indent=1)
+    state_dict.save(model, out_dir, dtype, {"library": "ultralytics", "class": config["class"],
+                                            "nc": int(config.get("nc", 80))})
 
 
 def load(job: dict, device: str):
     """The model built from the checkpoint's definition with its state dict, fused, in the job's dtype."""
     import torch
-    from safetensors.torch import load_file
 
-    folder = job["model_dir"]
-    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
-        cfg = json.load(f)
-    model = _build(cfg["class"], cfg["nc"])
-    model.load_state_dict(load_file(os.path.join(folder, "model.safetensors")))
-    model = model.fuse(verbose=False).eval()
+    cfg = state_dict.config(job["model_dir"])
+    model = state_dict.load_into(_build(cfg["class"], cfg["nc"]), job["model_dir"]).fuse(verbose=False).eval()
     model.config = types.SimpleNamespace(**cfg)  # what the host reads of a model's config
     return model.to(device=device, dtype=getattr(torch, job["dtype"]))
 
 
 def batch(model, spec: dict, b: int, seed: int, device, dtype) -> dict:
-    """Seeded images [b, channels, image_size, image_size] (drawn on the CPU: the same on every device)."""
-    import torch
-
-    s, c = int(spec["image_size"]), int(spec.get("channels", 3))
-    gen = torch.Generator().manual_seed(seed)
-    return {"x": torch.rand(b, c, s, s, generator=gen).to(device=device, dtype=dtype)}  # pixels in [0, 1]
+    """Seeded images [b, channels, image_size, image_size], pixels in [0, 1)."""
+    return state_dict.images(spec, b, seed, device, dtype, uniform=True)

@@ -1,0 +1,46 @@
+"""A checkpoint that is a model's state dict (``model.safetensors``) beside the JSON that says how to build it
+(``config.json``): the form of the libraries whose models have no checkpoint format of their own here (timm,
+ultralytics, torch_geometric)."""
+from __future__ import annotations
+
+import json
+import os
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+
+
+def save(model, out_dir: str, dtype: str, config: dict) -> None:
+    """The state dict, its floating tensors in ``dtype`` (the rest as they are), and ``config``."""
+    import torch
+    from safetensors.torch import save_file
+
+    os.makedirs(out_dir, exist_ok=True)
+    state = {k: (v.to(getattr(torch, dtype)) if v.is_floating_point() else v).contiguous()
+             for k, v in model.state_dict().items()}
+    save_file(state, os.path.join(out_dir, WEIGHTS), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, CONFIG), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+
+
+def config(folder: str) -> dict:
+    with open(os.path.join(folder, CONFIG), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_into(model, folder: str):
+    """``model`` with the saved state dict loaded into it."""
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(os.path.join(folder, WEIGHTS)))
+    return model
+
+
+def images(spec: dict, b: int, seed: int, device, dtype, uniform: bool = False) -> dict:
+    """Seeded images {"x": [b, channels, image_size, image_size]} (drawn on the CPU: the same on every device),
+    normal, or ``uniform`` in [0, 1) (pixels as a detector's preprocessing gives them)."""
+    import torch
+
+    s, c = int(spec["image_size"]), int(spec.get("channels", 3))
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(b, c, s, s, generator=gen) if uniform else torch.randn(b, c, s, s, generator=gen)
+    return {"x": x.to(device=device, dtype=dtype)}
