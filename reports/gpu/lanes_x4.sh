@@ -29,6 +29,7 @@
 #                  report had no per-rank table), once V-D is done
 #   S-A  GPU 2     after S-C: issue 31, the adapter's cost in SGLang's default mode (llama31-8b-decode); issue 29's
 #                  gemm and fused_moe checked on session 28's SGLang fk46-qwen3-next capture
+# pair-transformers, pair-vllm: T-A and V-F then V-B on a 2-GPU machine, after the same staging (session 30).
 # Sessions 26-28 ran earlier plans of this script (reports/gpu/s26-h200x4/, s27-h100x4/, s28-h100x4/: READMEs).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +69,14 @@ case ${1:-} in
      lane S-A 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode
      lane S-A 29 sglang 2 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json") &
     wait ;;
+  pair-transformers)  # a 2-GPU machine (nvidia-h100-x2): T-A on GPU 0, smallest models first
+    lane T-A 32 transformers 0 STEPS="hosts" HOSTS="fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-lightgcn \
+      fk46-pi0 fk46-sdxl fk46-hunyuanvideo-1.5 fk46-flux.1-dev"; touch "$ROOT/T-A.done" ;;
+  pair-vllm)  # ... and on GPU 1: V-F's pooling, then V-B
+    lane V-F 32 vllm 1 STEPS="pooling"
+    lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab wrong pass"
+    lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong"
+    lane V-B 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
@@ -76,5 +85,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|pack"; exit 2 ;;
 esac
