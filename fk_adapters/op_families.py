@@ -15,6 +15,7 @@ FAMILIES: list[tuple[str, str]] = [
     ("collectives (other)", r"nccl|all_?gather|reduce_?scatter|all_?to_?all"),
     ("rms_norm", r"rms_?norm"),
     ("layer_norm", r"layer_?norm|layernorm|group_?norm|ln_fwd"),
+    ("batch norm", r"batch_?norm"),  # the vision models' (no slot): before the families its template arguments match
     ("rotary", r"rotary|rope"),
     # routing (top-k, grouped top-k, the fused gate) stays the engine's: its own family, outside the fused_moe slot
     ("moe routing", r"topk_?gating|topk_?softmax|moe_?fused_?gate|grouped_?topk|router"),

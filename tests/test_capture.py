@@ -296,3 +296,19 @@ def test_under_tensor_parallelism_each_signature_lists_its_calls_per_rank(tmp_pa
     assert [(e["calls"], e["ranks"]) for e in wl["slots"]["rms_norm"]] == [(10, {0: 5, 1: 5}), (2, {0: 2})]
     plain = capture.workload({"status": "ok", "probe": [_snap(1, {"rms_norm": {_sig(4): 5}})]}, sc, _cfg(tmp_path), "d")
     assert "tensor_parallel_size" not in plain and "ranks" not in plain["slots"]["rms_norm"][0]
+
+
+def test_a_family_with_its_own_profiled_step_is_paused_too(tmp_path, monkeypatch):
+    """The items families (images, embeddings, ...) profile their own step: fk's statistics pause there too."""
+    monkeypatch.setenv(probe.ENV_RUN_DIR, str(tmp_path))
+    args, names, seen = (torch.randn(3, 8),), SLOTS["gemm"].param_names(), {}
+
+    from fk_adapters.engines.skeleton import Driver
+
+    class Items(Driver):
+        def profile_job(self, job):
+            value_stats.record(seen, "during", names, args, 1, probe.run_dir())
+            return [{"items": True}]
+
+    assert Items.__new__(Items).profile({"profile": {}}) == [{"items": True}]
+    assert seen == {} and not (tmp_path / value_stats.PAUSE_FILE).exists()

@@ -24,6 +24,24 @@ def top_ids(pairs) -> list[int]:
     return [int(t) for _, t in sorted(pairs, key=lambda p: -p[0])[:TOP_K]]
 
 
+
+@contextlib.contextmanager
+def values_paused():
+    """fk capture's value statistics paused in every process of this run (its profiled steps' device time must be
+    the model's own, not those reductions')."""
+    from fk_adapters import probe
+    from fk_adapters.check.value_stats import PAUSE_FILE
+
+    folder = probe.run_dir()
+    marker = os.path.join(folder, PAUSE_FILE) if folder else ""
+    if marker:
+        open(marker, "w").close()
+    try:
+        yield
+    finally:
+        if marker:
+            os.remove(marker)
+
 class Driver:
     """One engine's calls. ``run`` drives a job through them; the hooks below are what an engine overrides."""
 
@@ -101,19 +119,13 @@ class Driver:
 
     def profile(self, job: dict) -> list[dict]:
         """The profiled steps, with fk capture's value statistics paused in every engine process meanwhile."""
-        from fk_adapters import probe
-        from fk_adapters.check.value_stats import PAUSE_FILE
+        with values_paused():
+            return self.profile_job(job)
 
+    def profile_job(self, job: dict) -> list[dict]:
+        """A token model's profiled steps: the first prompts of its correctness job (another family overrides)."""
         p = job["profile"]
-        folder = probe.run_dir()
-        marker = os.path.join(folder, PAUSE_FILE) if folder else ""
-        if marker:
-            open(marker, "w").close()
-        try:
-            return self.profile_steps(job["correctness"]["prompts"][: p.get("requests", 4)], p.get("max_tokens", 8))
-        finally:
-            if marker:
-                os.remove(marker)
+        return self.profile_steps(job["correctness"]["prompts"][: p.get("requests", 4)], p.get("max_tokens", 8))
 
     def clocked(self, fn, *args, **kwargs) -> tuple[float, object]:
         """(seconds, result) of ``fn(*args, **kwargs)``, the device synced on both sides."""

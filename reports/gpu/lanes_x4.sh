@@ -8,7 +8,9 @@
 #   (last vLLM part) bash reports/gpu/fk_gpu.sh vllm setup; setsid nohup bash reports/gpu/lanes_x4.sh vllm > /dev/null 2>&1 < /dev/null &
 #   (last SGLang part) bash reports/gpu/fk_gpu.sh sglang setup; setsid nohup bash reports/gpu/lanes_x4.sh sglang > /dev/null 2>&1 < /dev/null &
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
-# A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s.
+# A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s,
+# with everything on it (session 30 lost 18 minutes of results so). Poll with `sleep 200; bash reports/gpu/lanes_x4.sh
+# pack`: each poll brings back what is done so far. Never batch another tool's long call with a poll.
 # transformers (no engine to stage: reports/gpu/extra-transformers.txt's parts, then `fk_gpu.sh transformers setup`):
 #   T-A  GPU 2     first of all: issue 32's newly hosted architectures (Pi0, MobileNetV4, EfficientNetV2, SDXL, FLUX.1-dev, HunyuanVideo-1.5,
 #                  LightGCN): capture, Triton A/B, wrong-gemm, passthrough; SGLang's lanes wait for it

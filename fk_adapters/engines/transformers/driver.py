@@ -271,7 +271,7 @@ class ItemsDriver(TransformersDriver):
     def _forwards(self, x: dict, n: int) -> float:
         return self.clocked_calls(n, self.model, **x)
 
-    def profile(self, job: dict) -> list[dict]:
+    def profile_job(self, job: dict) -> list[dict]:
         return self.profiled(lambda: self.model(**self.x))
 
 

@@ -290,7 +290,7 @@ class VllmPoolingDriver(VllmDriver):
         return measure_items(job["perf"], lambda b: functools.partial(self._embed_n,
                                                                       job["pooling"]["batches"][f"batch{b}"]))
 
-    def profile(self, job: dict) -> list[dict]:
+    def profile_job(self, job: dict) -> list[dict]:
         return self._profiled(self._embed, job["pooling"]["correctness"])
 
 
