@@ -8,7 +8,7 @@ STAMP := $(VENV)/.fk-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml plugins/*/pyproject.toml
+$(STAMP): pyproject.toml plugins/*/pyproject.toml fk_adapters/engines/transformers/libraries/side-site.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml plugins/*/pyproject.toml
 	# the diffusers and pyg extras (their models in the transformers host) pull no torch, torchvision nor CUDA wheel;
 	# not fla: once installed, transformers' own Qwen3-Next calls fla's Triton kernels, which need a GPU
 	$(BIN)/pip install -q --no-build-isolation -e ".[diffusers,pyg]" -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong -e plugins/fk-slow -e plugins/fk-vllm-moe
-	# timm (MobileNetV4, EfficientNetV2) and ultralytics (YOLOv10) for the transformers host, with the torchvision they
-	# import, in a folder of their own that only their loaders put on the path: the registry's torchvision is a CUDA
-	# build, whose import from site-packages would break transformers' in every engine on this CPU
-	$(BIN)/pip install -q --no-deps --target $(VENV)/torchvision-site torchvision==0.28.0 timm==1.0.31 ultralytics==8.4.190
+	# the transformers host's libraries that stay out of site-packages (torchvision, a CUDA build, would break
+	# transformers' imports in every engine; others pull packages no engine should see): their own folder, which only
+	# their loaders put on the path (fk_adapters/engines/transformers/libraries/side_site.py)
+	$(BIN)/pip install -q --no-deps --target $(VENV)/side-site -r fk_adapters/engines/transformers/libraries/side-site.txt
 	touch $(STAMP)
 
 # The main job: the example Triton plugin vs. stock vLLM (CPU) on the tiny suite (--force: always a fresh run,

@@ -38,7 +38,7 @@ for step in "$@"; do
       if ls "$JIT"/jit.tgz.part* >/dev/null 2>&1; then
         cat "$JIT"/jit.tgz.part* | tar xzf - -C "$HOME" && echo "JIT caches restored from $JIT"
       fi
-      for part0 in /tmp/fkstage/extra-"$ENGINE"/*.whl.part00; do  # wheels the staged lock lacks (stage_extra.sh)
+      for part0 in /tmp/fkstage/extra-"$ENGINE"*/*.whl.part00; do  # wheels the staged lock lacks (stage_extra.sh; every list of ENGINE*)
         [ -e "$part0" ] || continue
         whl=${part0%.part00}; cat "$whl".part* > "$whl"
         if log=$(python3 -m pip install -q --no-deps --no-index --no-compile --target "/tmp/fk-site/$ENGINE" "$whl" 2>&1)

@@ -9,6 +9,9 @@
 # transformers`, 13 parts, 85 MiB in all):
 #   bash reports/gpu/fk_gpu.sh transformers setup
 #   CUDA_VISIBLE_DEVICES=N STEPS=hosts setsid nohup bash reports/gpu/issue32.sh transformers runs > /dev/null 2>&1 < /dev/null &
+# Session 30's 3D / science hosts need extra-transformers-science.txt staged too (`PART_MIB=22 bash
+# reports/gpu/stage_extra.sh transformers-science`, 189 MiB), then
+#   HOSTS="fk46-3dgs fk46-instantngp fk46-openfold3 fk46-pointtransformerv3" STEPS=hosts ... (as above)
 # Steps ($STEPS, in this order by default):
 #   hosts     $HOSTS (default fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-sdxl fk46-flux.1-dev
 #             fk46-hunyuanvideo-1.5 fk46-lightgcn) in the

@@ -1,5 +1,5 @@
 """The timm loader without an engine run: timm imports (this CPU's torchvision is a CUDA build: its two NMS ops are
-declared, never given a kernel; ``torchvision_site``), a seeded checkpoint loads back into the same model, seeded
+declared, never given a kernel; ``side_site``), a seeded checkpoint loads back into the same model, seeded
 images."""
 import pytest
 import torch
@@ -9,7 +9,7 @@ from fk_adapters.engines.transformers.libraries import LibraryError, timm_loader
 
 @pytest.fixture(scope="module")
 def timm():
-    return timm_loader.import_timm()  # make setup installs it (<venv>/torchvision-site)
+    return timm_loader.import_timm()  # make setup installs it (<venv>/side-site)
 
 
 def test_timm_imports_and_a_declared_op_has_no_kernel(timm):

@@ -5,19 +5,19 @@ The checkpoint is the state dict beside the name and arguments (``state_dict``),
 ``timm.create_model``'s model. Weights follow ``fk_adapters.weights``' rule: timm's own seeded init, then every
 constant parameter spread.
 
-timm imports torchvision (its ops module, for a frozen batch norm class): ``torchvision_site`` makes it importable.
+timm imports torchvision (its ops module, for a frozen batch norm class): ``side_site`` makes it importable.
 """
 from __future__ import annotations
 
 import types
 
-from fk_adapters.engines.transformers.libraries import LibraryError, state_dict, torchvision_site
+from fk_adapters.engines.transformers.libraries import LibraryError, side_site, state_dict
 
 FK_KEYS = ("library", "class")
 
 
 def import_timm():
-    torchvision_site.importable()
+    side_site.import_torchvision()
     import timm
 
     return timm

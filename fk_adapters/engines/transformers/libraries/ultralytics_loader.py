@@ -6,20 +6,20 @@ The checkpoint is the state dict beside the definition and class count (``state_
 (each convolution's batch norm folded into it). Weights follow ``fk_adapters.weights``' rule: the model's own seeded
 init, then every constant parameter spread. One item is one image's detections as the model's forward returns them
 (YOLOv10: the one-to-one head's boxes and class scores per anchor; no NMS). ultralytics imports torchvision:
-``torchvision_site`` makes it importable.
+``side_site`` makes it importable.
 """
 from __future__ import annotations
 
 import os
 import types
 
-from fk_adapters.engines.transformers.libraries import LibraryError, state_dict, torchvision_site
+from fk_adapters.engines.transformers.libraries import LibraryError, side_site, state_dict
 
 FK_KEYS = ("library", "class")
 
 
 def _ultralytics():
-    torchvision_site.importable()
+    side_site.import_torchvision()
     os.environ.setdefault("YOLO_OFFLINE", "1")  # no update or asset checks: nothing is downloaded
     import ultralytics
 

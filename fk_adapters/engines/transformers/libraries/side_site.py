@@ -1,32 +1,40 @@
-"""torchvision for the libraries that import it (timm, ultralytics), importable on this CPU machine too.
+"""The side site: the transformers host's libraries that must stay out of the environment's site-packages.
+
+``make setup`` installs them (``side-site.txt`` beside this module, all ``--no-deps``) into ``<venv>/side-site`` (or
+``$FK_SIDE_SITE``), which only their loaders put on the path, after the environment's own packages: torchvision and
+what imports it (timm, ultralytics, ocnn), and the libraries whose import chains would otherwise pull packages into
+every engine's environment (gsplat, nerfstudio, lerobot, openfold3, torch-pointcloud and spconv).
 
 The registry's torchvision is a CUDA build: against this machine's CPU torch its C++ library does not load, and its
 import fails on registering its two NMS ops' shapes (``operator torchvision::nms does not exist``). In site-packages
-that failure would break transformers' imports in every engine, so ``make setup`` installs torchvision and the
-libraries that need it into a folder of their own (``<venv>/torchvision-site``, or ``$FK_TORCHVISION_SITE``), which
-only their loaders put on the path; where torchvision's import still fails on those two ops, ``importable`` declares
-them (a schema, no kernel: a call raises; no model fk hosts calls NMS) and imports it again. On the GPU machine the
-CUDA build loads as it is.
+that failure would break transformers' imports in every engine. Where its import fails on those two ops,
+``import_torchvision`` declares them (a schema, no kernel: a call raises; no model fk hosts calls NMS) and imports it
+again. On the GPU machine the CUDA build loads as it is.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-ENV = "FK_TORCHVISION_SITE"
+ENV = "FK_SIDE_SITE"
 _NMS_OPS = ("nms", "qnms")  # torchvision registers their fake kernels at import, unguarded by its ops' presence
 _declared: list = []  # the torch.library.Library declaring them (kept alive: the declarations live with it)
 
 
 def folder() -> str:
-    return os.environ.get(ENV) or os.path.join(sys.prefix, "torchvision-site")
+    return os.environ.get(ENV) or os.path.join(sys.prefix, "side-site")
 
 
-def importable():
-    """torchvision, imported (the site folder after the environment's own packages on the path)."""
+def on_path() -> None:
+    """The side site on the path, after the environment's own packages."""
     site = folder()
     if os.path.isdir(site) and site not in sys.path:
         sys.path.append(site)
+
+
+def import_torchvision():
+    """torchvision, imported from the environment or the side site."""
+    on_path()
     try:
         import torchvision
     except RuntimeError as exc:

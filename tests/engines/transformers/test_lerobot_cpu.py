@@ -1,0 +1,42 @@
+"""DP3 (3D Diffusion Policy) on lerobot's Diffusion Policy in the transformers host on CPU: `fk run` of tiny-dp3 loads
+lerobot's DiffusionModel (its DiffusionConditionalUnet1d built from its DiffusionConfig, its DDIM loop) behind the
+loader's DP3 point-cloud encoder, one item a whole 3-step denoising loop to an 8 x 4 action sequence. Passthrough
+gives the stock actions bit for bit with gemm in every nn.Linear and layer_norm in the encoder's LayerNorms (the
+U-Net's Conv1d, GroupNorm and Mish have no slot); fk-wrong's wrong-gemm fails the diff. Marked `engine`."""
+import os
+
+import pytest
+
+from fk_adapters.engines.transformers.libraries import side_site
+from tests.engines.transformers.test_transformers_cpu import fk
+
+pytestmark = [pytest.mark.engine,
+              pytest.mark.skipif(not os.path.isdir(os.path.join(side_site.folder(), "lerobot")),
+                                 reason="lerobot is not installed in the torchvision site")]
+
+# nn.Linear: the encoder's 4 point-MLP and projection + 2 state-MLP, the U-Net's 2 timestep-MLP + 12 FiLM
+# (one per residual block: 6 down, 2 mid, 4 up); the encoder runs once, the U-Net's 14 at each of the 3 steps
+LINEARS, LINEAR_CALLS = 20, 6 + 14 * 3
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # both sides alike on a busy 2-core machine
+
+
+def test_passthrough_gives_the_stock_actions_and_a_wrong_gemm_fails(tmp_path):
+    (tmp_path / "pass").mkdir()
+    p, res, _ = fk(tmp_path / "pass", "run", "--plugins", "passthrough", "--scenario", "tiny-dp3",
+                   "--correctness-only", "--allow-uncovered", env=ONE_THREAD)
+    assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["status"] == "PASSED", row.get("failures")
+    out = row["correctness"]["outputs"]["actions"]
+    assert out["shape"] == [1, 8, 4] and out["max_abs"] == 0.0, out
+    ev = row["evidence"]["slots"]
+    assert ev["gemm"]["status"] == "exercised" and ev["gemm"]["entered"] == ["Linear"], ev["gemm"]
+    assert ev["gemm"]["layers"] == LINEARS and ev["gemm"]["calls"] == LINEAR_CALLS, ev["gemm"]
+    assert ev["layer_norm"]["status"] == "exercised" and ev["layer_norm"]["layers"] == ev["layer_norm"]["calls"] == 4
+    assert ev["conv2d"]["status"] == "n/a"  # the U-Net's convolutions are Conv1d
+    (tmp_path / "wrong").mkdir()
+    p, res, _ = fk(tmp_path / "wrong", "run", "--plugins", "wrong-gemm", "--scenario", "tiny-dp3",
+                   "--correctness-only", "--allow-uncovered", env=ONE_THREAD)
+    assert p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["gemm"]["status"] == "exercised"

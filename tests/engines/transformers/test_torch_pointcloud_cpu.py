@@ -1,0 +1,55 @@
+"""Point Transformer V3 in the transformers host on CPU: `fk run` of tiny-pointtransformerv3 loads torch-pointcloud's
+own PT-v3m1 (ported from Pointcept; spconv's CPU build for its sparse convolutions, attention without flash-attn) from
+its seeded checkpoint and segments a seeded room scene. Passthrough gives the stock logits bit for bit with gemm
+exercised in every nn.Linear (its LayerNorms are PyG's, which no slot claims); fk-wrong's wrong-gemm fails it.
+Marked `engine` (about 2.5 min: each engine process imports torch-pointcloud's whole registry)."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fk_adapters.engines.transformers.libraries import side_site
+
+SCENARIO = "tiny-pointtransformerv3"
+LINEARS = 63  # every nn.Linear: qkv, proj, xCPE proj, MLP fc1/fc2, pooling/unpooling projections, head
+
+
+def _installed(name: str) -> bool:
+    site = side_site.folder()
+    return importlib.util.find_spec(name) is not None or os.path.isdir(os.path.join(site, name))
+
+
+pytestmark = [pytest.mark.engine,
+              pytest.mark.skipif(not all(_installed(m) for m in ("torch_pointcloud", "spconv", "ocnn")),
+                                 reason="torch_pointcloud, spconv or ocnn is not installed (side site)")]
+
+
+def fk_run(tmp_path, out, plugin):
+    out = tmp_path / out
+    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "run", "--engine", "transformers", "--scenario", SCENARIO,
+           "--plugins", plugin, "--out", str(out), "--model-cache", str(tmp_path / "models"), "--device", "cpu",
+           "--correctness-only", "--allow-uncovered"]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    results = out / "results.json"
+    return p, (json.loads(results.read_text()) if results.exists() else None)
+
+
+def test_passthrough_gives_the_stock_logits_and_a_wrong_gemm_fails(tmp_path):
+    p, res = fk_run(tmp_path, "passthrough", "passthrough")
+    assert res is not None and p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["scenario"] == SCENARIO and row["status"] == "PASSED", row.get("failures")
+    out = row["correctness"]["outputs"][""]
+    assert row["correctness"]["passed"] and out["shape"] == [2000, 20] and out["max_abs"] == 0.0
+    slots = row["evidence"]["slots"]
+    assert slots["gemm"]["status"] == "exercised" and slots["gemm"]["layers"] == slots["gemm"]["calls"] == LINEARS
+    assert {k for k, v in slots.items() if v["status"] == "exercised"} == {"gemm"}
+
+    p, res = fk_run(tmp_path, "wrong", "wrong-gemm")
+    assert res is not None and p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["gemm"]["status"] == "exercised"
