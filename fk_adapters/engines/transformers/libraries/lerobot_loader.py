@@ -149,14 +149,7 @@ def _build(config: dict):
 
 def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
     """Build the policy (seeded), spread its constant parameters, save its state dict and [model] table."""
-    import torch
-
-    from fk_adapters.weights import spread_constants
-
-    torch.manual_seed(seed)
-    model = _build(config)
-    spread_constants(model, seed)
-    state_dict.save(model, out_dir, dtype, dict(config))
+    state_dict.seeded_save(lambda: _build(config), out_dir, seed, dtype, dict(config))
 
 
 def load(job: dict, device: str):

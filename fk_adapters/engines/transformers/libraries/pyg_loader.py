@@ -38,14 +38,7 @@ def _build(config: dict):
 
 def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
     """The class's own seeded init (LightGCN: Xavier-uniform embeddings), constants spread, saved with its config."""
-    import torch
-
-    from fk_adapters.weights import spread_constants
-
-    torch.manual_seed(seed)
-    model = _build(config)
-    spread_constants(model, seed)
-    state_dict.save(model, out_dir, dtype, dict(config, seed=seed))
+    state_dict.seeded_save(lambda: _build(config), out_dir, seed, dtype, dict(config, seed=seed))
 
 
 def interaction_graph(users: int, items: int, edges: int, seed: int):

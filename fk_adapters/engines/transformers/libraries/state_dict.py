@@ -1,6 +1,6 @@
 """A checkpoint that is a model's state dict (``model.safetensors``) beside the JSON that says how to build it
 (``config.json``): the form of the libraries whose models have no checkpoint format of their own here (timm,
-ultralytics, torch_geometric)."""
+ultralytics, torch_geometric, nerfstudio, lerobot, torch-pointcloud, gsplat)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +20,23 @@ def save(model, out_dir: str, dtype: str, config: dict) -> None:
     save_file(state, os.path.join(out_dir, WEIGHTS), metadata={"format": "pt"})
     with open(os.path.join(out_dir, CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
+
+
+def seeded_save(build, out_dir: str, seed: int, dtype: str, config: dict, device: str | None = None):
+    """The model ``build()`` makes under ``seed`` (the library's own seeded init; on ``device`` if given), its
+    constant parameters spread (``fk_adapters.weights``' rule), saved with ``config``; returned."""
+    import contextlib
+
+    import torch
+
+    from fk_adapters.weights import spread_constants
+
+    torch.manual_seed(seed)
+    with torch.device(device) if device else contextlib.nullcontext():
+        model = build()
+    spread_constants(model, seed)
+    save(model, out_dir, dtype, config)
+    return model
 
 
 def config(folder: str) -> dict:

@@ -63,15 +63,9 @@ def _create(name: str, kwargs: dict):
 
 def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
     """Build the model (seeded), spread its constant parameters, save its state dict and how to build it."""
-    import torch
-
-    from fk_adapters.weights import spread_constants
-
-    torch.manual_seed(seed)
-    model = _create(config["class"], class_config(config))
-    spread_constants(model, seed)
-    state_dict.save(model, out_dir, dtype, {"library": "torch_pointcloud", "class": config["class"],
-                                            "kwargs": class_config(config), "seed": seed})
+    state_dict.seeded_save(lambda: _create(config["class"], class_config(config)), out_dir, seed, dtype,
+                           {"library": "torch_pointcloud", "class": config["class"], "kwargs": class_config(config),
+                            "seed": seed})
 
 
 def load(job: dict, device: str):

@@ -42,15 +42,9 @@ def _build(definition: str, nc: int):
 
 def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: str) -> None:
     """Build the model from its definition (seeded), spread its constant parameters, save its state dict."""
-    import torch
-
-    from fk_adapters.weights import spread_constants
-
-    torch.manual_seed(seed)
-    model = _build(config["class"], int(config.get("nc", 80)))
-    spread_constants(model, seed)
-    state_dict.save(model, out_dir, dtype, {"library": "ultralytics", "class": config["class"],
-                                            "nc": int(config.get("nc", 80))})
+    nc = int(config.get("nc", 80))
+    state_dict.seeded_save(lambda: _build(config["class"], nc), out_dir, seed, dtype,
+                           {"library": "ultralytics", "class": config["class"], "nc": nc})
 
 
 def load(job: dict, device: str):
