@@ -39,19 +39,34 @@ def _scope(sc: scenarios.Scenario, host: str) -> str:
     return {"vllm": " (language model only)", "sglang": " (text only)"}.get(host, "")
 
 
-def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str]]:
+def _status(sc: scenarios.Scenario, seen: dict) -> tuple[str, list[str], bool]:
+    """The status line, the last figures, and whether any host has a result that ran."""
     if not sc.hosts:
-        return f"not hosted: {sc.catalog.get('not_hosted', '')}", []
-    parts, figures = [], []
+        return f"not hosted: {sc.catalog.get('not_hosted', '')}", [], False
+    parts, figures, ran = [], [], False
     for host in sc.hosts:
         s = seen.get((sc.name, host))
         scope = _scope(sc, host)
+        ran = ran or bool(s and s.status == "runs")
         parts.append(f"{host}: {s.status if s and s.status else _pending(sc, host)}{scope}")
         if s:
             figures += [f"{host}: {f}" for f in s.figures]
             if s.slots:
                 figures.append(f"{host} slots: " + ", ".join(f"{k} x{v}" for k, v in s.slots.items() if v))
-    return "; ".join(parts), figures
+    return "; ".join(parts), figures, ran
+
+
+def _summary(rows: list[dict]) -> str:
+    """One line over the architectures listed (a catalog number counts once, however many scenarios it has)."""
+    arch: dict = {}
+    for r in rows:
+        if r["number"] is not None:
+            hosted, ran = arch.get(r["number"], (False, False))
+            arch[r["number"]] = (hosted or bool(r["hosts"]), ran or r["runs"])
+    hosted = sum(h for h, _ in arch.values())
+    ran = sum(r for _, r in arch.values())
+    return (f"{len(arch)} architecture(s) listed: {hosted} hosted ({ran} with a result that ran, among the results "
+            f"read), {len(arch) - hosted} not hosted")
 
 
 def run(args) -> int:
@@ -75,14 +90,14 @@ def run(args) -> int:
     seen = scenario_status.collect(args.results or ["reports"])
     rows = []
     for sc in chosen:
-        status, figures = _status(sc, seen)
+        status, figures, ran = _status(sc, seen)
         c = sc.catalog
         rows.append({"number": c.get("number"), "scenario": sc.name, "category": c.get("category", "-"),
                      "architecture": c.get("architecture", "-"), "checkpoint": c.get("checkpoint", "-"),
                      "hosts": sc.hosts, "family": sc.family,
                      "layers": f"{c['layers']['here']}/{c['layers']['full']}" if c.get("layers") else
                      str(sc.model.get("num_hidden_layers", "-")),
-                     "status": status, "figures": figures})
+                     "status": status, "figures": figures, "runs": ran})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -93,4 +108,5 @@ def run(args) -> int:
                      r["layers"], r["status"], "; ".join(r["figures"]) or "-"] for r in rows],
                    headers=["#", "scenario", "category", "architecture", "hosts", "layers", "status", "last figures"],
                    tablefmt="github"))
+    print(_summary(rows))
     return 0

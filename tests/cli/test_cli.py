@@ -171,6 +171,23 @@ def test_fk_scenarios_lists_filters_and_refuses_unknown_hosts(capsys, tmp_path):
     assert "transformers: not run yet" in status["fk46-colbertv2"]
 
 
+def test_fk_scenarios_counts_each_architecture_once(capsys, tmp_path):
+    """The last line: architectures hosted, those with a result that ran, the rest not hosted; a number with several
+    scenarios (the TP variants, a tiny one) is one architecture."""
+    from fk_adapters import scenarios
+
+    fk46 = [s for s in map(scenarios.load, scenarios.builtin_names()) if "fk46" in s.suites]
+    numbers = {s.catalog["number"] for s in fk46}
+    hosted = {s.catalog["number"] for s in fk46 if s.hosts}
+    row = {"scenario": "fk46-llama-3.1", "status": "PASSED", "baseline": {"status": "ok"}}
+    (tmp_path / "ab.json").write_text(json.dumps({"engine": "vllm", "created": "2026-01-01", "device": "cuda",
+                                                  "candidate": "triton", "verdict": "PASS", "scenarios": [row]}))
+    assert main(["scenarios", "--results", str(tmp_path)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert len(numbers) == 46 and last == (f"46 architecture(s) listed: {len(hosted)} hosted (1 with a result that "
+                                           f"ran, among the results read), {46 - len(hosted)} not hosted")
+
+
 def test_fk_scenarios_shows_the_rate_a_capture_served_at_only_where_no_run_measured_one(capsys, tmp_path):
     def capture(name, engine, created):
         d = tmp_path / name
