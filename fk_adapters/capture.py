@@ -140,7 +140,8 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
     kernel_us = op_families.merge_kernel_us(res.get("profile"))
     if kernel_us:  # a profiled batch (--profile, on a GPU): where the device time goes
         out["profile"] = {"steps": PROFILE_STEPS, "note": PROFILE_NOTE, "op_shares": op_families.shares(kernel_us),
-                          "kernel_us": dict(sorted(kernel_us.items(), key=lambda kv: -kv[1]))}
+                          "kernel_us": dict(sorted(kernel_us.items(), key=lambda kv: -kv[1])),
+                          "values_paused": True}  # every driver's profiled step (skeleton.values_paused)
     out["counts_note"] = COUNTS_NOTE
     out["values_note"] = VALUES_NOTE
     out["total_calls"] = {s: sum(e["calls"] for e in slots.get(s, [])) for s in hooked}  # 0: hooked, never called

@@ -67,10 +67,28 @@ def _routed(capture: dict, fam: str) -> bool:
     return any(calls.get(s, 0) for s in op_families.SLOT_FAMILIES.get(fam, ()))
 
 
+def statistics_paused(capture: dict) -> bool:
+    """Whether the capture's profile is free of fk capture's value statistics: none were recorded (a capture without
+    ``values_note``, older than them), or the profile says they were paused (since session 30), or a token model's
+    (its profiled steps paused them before; another family's driver profiled its own forward with the statistics'
+    reductions in it: a third to half of the device time, seen on an H100)."""
+    from fk_adapters import scenarios
+
+    if "values_note" not in capture or capture.get("profile", {}).get("values_paused"):
+        return True
+    try:
+        return scenarios.load(capture["scenario"]).family == "llm"
+    except scenarios.ScenarioError:  # not a built-in scenario: its family is unknown
+        return False
+
+
 def op_shares(capture: dict) -> dict[str, float]:
     """A run's device-time share per op family, sorted from its kernel times by today's families when it
-    kept them (so older captures follow fixes to the families), else as the capture stored them."""
+    kept them (so older captures follow fixes to the families), else as the capture stored them; none where fk's
+    own statistics ran inside the profile."""
     profile = capture.get("profile", {})
+    if not statistics_paused(capture):
+        return {}
     return op_families.shares(profile["kernel_us"]) if profile.get("kernel_us") else profile.get("op_shares", {})
 
 

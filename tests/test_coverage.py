@@ -64,3 +64,25 @@ def test_as_served_shares_come_from_the_stock_step_and_the_slots_any_plugin_prov
     text, data = coverage.render([], served=runs)
     assert "## As served" in text and "88.9%" in text and "attention 6.7%" in text
     assert data["served"][0]["share"] == (50.0 + 30.0) / 90.0
+
+
+def test_a_profile_holding_fks_own_statistics_gives_no_device_time_shares(tmp_path):
+    """Before session 30 only token models paused fk's value statistics while profiling: another family's profile
+    without the flag is not the model's device time (its calls still count); one that says it paused them is."""
+    shares = {"conv": 0.1, "reduce": 0.5, "copy / elementwise": 0.4}
+    for name, scenario, engine, calls, profile in [("a", "fk46-mobilenetv4", "transformers", {"conv2d": 462}, shares),
+                                                   ("b", "fk46-llama-3.1", "vllm", {"gemm": 9}, {"gemm": 0.9}),
+                                                   ("c", "fk46-swinv2", "transformers", {"conv2d": 1}, {"conv": 1.0})]:
+        _capture(tmp_path / name / "x.json", scenario, engine, "2026-11-26", calls, profile)
+        if name != "c":  # c: older than the statistics
+            wl = json.loads((tmp_path / name / "x.json").read_text())
+            (tmp_path / name / "x.json").write_text(json.dumps(dict(wl, values_note="...")))
+    old, llm, before = sorted(coverage.collect([str(tmp_path)]), key=lambda c: c["path"])
+    assert coverage.op_shares(old) == {} and coverage.op_shares(llm) == {"gemm": 0.9}
+    assert coverage.op_shares(before) == {"conv": 1.0}
+    assert coverage.op_shares(dict(old, scenario="someone-elses")) == {}  # its family unknown
+    md, _ = coverage.render([old, llm])
+    [row] = [line for line in md.splitlines() if line.startswith("| fk46-mobilenetv4 ")]
+    assert row.rstrip(" |").endswith("-")  # no device time in catalog slots claimed
+    old["profile"]["values_paused"] = True
+    assert coverage.op_shares(old) == shares
