@@ -53,3 +53,24 @@ def test_passthrough_gives_the_stock_logits_and_a_wrong_gemm_fails(tmp_path):
     assert res is not None and p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
     (row,) = res["scenarios"]
     assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["gemm"]["status"] == "exercised"
+
+
+def test_the_forward_gives_the_same_logits_on_two_threads(tmp_path):
+    """spconv's CPU convolution sums differently from call to call on more than one thread (seen: 0.087 apart); the
+    loader runs each on one thread, so stock and candidate cannot differ by it."""
+    code = f"""
+import torch
+from fk_adapters import scenarios
+from fk_adapters.engines.transformers import libraries
+sc = scenarios.load({SCENARIO!r}); mod = libraries.loader(sc.library)
+mod.build_and_save(dict(sc.model), {str(tmp_path)!r}, sc.seed, "float32", "cpu")
+m = mod.load({{"model_dir": {str(tmp_path)!r}, "dtype": "float32"}}, "cpu")
+x = mod.batch(m, sc.inputs, 2, sc.seed, "cpu", torch.float32)
+torch.set_num_threads(2)
+with torch.inference_mode():
+    a, b, c = (m(**x) for _ in range(3))
+print(float((a - b).abs().max()), float((a - c).abs().max()), torch.get_num_threads())
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[-3:] == ["0.0", "0.0", "2"], p.stdout

@@ -16,9 +16,11 @@ alike and the global random state is left as it was.
 
 Its sparse convolutions are spconv's (``SubMConv3d``, no fk slot). spconv's CPU build cannot fuse a convolution's
 bias in inference (``cpu don't support act and bias``): on a CPU tensor they take spconv's training path, which adds
-the same bias after the gather-GEMM-scatter (no dropout or norm depends on it). ocnn (z-order codes) imports
-torchvision: ``side_site`` makes it importable, and torch-pointcloud, spconv and ocnn are installed in that
-side site.
+the same bias after the gather-GEMM-scatter (no dropout or norm depends on it). With more than one thread its CPU
+convolution gives different sums from one call to the next (seen on tiny-pointtransformerv3 with 2 threads: 0.087
+largest difference between two calls of one process; none with 1), so on a CPU each runs on one thread. ocnn
+(z-order codes) imports torchvision: ``side_site`` makes it importable, and torch-pointcloud, spconv and ocnn are
+installed in that side site.
 """
 from __future__ import annotations
 
@@ -75,20 +77,33 @@ def load(job: dict, device: str):
     cfg = state_dict.config(job["model_dir"])
     model = state_dict.load_into(_create(cfg["class"], cfg["kwargs"]), job["model_dir"])
     model = model.to(device=device, dtype=getattr(torch, job["dtype"])).eval()
-    _spconv_bias_on_cpu(model)
+    _spconv_on_cpu(model)
     return _scenes(model, cfg)
 
 
-def _spconv_bias_on_cpu(model) -> None:
-    """Each spconv convolution given a CPU tensor runs spconv's training path (bias added after, not fused)."""
+def _spconv_on_cpu(model) -> None:
+    """Each spconv convolution given a CPU tensor runs spconv's training path (bias added after, not fused), on one
+    thread (the others' count restored after it)."""
     import spconv.pytorch as spconv
+    import torch
 
-    def hook(module, args):
-        module.training = not args[0].features.is_cuda
+    threads: list[int] = []
+
+    def before(module, args):
+        on_cpu = not args[0].features.is_cuda
+        module.training = on_cpu
+        if on_cpu:
+            threads.append(torch.get_num_threads())
+            torch.set_num_threads(1)
+
+    def after(module, args, out):
+        if threads:
+            torch.set_num_threads(threads.pop())
 
     for m in model.modules():
         if isinstance(m, spconv.conv.SparseConvolution):
-            m.register_forward_pre_hook(hook)
+            m.register_forward_pre_hook(before)
+            m.register_forward_hook(after)
 
 
 def _scenes(model, cfg: dict):
