@@ -3,6 +3,7 @@ its device time goes (from ``fk capture`` workload files, measured by running, n
 from __future__ import annotations
 
 import datetime as dt
+import functools
 
 from tabulate import tabulate
 
@@ -72,13 +73,20 @@ def statistics_paused(capture: dict) -> bool:
     ``values_note``, older than them), or the profile says they were paused (since session 30), or a token model's
     (its profiled steps paused them before; another family's driver profiled its own forward with the statistics'
     reductions in it: a third to half of the device time, seen on an H100)."""
-    from fk_adapters import scenarios
-
     if "values_note" not in capture or capture.get("profile", {}).get("values_paused"):
         return True
+    return _token_model(capture["scenario"])
+
+
+@functools.cache
+def _token_model(scenario: str) -> bool:
+    """A built-in scenario of the token family (read once per name: every rendering asks for each capture's shares
+    several times); an unknown one's family is unknown: False."""
+    from fk_adapters import scenarios
+
     try:
-        return scenarios.load(capture["scenario"]).family == "llm"
-    except scenarios.ScenarioError:  # not a built-in scenario: its family is unknown
+        return scenarios.load(scenario).family == "llm"
+    except scenarios.ScenarioError:
         return False
 
 

@@ -24,7 +24,6 @@ def top_ids(pairs) -> list[int]:
     return [int(t) for _, t in sorted(pairs, key=lambda p: -p[0])[:TOP_K]]
 
 
-
 @contextlib.contextmanager
 def values_paused():
     """fk capture's value statistics paused in every process of this run (its profiled steps' device time must be
@@ -41,6 +40,7 @@ def values_paused():
     finally:
         if marker:
             os.remove(marker)
+
 
 class Driver:
     """One engine's calls. ``run`` drives a job through them; the hooks below are what an engine overrides."""

@@ -11,12 +11,9 @@ import importlib
 
 DEFAULT = "transformers"
 # library -> its loader module here
-LOADERS = {"diffusers": "diffusers_loader", "lerobot": "lerobot_loader", "timm": "timm_loader",
-           "torch_geometric": "pyg_loader",
-           "gsplat": "gsplat_loader",
-           "torch_pointcloud": "torch_pointcloud_loader",
-           "openfold3": "openfold3_loader",
-           "nerfstudio": "nerfstudio_loader",
+LOADERS = {"diffusers": "diffusers_loader", "gsplat": "gsplat_loader", "lerobot": "lerobot_loader",
+           "nerfstudio": "nerfstudio_loader", "openfold3": "openfold3_loader", "timm": "timm_loader",
+           "torch_geometric": "pyg_loader", "torch_pointcloud": "torch_pointcloud_loader",
            "ultralytics": "ultralytics_loader"}
 NAMES = (DEFAULT, *LOADERS)
 

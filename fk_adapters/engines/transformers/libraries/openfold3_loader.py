@@ -44,12 +44,8 @@ ALWAYS = {"settings.memory.eval.use_triton_triangle_kernels": False,
           "settings.memory.eval.chunk_size": None}
 
 
-def _path() -> None:
-    side_site.on_path()
-
-
 def version() -> str:
-    _path()
+    side_site.on_path()
     from importlib.metadata import version as dist_version
 
     return dist_version("openfold3")
@@ -57,7 +53,7 @@ def version() -> str:
 
 def model_config(overrides: dict):
     """OpenFold3's model config (a deep copy: its references linked within it) with fk's settings and ``overrides``."""
-    _path()
+    side_site.on_path()
     from openfold3.projects.of3_all_atom.config.model_config import model_config as base
 
     cfg = copy.deepcopy(base)
@@ -77,7 +73,7 @@ def model_config(overrides: dict):
 def _build(config: dict):
     if config.get("class", CLASS) != CLASS:
         raise LibraryError(f"fk serves openfold3's OpenFold3 model only, not {config['class']!r}")
-    _path()
+    side_site.on_path()
     from openfold3.projects.of3_all_atom.model import OpenFold3
 
     return OpenFold3(model_config(config.get("config", {})))
@@ -98,21 +94,7 @@ def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: st
             if p.ndim >= 2 and not bool(p.any()):
                 p.copy_((0.02 * torch.randn(p.shape, generator=gen)).to(p.device, p.dtype))
     spread_constants(model, seed)
-    _save(model.to(getattr(torch, dtype)), out_dir, dict(config, seed=seed))
-
-
-def _save(model, out_dir: str, config: dict) -> None:
-    """``state_dict``'s layout, each shared tensor once: OpenFold3's sampler holds the diffusion module itself
-    (``sample_diffusion.diffusion_module`` is ``diffusion_module``), which safetensors' ``save_model`` stores once."""
-    import json
-    import os
-
-    from safetensors.torch import save_model
-
-    os.makedirs(out_dir, exist_ok=True)
-    save_model(model, os.path.join(out_dir, state_dict.WEIGHTS), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, state_dict.CONFIG), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=1)
+    state_dict.save(model, out_dir, dtype, dict(config, seed=seed))
 
 
 def _inference(model, config: dict):
@@ -139,16 +121,10 @@ def _inference(model, config: dict):
 
 
 def load(job: dict, device: str):
-    import os
-
     import torch
-    from safetensors.torch import load_model
 
     config = state_dict.config(job["model_dir"])
-    model = _build(config)
-    missing, unexpected = load_model(model, os.path.join(job["model_dir"], state_dict.WEIGHTS))
-    if missing or unexpected:
-        raise LibraryError(f"OpenFold3 checkpoint mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    model = state_dict.load_into(_build(config), job["model_dir"])
     model = model.to(device=device, dtype=getattr(torch, job["dtype"])).eval()
     return _inference(torch_modules(model), config)
 
@@ -176,7 +152,7 @@ def features(b: int, tokens: int, msa_depth: int, templates: int, seed: int) -> 
     """Seeded OpenFold3 input features of one protein chain of ``tokens`` residues (float32 and integer tensors)."""
     import torch
 
-    _path()
+    side_site.on_path()
     from openfold3.core.data.resources.residues import STANDARD_RESIDUES_3, STANDARD_RESIDUES_WITH_GAP_3
     from openfold3.core.data.resources.token_atom_constants import TOKEN_NAME_TO_ATOM_NAMES
 

@@ -10,21 +10,20 @@ CONFIG, WEIGHTS = "config.json", "model.safetensors"
 
 
 def save(model, out_dir: str, dtype: str, config: dict) -> None:
-    """The state dict, its floating tensors in ``dtype`` (the rest as they are), and ``config``."""
+    """The state dict, its floating tensors in ``dtype`` (the model is cast to it; the rest as they are), each tensor
+    that two names share stored once (OpenFold3's sampler holds its diffusion module a second time), and ``config``."""
     import torch
-    from safetensors.torch import save_file
+    from safetensors.torch import save_model
 
     os.makedirs(out_dir, exist_ok=True)
-    state = {k: (v.to(getattr(torch, dtype)) if v.is_floating_point() else v).contiguous()
-             for k, v in model.state_dict().items()}
-    save_file(state, os.path.join(out_dir, WEIGHTS), metadata={"format": "pt"})
+    save_model(model.to(getattr(torch, dtype)), os.path.join(out_dir, WEIGHTS), metadata={"format": "pt"})
     with open(os.path.join(out_dir, CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
 
 
-def seeded_save(build, out_dir: str, seed: int, dtype: str, config: dict, device: str | None = None):
+def seeded_save(build, out_dir: str, seed: int, dtype: str, config: dict, device: str | None = None) -> None:
     """The model ``build()`` makes under ``seed`` (the library's own seeded init; on ``device`` if given), its
-    constant parameters spread (``fk_adapters.weights``' rule), saved with ``config``; returned."""
+    constant parameters spread (``fk_adapters.weights``' rule), saved with ``config``."""
     import contextlib
 
     import torch
@@ -36,7 +35,6 @@ def seeded_save(build, out_dir: str, seed: int, dtype: str, config: dict, device
         model = build()
     spread_constants(model, seed)
     save(model, out_dir, dtype, config)
-    return model
 
 
 def config(folder: str) -> dict:
@@ -45,10 +43,11 @@ def config(folder: str) -> dict:
 
 
 def load_into(model, folder: str):
-    """``model`` with the saved state dict loaded into it."""
-    from safetensors.torch import load_file
+    """``model`` with the saved state dict loaded into it (a shared tensor from its one stored name); a name missing
+    or left over is an error."""
+    from safetensors.torch import load_model
 
-    model.load_state_dict(load_file(os.path.join(folder, WEIGHTS)))
+    load_model(model, os.path.join(folder, WEIGHTS))
     return model
 
 
