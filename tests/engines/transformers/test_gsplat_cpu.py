@@ -4,23 +4,15 @@ bit, and says that no slot applies (no Linear, Conv, norm or attention: NOT_APPL
 fail it). The compositor, fk's own code, is checked against a pixel-by-pixel transcription of gsplat's CUDA
 rasterize-to-pixels kernel. Marked `engine`."""
 import importlib.util
-import os
 import sys
 
 import pytest
 
+from fk_adapters.engines.transformers.libraries import side_site
 from tests.engines.transformers.test_transformers_cpu import fk
 
-
-def _gsplat_importable() -> bool:
-    from fk_adapters.engines.transformers.libraries import side_site
-
-    site = side_site.folder()
-    return importlib.util.find_spec("gsplat") is not None or os.path.isdir(os.path.join(site, "gsplat"))
-
-
 pytestmark = [pytest.mark.engine,
-              pytest.mark.skipif(importlib.util.find_spec("transformers") is None or not _gsplat_importable(),
+              pytest.mark.skipif(importlib.util.find_spec("transformers") is None or not side_site.installed("gsplat"),
                                  reason="transformers or gsplat is not installed")]
 
 

@@ -3,7 +3,6 @@ lerobot's DiffusionModel (its DiffusionConditionalUnet1d built from its Diffusio
 loader's DP3 point-cloud encoder, one item a whole 3-step denoising loop to an 8 x 4 action sequence. Passthrough
 gives the stock actions bit for bit with gemm in every nn.Linear and layer_norm in the encoder's LayerNorms (the
 U-Net's Conv1d, GroupNorm and Mish have no slot); fk-wrong's wrong-gemm fails the diff. Marked `engine`."""
-import os
 
 import pytest
 
@@ -11,8 +10,8 @@ from fk_adapters.engines.transformers.libraries import side_site
 from tests.engines.transformers.test_transformers_cpu import fk
 
 pytestmark = [pytest.mark.engine,
-              pytest.mark.skipif(not os.path.isdir(os.path.join(side_site.folder(), "lerobot")),
-                                 reason="lerobot is not installed in the torchvision site")]
+              pytest.mark.skipif(not side_site.installed("lerobot"),
+                                 reason="lerobot is not installed (side site)")]
 
 # nn.Linear: the encoder's 4 point-MLP and projection + 2 state-MLP, the U-Net's 2 timestep-MLP + 12 FiLM
 # (one per residual block: 6 down, 2 mid, 4 up); the encoder runs once, the U-Net's 14 at each of the 3 steps

@@ -3,39 +3,28 @@ own PT-v3m1 (ported from Pointcept; spconv's CPU build for its sparse convolutio
 its seeded checkpoint and segments a seeded room scene. Passthrough gives the stock logits bit for bit with gemm
 exercised in every nn.Linear (its LayerNorms are PyG's, which no slot claims); fk-wrong's wrong-gemm fails it.
 Marked `engine` (about 2.5 min: each engine process imports torch-pointcloud's whole registry)."""
-import importlib.util
-import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from fk_adapters.engines.transformers.libraries import side_site
+from tests.engines.transformers.test_transformers_cpu import fk
 
 SCENARIO = "tiny-pointtransformerv3"
 LINEARS = 63  # every nn.Linear: qkv, proj, xCPE proj, MLP fc1/fc2, pooling/unpooling projections, head
 
 
-def _installed(name: str) -> bool:
-    site = side_site.folder()
-    return importlib.util.find_spec(name) is not None or os.path.isdir(os.path.join(site, name))
-
-
 pytestmark = [pytest.mark.engine,
-              pytest.mark.skipif(not all(_installed(m) for m in ("torch_pointcloud", "spconv", "ocnn")),
+              pytest.mark.skipif(not all(side_site.installed(m) for m in ("torch_pointcloud", "spconv", "ocnn")),
                                  reason="torch_pointcloud, spconv or ocnn is not installed (side site)")]
 
 
 def fk_run(tmp_path, out, plugin):
-    out = tmp_path / out
-    cmd = [sys.executable, "-m", "fk_adapters.cli.main", "run", "--engine", "transformers", "--scenario", SCENARIO,
-           "--plugins", plugin, "--out", str(out), "--model-cache", str(tmp_path / "models"), "--device", "cpu",
-           "--correctness-only", "--allow-uncovered"]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    results = out / "results.json"
-    return p, (json.loads(results.read_text()) if results.exists() else None)
+    (tmp_path / out).mkdir()
+    p, res, _ = fk(tmp_path / out, "run", "--scenario", SCENARIO, "--plugins", plugin, "--correctness-only",
+                   "--allow-uncovered", env={"OMP_NUM_THREADS": "1"})
+    return p, res
 
 
 def test_passthrough_gives_the_stock_logits_and_a_wrong_gemm_fails(tmp_path):

@@ -25,6 +25,13 @@ def folder() -> str:
     return os.environ.get(ENV) or os.path.join(sys.prefix, "side-site")
 
 
+def installed(package: str) -> bool:
+    """Whether ``package`` imports from the environment or the side site (looked up, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None or os.path.isdir(os.path.join(folder(), package))
+
+
 def on_path() -> None:
     """The side site on the path, after the environment's own packages."""
     site = folder()
