@@ -81,6 +81,21 @@ case ${1:-} in
     lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab wrong pass"
     lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong"
     lane V-B 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ;;
+  s31-vllm)  # session 31, a 4-GPU machine: GPUs 2 and 3 take short vLLM runs while SGLang stages, then SGLang's TP=2
+    S28=$REPO/reports/gpu/s28-h100x4
+    (lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab wrong pass"
+     lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong") &
+    (lane V-C 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode
+     lane V-C 29 vllm 1 STEPS="tfx") &
+    (lane V-E 29 vllm 2 STEPS="check" WORKLOAD="$S28/i30/vllm/fk46/fk46-qwen3-next/vllm.json"; touch "$ROOT/V-E.done") &
+    (lane V-F 32 vllm 3 STEPS="pooling" POOLING=fk46-bge-m3; touch "$ROOT/V-F.done") &
+    wait ;;
+  s31-sglang)  # ... once SGLang is staged: TP=2 on GPUs 2,3 when their vLLM runs are done, then the adapter's cost
+    while [ ! -e "$ROOT/V-E.done" ] || [ ! -e "$ROOT/V-F.done" ]; do sleep 5; done
+    lane S-C 33 sglang 2,3 STEPS="triton wrong" SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0
+    (lane S-A 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
+    (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2) &
+    wait ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
@@ -89,5 +104,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|pack"; exit 2 ;;
 esac
