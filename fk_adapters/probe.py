@@ -58,6 +58,14 @@ def layer_built(slots, why: str | None = None) -> None:
             constructed[s] += 1
 
 
+def layer_bypassed(slots, why: str) -> None:
+    """A layer counted as built for ``slots`` turned out never to be called (its owner runs its own kernel instead):
+    it counts as left stock, ``why`` saying so."""
+    for s in slots:
+        constructed[s] -= 1
+        left_stock((s,), f"{s} ({why})")
+
+
 def set_rank(rank_in_group: int, world_size: int) -> None:
     """This process is rank ``rank_in_group`` of a tensor-parallel group of ``world_size``: its evidence is per rank."""
     rank.update(rank=rank_in_group, world_size=world_size)

@@ -119,8 +119,10 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
         prev_job.pop("perf", None)
         res.pop("perf", None)
     if prev_job != job:
+        differ = sorted(k for k in prev_job.keys() | job.keys() if prev_job.get(k) != job.get(k))
         raise BaselineMismatch(f"the {side} of {scenario} under {prev_out} ran a different job "
-                               "(model, prompts, mode or engine arguments differ)")
+                               f"(its {', '.join(differ)} differ: run with the same flags, --smoke / --quick "
+                               "included)")
     res.update(reused_from=run_dir, log=os.path.join(run_dir, "engine.log"), loads=probe.read_loads(run_dir))
     share = os.path.join(run_dir, GPU_SHARE_FILE)
     if os.path.exists(share):  # the earlier run's GPU watch: its timings are reused

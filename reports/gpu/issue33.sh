@@ -35,7 +35,7 @@ case $1 in
           done ;;
         wrong)
           for S in $SCENARIOS; do
-            $RUN --plugins wrong-all-reduce --scenario "$S" --correctness-only --baseline-from "$W/ab-triton-$S" \
+            $RUN --plugins wrong-all-reduce --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
               --out "$W/wrong-all-reduce-$S" | tail -1
           done ;;
         pass)

@@ -121,7 +121,8 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
             assert s["geomean_speedup"] is None
             continue
         assert s["geomean_speedup"] is not None and math.isfinite(s["geomean_speedup"])
-        compiles = s["slot"] in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding")
+        compiles = s["slot"] in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul", "rotary_embedding",
+                                 "gated_rms_norm")
         assert s["compiled_baseline"]["compiles"] is compiles, s["compiled_baseline"]
         assert (s["geomean_speedup_compiled"] is not None) is compiles  # vLLM's forward compiled, never the kernel
     p, res = check("wrong", "--plugins", "wrong")
@@ -282,3 +283,13 @@ def test_shapes_are_chosen_by_their_work_and_the_time_ratio_sums_calls_x_times()
     assert runner.time_ratio([fast_small, slow_big]) == pytest.approx((64e-5 + 64e-3) / (64e-6 + 128e-3))
     assert runner.weighted_geomean([(10.0, 64), (0.5, 64)]) > 2  # the geomean says faster; the time says slower
     assert runner.time_ratio([dict(slow_big, candidate={})]) is None
+
+
+def test_a_results_file_written_mid_check_reads_as_failed_until_the_last_check():
+    """An interrupted check (killed at a hold's end, say) must not leave a PASS behind for the checks it never ran."""
+    done = [{"workload": "w", "plugin": "triton", "slot": "rms_norm", "status": "PASSED", "shapes": []}]
+    results = {"slots": list(done)}
+    runner.finish(results, (1, 4))
+    assert results["verdict"] == "FAIL" and results["problems"][-1].startswith("unfinished: 1 of 4")
+    runner.finish(results)
+    assert results["verdict"] == "PASS" and not results["problems"]
