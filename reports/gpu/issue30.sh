@@ -17,7 +17,7 @@
 #   pass      the passthrough plugin against ab's baseline (correctness only): must PASS with its natives proven
 #   linear    the linear-attention / SSM slots on each of $LINEAR (default fk46-mamba2 fk46-qwen3-next), the parts in
 #             $LINEAR_STEPS (default all): capture with --profile (coverage), fk check of the slots on its shapes, the
-#             Triton A/B (compiled + graphs), fk-wrong's wrong-ssd + wrong-gated-norm (Mamba2) / wrong-gdn (eager:
+#             Triton A/B (compiled + graphs; $LINEAR_WORKLOAD: an earlier capture to check), fk-wrong's wrong-ssd + wrong-gated-norm (Mamba2) / wrong-gdn (eager:
 #             not graph safe) and passthrough (correctness only, against the A/B's baseline)
 #   moe       issue 29's leftovers: $MOE (default fk46-mixtral) captured with --profile (coverage without fk's value
 #             statistics in the profile), then fused_moe and gemm checked on its shapes
@@ -67,7 +67,7 @@ case $1 in
                            --timeout 900 --out "$W/fk46" ;;
                 check) $FK check --engine "$ENGINE" --plugins "triton,passthrough,${WRONG// /,}" \
                          --slots gated_delta_rule,gated_delta_rule_decode,ssd_chunk_scan,ssm_state_update,gated_rms_norm \
-                         --workload "$W/fk46/$L/$ENGINE.json" --max-shapes 4 --timeout 600 --out "$W/check-$L" ;;
+                         --workload "${LINEAR_WORKLOAD:-$W/fk46/$L/$ENGINE.json}" --max-shapes 4 --timeout 600 --out "$W/check-$L" ;;
                 ab) $RUN --plugins triton --scenario "$L" --smoke --interleave 0 --out "$W/ab-triton-$L" ;;
                 wrong) BASE=()  # the second wrong plugin reuses the first one's eager baseline
                        for w in $WRONG; do

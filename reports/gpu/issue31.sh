@@ -10,7 +10,8 @@
 #             time per phase of a whole suite (the report's "Where the wall time went"); bar: 25 minutes
 #   adapter   the adapter's cost: A/A, then passthrough, $ROUNDS (5) interleaved rounds each, on llama31-8b-decode and
 #             llama31-8b-4l-prefill, compiled (vLLM) / default (SGLang): the passthrough's 95% interval (its report)
-#             beside the A/A's, the floor of the same hold
+#             beside the A/A's, the floor of the same hold ($ADAPTER_SIDES: "aa", "pass" or both, the default; two
+#             lanes of one machine can take one each)
 #   checkc    `fk check` of the Triton plugin on $CAPTURE's captured shapes with both baselines: the engine's kernel
 #             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta
 #   split     the Triton A/B on $SC (compiled, $AB_INTERLEAVE rounds) with its profiled step: the report's "Where the
@@ -33,8 +34,10 @@ case $1 in
           grep -E "Elapsed|Maximum resident" "$W/suite-fk46-llm.time" ;;
         adapter)
           for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
-            $RUN --aa --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-aa-$S" | tail -1
-            $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-pass-$S" | tail -1
+            case " ${ADAPTER_SIDES:-aa pass} " in *" aa "*)
+              $RUN --aa --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-aa-$S" | tail -1 ;; esac
+            case " ${ADAPTER_SIDES:-aa pass} " in *" pass "*)
+              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-pass-$S" | tail -1 ;; esac
           done ;;
         checkc)
           $FK capture --engine "$ENGINE" --scenario "$CAPTURE" --profile --smoke --model-cache $MODELS --timeout 900 \

@@ -2,9 +2,11 @@
 # One hold of a 4-GPU machine (nvidia-h100-x4 / nvidia-h200-x4): the issue scripts side by side, each lane on its own
 # GPUs (CUDA_VISIBLE_DEVICES; fk takes one lock per device set, and its GPU watcher leaves out processes on the other
 # lanes' GPUs). Stage vLLM, start its lanes, stage SGLang while they run, start SGLang's. A call carries at most
-# 64 MiB: the working tree (`git ls-files -z | xargs -0 du -cb | tail -1`; 40 MiB at session 27's end) and one part,
-# so parts of 64 - tree - 2 MiB (`stage.py ENGINE --part-mib 22`; `PART_MIB=22 bash reports/gpu/stage_extra.sh sglang`
-# for the wheel SGLang's lock lacks).
+# 64 MiB: the working tree and one part. `bash reports/gpu/slim_tree.sh on` first (the tree is then the code, ~4 MiB)
+# allows parts of 56 MiB (`stage.py ENGINE`; `PART_MIB=56 bash reports/gpu/stage_extra.sh sglang` for the wheel SGLang's
+# lock lacks): vLLM 7 calls, SGLang 15 + 2, about 4 s each (session 31; with the whole tree, 22 MiB parts: 17 and 42).
+# Start the lanes from a copy: `mkdir -p /tmp/fk-repo && tar --exclude=./.stage -cf - . | tar -xf - -C /tmp/fk-repo
+# && cd /tmp/fk-repo && ...`, and poll from there. `slim_tree.sh off` once the hold is over, before any commit.
 #   (last vLLM part) bash reports/gpu/fk_gpu.sh vllm setup; setsid nohup bash reports/gpu/lanes_x4.sh vllm > /dev/null 2>&1 < /dev/null &
 #   (last SGLang part) bash reports/gpu/fk_gpu.sh sglang setup; setsid nohup bash reports/gpu/lanes_x4.sh sglang > /dev/null 2>&1 < /dev/null &
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
@@ -96,6 +98,23 @@ case ${1:-} in
     (lane S-A 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
     (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2) &
     wait ;;
+  s32-vllm)  # the next 4-GPU hold: issue 33's TP=4 first, vLLM then SGLang on all four GPUs (SGLang stages meanwhile);
+    # then one lane a GPU. Without SGLang, `touch /tmp/fk-work/S-T.done` lets the single-GPU lanes start.
+    S31=$REPO/reports/gpu/s31-h100x4
+    lane V-T 33 vllm 0,1,2,3 TP=4 STEPS="triton wrong pass" SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
+    touch "$ROOT/V-T.done"
+    while [ ! -e "$ROOT/S-T.done" ]; do sleep 5; done
+    (lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass"
+     lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong") &
+    (lane V-C 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane V-D 31 vllm 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+    (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="check ab wrong pass" \
+       LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
+    wait ;;
+  s32-sglang)  # ... SGLang's TP=4 once vLLM's is done
+    while [ ! -e "$ROOT/V-T.done" ]; do sleep 5; done
+    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
+    touch "$ROOT/S-T.done" ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
@@ -104,5 +123,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s32-sglang|pack"; exit 2 ;;
 esac

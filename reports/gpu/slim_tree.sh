@@ -1,0 +1,28 @@
+#!/bin/bash
+# The tree a device call carries, slimmed for staging: a call carries at most 64 MiB, the working tree included
+# (42 MiB at session 31, nearly all of it reports/gpu's result folders). Run here, from the repository root:
+#   bash reports/gpu/slim_tree.sh on     # result folders out of the index and ignored: the tree is the code (~4 MiB),
+#                                        # so engine parts can be 56 MiB (`stage.py ENGINE`, its default)
+#   bash reports/gpu/slim_tree.sh off    # index and .git/info/exclude as they were (run it before any commit)
+# $KEEP: result files the lanes read on the machine (a capture's workload), kept in the tree.
+# Start the lanes from a copy of the tree on the machine (tar . into /tmp/fk-repo), so later calls' trees don't matter.
+set -eu
+cd "$(git rev-parse --show-toplevel)"
+KEEP=${KEEP:-reports/gpu/s28-h100x4/i30/vllm/fk46/fk46-qwen3-next/vllm.json}
+MARK="# fk slim_tree.sh"
+case ${1:-} in
+  on)
+    if grep -q "$MARK" .git/info/exclude 2>/dev/null; then echo "already on"; exit 0; fi
+    echo "$MARK" >> .git/info/exclude
+    git ls-files reports/gpu | awk -F/ 'NF>3{print $1"/"$2"/"$3}' | sort -u | while read -r d; do
+      git rm -r -q --cached "$d"; echo "/$d/" >> .git/info/exclude
+    done
+    [ -z "$KEEP" ] || git reset -q HEAD -- $KEEP
+    echo "the tree now carries $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes" ;;
+  off)
+    git reset -q HEAD -- reports/gpu
+    awk -v m="$MARK" '$0==m{on=1; next} on && /^\/reports\/gpu\//{next} {print}' .git/info/exclude > .git/info/exclude.new
+    mv .git/info/exclude.new .git/info/exclude
+    git status --short | head -5 ;;
+  *) echo "usage: slim_tree.sh on|off"; exit 2 ;;
+esac
