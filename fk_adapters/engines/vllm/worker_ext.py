@@ -90,4 +90,5 @@ def count_fused_rope(modules) -> None:
     for layer, kernels, called in ropes.values():
         if kernels and not called:
             layer._fk_routed = False
-            probe.layer_bypassed(("rotary_embedding",), f"the model's own fused kernel applies it: {', '.join(sorted(kernels))}")
+            probe.layer_bypassed(("rotary_embedding",),
+                                 f"the model's own fused kernel applies it: {', '.join(sorted(kernels))}")
