@@ -14,7 +14,7 @@ DEFAULT = "transformers"
 LOADERS = {"diffusers": "diffusers_loader", "gsplat": "gsplat_loader", "lerobot": "lerobot_loader",
            "nerfstudio": "nerfstudio_loader", "openfold3": "openfold3_loader", "timm": "timm_loader",
            "torch_geometric": "pyg_loader", "torch_pointcloud": "torch_pointcloud_loader",
-           "ultralytics": "ultralytics_loader"}
+           "torchrec": "torchrec_loader", "ultralytics": "ultralytics_loader"}
 NAMES = (DEFAULT, *LOADERS)
 
 

@@ -3,7 +3,8 @@
 ``make setup`` installs them (``side-site.txt`` beside this module, all ``--no-deps``) into ``<venv>/side-site`` (or
 ``$FK_SIDE_SITE``), which only their loaders put on the path, after the environment's own packages: torchvision and
 what imports it (timm, ultralytics, ocnn), and the libraries whose import chains would otherwise pull packages into
-every engine's environment (gsplat, nerfstudio, lerobot, openfold3, torch-pointcloud and spconv).
+every engine's environment (gsplat, nerfstudio, lerobot, openfold3, torch-pointcloud and spconv, torchrec and
+fbgemm-gpu-cpu).
 
 The registry's torchvision is a CUDA build: against this machine's CPU torch its C++ library does not load, and its
 import fails on registering its two NMS ops' shapes (``operator torchvision::nms does not exist``). In site-packages
