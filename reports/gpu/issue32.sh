@@ -12,6 +12,7 @@
 # Session 30's 3D / science hosts need extra-transformers-science.txt staged too (`PART_MIB=22 bash
 # reports/gpu/stage_extra.sh transformers-science`, 189 MiB), then
 #   HOSTS="fk46-3dgs fk46-instantngp fk46-openfold3 fk46-pointtransformerv3" STEPS=hosts ... (as above)
+# DLRMv2 (session 31, torchrec) needs extra-transformers-recsys.txt staged: HOSTS=fk46-dlrmv2
 # Steps ($STEPS, in this order by default):
 #   hosts     $HOSTS (default fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-sdxl fk46-flux.1-dev
 #             fk46-hunyuanvideo-1.5 fk46-lightgcn) in the

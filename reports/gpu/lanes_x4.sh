@@ -74,10 +74,10 @@ case ${1:-} in
      lane S-A 29 sglang 2 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json") &
     wait ;;
   pair-transformers)  # a 2-GPU machine (nvidia-h100-x2): T-A on GPU 0, smallest models first
-    # (session 31: stage extra-transformers-science.txt too, for the four 3D / science hosts)
+    # (stage extra-transformers-science.txt and extra-transformers-recsys.txt too: the 3D / science hosts, DLRMv2)
     lane T-A 32 transformers 0 STEPS="hosts" HOSTS="fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-lightgcn \
       fk46-pi0 fk46-instantngp fk46-pointtransformerv3 fk46-3dgs fk46-sdxl fk46-hunyuanvideo-1.5 fk46-flux.1-dev \
-      fk46-openfold3"; touch "$ROOT/T-A.done" ;;
+      fk46-openfold3 fk46-dlrmv2"; touch "$ROOT/T-A.done" ;;
   pair-vllm)  # ... and on GPU 1: V-F's pooling, then V-B
     lane V-F 32 vllm 1 STEPS="pooling"
     lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab wrong pass"
