@@ -25,11 +25,13 @@ def collect(roots: list[str]) -> list[dict]:
 
 def collect_served(roots: list[str]) -> list[dict]:
     """Per (scenario, engine, mode), the newest profiled `fk run` under ``roots`` as served: the stock side's device
-    time per op family in its profiled step, and the slots any plugin's side proved it ran in that scenario there."""
+    time per op family in its profiled step, and the slots any plugin's side proved it ran in that scenario there.
+    Eager runs are left out: no engine serves so (fk-wrong's variants that are not graph-safe run eager), and the
+    captures' table already gives the eager picture."""
     newest: dict[tuple[str, str, str], dict] = {}
     proven: dict[tuple[str, str, str], set] = {}
     for path, res in results_files.json_objects(roots):
-        if res.get("kind") != "run" or res.get("aa"):
+        if res.get("kind") != "run" or res.get("aa") or res.get("mode") == "eager":
             continue
         for row in res.get("scenarios") or []:
             split = row.get("time_split") or {}
@@ -135,8 +137,8 @@ def render_served(runs: list[dict]) -> list[str]:
                      f"{100 * served_share(r):.1f}%",
                      ", ".join(f"{f} {100 * us / r['step_us']:.1f}%" for us, f in outside[:3] if us) or "-"])
     return ["", "## As served", "",
-            "The stock side's profiled step of the newest `fk run` in the mode it ran (compiled + CUDA graphs fuse "
-            "what eager leaves apart): the share of its device time in catalog families whose slots a plugin's "
+            "The stock side's profiled step of the newest `fk run` in each serving mode it ran (compiled + CUDA graphs "
+            "fuse what eager leaves apart; eager runs are left out): the share of its device time in catalog families whose slots a plugin's "
             "side of some `fk run` of the scenario, engine and mode exercised.", "",
             tabulate(rows, headers=["scenario", "engine", "device", "mode", "step device µs",
                                     "device time in catalog slots", "largest outside"], tablefmt="github")]

@@ -40,11 +40,11 @@ def test_shares_are_sorted_again_from_kernel_times_where_the_capture_kept_them()
     assert coverage.op_shares({}) == {}
 
 
-def _run(path, created, plugin_slots, families, aa=False):
+def _run(path, created, plugin_slots, families, aa=False, mode="compiled"):
     split = [{"family": f, "baseline_us": us} for f, us in families.items()]
     row = {"scenario": "m", "time_split": {"baseline_us": sum(families.values()), "families": split},
            "evidence": {"slots": {s: {"status": st} for s, st in plugin_slots.items()}}}
-    res = {"kind": "run", "engine": "vllm", "device": "cuda", "mode": "compiled", "created": created, "aa": aa,
+    res = {"kind": "run", "engine": "vllm", "device": "cuda", "mode": mode, "created": created, "aa": aa,
            "scenarios": [row]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
@@ -57,6 +57,7 @@ def test_as_served_shares_come_from_the_stock_step_and_the_slots_any_plugin_prov
     _run(tmp_path / "b" / "results.json", "2026-02-01", {"gemm": "exercised", "fused_moe": "not exercised"},
          dict(fams, gemm=50.0))
     _run(tmp_path / "c" / "results.json", "2026-03-01", {"gemm": "exercised"}, fams, aa=True)  # an A/A: left out
+    _run(tmp_path / "d" / "results.json", "2026-03-02", {"gemm": "exercised"}, fams, mode="eager")  # not as served
     runs = coverage.collect_served([str(tmp_path)])
     assert len(runs) == 1 and runs[0]["step_us"] == 90.0  # the newest run's step
     assert runs[0]["exercised"] == ["fused_moe", "gemm"]  # proven in some run of the scenario
