@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fk_adapters.engines.transformers.libraries import side_site
-from tests.engines.transformers.test_transformers_cpu import fk
+from tests.engines.transformers.test_transformers_cpu import passthrough_exact_and_wrong_gemm_fails
 
 SCENARIO = "tiny-pointtransformerv3"
 LINEARS = 63  # every nn.Linear: qkv, proj, xCPE proj, MLP fc1/fc2, pooling/unpooling projections, head
@@ -20,28 +20,8 @@ pytestmark = [pytest.mark.engine,
                                  reason="torch_pointcloud, spconv or ocnn is not installed (side site)")]
 
 
-def fk_run(tmp_path, out, plugin):
-    (tmp_path / out).mkdir()
-    p, res, _ = fk(tmp_path / out, "run", "--scenario", SCENARIO, "--plugins", plugin, "--correctness-only",
-                   "--allow-uncovered", env={"OMP_NUM_THREADS": "1"})
-    return p, res
-
-
 def test_passthrough_gives_the_stock_logits_and_a_wrong_gemm_fails(tmp_path):
-    p, res = fk_run(tmp_path, "passthrough", "passthrough")
-    assert res is not None and p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
-    (row,) = res["scenarios"]
-    assert row["scenario"] == SCENARIO and row["status"] == "PASSED", row.get("failures")
-    out = row["correctness"]["outputs"][""]
-    assert row["correctness"]["passed"] and out["shape"] == [2000, 20] and out["max_abs"] == 0.0
-    slots = row["evidence"]["slots"]
-    assert slots["gemm"]["status"] == "exercised" and slots["gemm"]["layers"] == slots["gemm"]["calls"] == LINEARS
-    assert {k for k, v in slots.items() if v["status"] == "exercised"} == {"gemm"}
-
-    p, res = fk_run(tmp_path, "wrong", "wrong-gemm")
-    assert res is not None and p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
-    (row,) = res["scenarios"]
-    assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["gemm"]["status"] == "exercised"
+    passthrough_exact_and_wrong_gemm_fails(tmp_path, SCENARIO, [2000, 20], LINEARS)
 
 
 def test_the_forward_gives_the_same_logits_on_two_threads(tmp_path):

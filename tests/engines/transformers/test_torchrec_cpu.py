@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from fk_adapters.engines.transformers.libraries import side_site
-from tests.engines.transformers.test_transformers_cpu import fk
+from tests.engines.transformers.test_transformers_cpu import passthrough_exact_and_wrong_gemm_fails
 
 SCENARIO = "tiny-dlrmv2"
 LINEARS = 5  # dense arch 13-32-16, over arch 80-32-16-1
@@ -19,28 +19,8 @@ pytestmark = [pytest.mark.engine,
                                  reason="torchrec or fbgemm_gpu is not installed (side site)")]
 
 
-def fk_run(tmp_path, out, plugin):
-    (tmp_path / out).mkdir()
-    p, res, _ = fk(tmp_path / out, "run", "--scenario", SCENARIO, "--plugins", plugin, "--correctness-only",
-                   "--allow-uncovered", env={"OMP_NUM_THREADS": "1"})
-    return p, res
-
-
 def test_passthrough_gives_the_stock_logits_and_a_wrong_gemm_fails(tmp_path):
-    p, res = fk_run(tmp_path, "passthrough", "passthrough")
-    assert res is not None and p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
-    (row,) = res["scenarios"]
-    assert row["scenario"] == SCENARIO and row["status"] == "PASSED", row.get("failures")
-    out = row["correctness"]["outputs"][""]
-    assert row["correctness"]["passed"] and out["shape"] == [4, 1] and out["max_abs"] == 0.0
-    slots = row["evidence"]["slots"]
-    assert slots["gemm"]["status"] == "exercised" and slots["gemm"]["layers"] == slots["gemm"]["calls"] == LINEARS
-    assert {k for k, v in slots.items() if v["status"] == "exercised"} == {"gemm"}
-
-    p, res = fk_run(tmp_path, "wrong", "wrong-gemm")
-    assert res is not None and p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
-    (row,) = res["scenarios"]
-    assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["gemm"]["status"] == "exercised"
+    passthrough_exact_and_wrong_gemm_fails(tmp_path, SCENARIO, [4, 1], LINEARS)
 
 
 def test_the_checkpoint_loads_back_and_the_samples_are_seeded(tmp_path):

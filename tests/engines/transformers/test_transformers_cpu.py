@@ -22,6 +22,32 @@ def fk(tmp_path, command, *args, env=None):
     return p, (json.loads(results.read_text()) if results.exists() else None), out
 
 
+def passthrough_exact_and_wrong_gemm_fails(tmp_path, scenario: str, shape: list, linears: int) -> None:
+    """A library host's tiny scenario, one thread: passthrough gives the stock output bit for bit (``shape``) with
+    gemm, its one exercised slot, in all ``linears`` nn.Linear layers; fk-wrong's wrong-gemm makes it INCORRECT."""
+    def run(plugin):
+        (tmp_path / plugin).mkdir()
+        p, res, _ = fk(tmp_path / plugin, "run", "--scenario", scenario, "--plugins", plugin, "--correctness-only",
+                       "--allow-uncovered", env={"OMP_NUM_THREADS": "1"})
+        assert res is not None, (p.stdout[-3000:], p.stderr[-3000:])
+        return p, res
+
+    p, res = run("passthrough")
+    assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["scenario"] == scenario and row["status"] == "PASSED", row.get("failures")
+    out = row["correctness"]["outputs"][""]
+    assert row["correctness"]["passed"] and out["shape"] == shape and out["max_abs"] == 0.0
+    slots = row["evidence"]["slots"]
+    assert slots["gemm"]["status"] == "exercised" and slots["gemm"]["layers"] == slots["gemm"]["calls"] == linears
+    assert {k for k, v in slots.items() if v["status"] == "exercised"} == {"gemm"}
+
+    p, res = run("wrong-gemm")
+    assert p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["gemm"]["status"] == "exercised"
+
+
 @pytest.mark.slow
 def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tmp_path):
     import torch
