@@ -138,8 +138,8 @@ def render_served(runs: list[dict]) -> list[str]:
                      ", ".join(f"{f} {100 * us / r['step_us']:.1f}%" for us, f in outside[:3] if us) or "-"])
     return ["", "## As served", "",
             "The stock side's profiled step of the newest `fk run` in each serving mode it ran (compiled + CUDA graphs "
-            "fuse what eager leaves apart; eager runs are left out): the share of its device time in catalog families whose slots a plugin's "
-            "side of some `fk run` of the scenario, engine and mode exercised.", "",
+            "fuse what eager leaves apart; eager runs are left out): the share of its device time in catalog "
+            "families whose slots a plugin's side of some `fk run` of the scenario, engine and mode exercised.", "",
             tabulate(rows, headers=["scenario", "engine", "device", "mode", "step device µs",
                                     "device time in catalog slots", "largest outside"], tablefmt="github")]
 
