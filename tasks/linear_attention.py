@@ -36,7 +36,8 @@ GDN_DECODE_CASES = (
 
 _NOT_YET: dict[str, str] = {}
 _GDN_ENTRY = {"vllm": ("QwenGatedDeltaNetAttention._forward_core (PluggableLayer, Qwen3-Next / Qwen3.5): the engine's "
-                       "conv1d and gating, then prefill tokens to gated_delta_rule and decode tokens to "
+                       "conv1d and, on CUDA, its prep kernel (split, gating, the prefills' q/k L2 norm: "
+                       "fused_post_conv_prep, as stock), then prefill tokens to gated_delta_rule and decode tokens to "
                        "gated_delta_rule_decode over the state pool; speculative decoding, Kimi-Linear's KDA and "
                        "ROCm's AITER path stay stock",),
               "sglang": ("TritonGDNKernel.extend (prefill: the engine's conv1d, split and gating, then "

@@ -78,7 +78,9 @@ ROTARY_EMBEDDING = Slot(
     dtype_arg=1,
     entries={
         "vllm": ("CustomOp 'RotaryEmbedding' and its subclasses that keep its forward "
-                 "(e.g. Llama3RotaryEmbedding) (vllm.model_executor.layers.rotary_embedding)",),
+                 "(e.g. Llama3RotaryEmbedding) (vllm.model_executor.layers.rotary_embedding); a RoPE layer whose "
+                 "attention applies RoPE in its own fused kernel (Qwen3-Next on CUDA: fused_qk_rmsnorm_rope_gate) "
+                 "is never called and counts as left stock",),
         "sglang": ("RotaryEmbedding.forward_cuda (sglang.srt.layers.rotary_embedding)",),
     },
 )
