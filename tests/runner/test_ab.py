@@ -244,3 +244,12 @@ def test_correctness_only_runs_no_timed_phase_and_reuses_a_timed_baseline(crash,
     # the other way round: a baseline that timed nothing cannot stand in for a timed run's
     with pytest.raises(ab.BaselineMismatch, match=r"different job \(its perf differ"):
         ab.reuse_run(only.out_dir, "tiny-llama", dict(jobs[0][1], perf={"repeats": 1}), "candidate")
+
+
+def test_a_results_file_written_mid_suite_reads_as_failed_until_the_last_scenario():
+    """An interrupted suite (killed at a hold's end, say) must leave no PASS for the scenarios it never ran."""
+    res = {"scenarios": [_row("PASSED", rms_norm="exercised")]}
+    finish(res, _cfg(), (1, 3))
+    assert res["verdict"] == "FAIL" and res["problems"][-1].startswith("unfinished: 1 of 3 scenarios")
+    finish(res, _cfg())
+    assert res["verdict"] == "PASS" and not any(p.startswith("unfinished") for p in res["problems"])
