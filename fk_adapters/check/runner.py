@@ -156,8 +156,8 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
 
     total = sum(len(wl["slots"]) for wl in workloads) * len(plugin_slots)
 
-    def save(done: bool = False) -> None:  # after every slot: an interrupted check keeps what finished, as a FAIL
-        finish(results, None if done else (len(results["slots"]), total))
+    def save() -> None:  # after every slot: an interrupted check keeps what finished, as a FAIL
+        finish(results, (len(results["slots"]), total))
         with open(path, "w") as f:
             json.dump(results, f, indent=1, default=str)
 
@@ -192,15 +192,14 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                      + (f", {entry['geomean_speedup_compiled']:.3f} over the compiled native forward"
                         if entry.get("geomean_speedup_compiled") else ""))
                 save()
-    save(done=True)
+    save()
     return results
 
 
-def finish(results: dict, unfinished: tuple[int, int] | None = None) -> None:
-    """The check's problems and verdict (``results.verdict``); ``unfinished`` (checks done, of how many): the file
-    is written mid-check, and reads as failed until the last check is in."""
+def finish(results: dict, progress: tuple[int, int] | None = None) -> None:
+    """The check's problems and verdict (``results.verdict``); ``progress`` (checks done, of how many): a file
+    written mid-check reads as failed until the last check is in."""
     results["problems"] = verdict.check_problems(results["slots"], failed_at)
-    if unfinished:
-        results["problems"].append(f"unfinished: {unfinished[0]} of {unfinished[1]} plugin x slot checks done "
-                                   "(the check stopped or is still running)")
+    if progress:
+        results["problems"] += verdict.unfinished(*progress, "plugin x slot checks")
     results["verdict"] = verdict.of_problems(results["problems"])

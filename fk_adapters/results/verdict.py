@@ -104,6 +104,12 @@ def suite_problems(rows: list[dict], cov: dict, engine_problems: list[str] = (),
     return problems
 
 
+def unfinished(done: int, total: int, items: str) -> list[str]:
+    """A results file written before its last of ``total`` ``items`` is in (after each, so a cut-off run keeps what
+    finished) fails: a run stopped there must never read as a pass."""
+    return [] if done >= total else [f"unfinished: {done} of {total} {items} done (stopped, or still running)"]
+
+
 def of_problems(problems: list[str]) -> Verdict:
     return Verdict.FAIL if problems else Verdict.PASS
 

@@ -595,7 +595,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                  + f" [{_duration(took)} so far{eta}]")
         results["scenarios"].append(row)
         results["wall_s"] = round(time.monotonic() - t0, 1)
-        finish(results, cfg, None if i == n else (i, n))
+        finish(results, cfg, (i, n))
         _write_atomic(path, results)  # after every scenario: an interrupted suite keeps what finished, as a FAIL
     return results
 
@@ -607,16 +607,15 @@ def _write_atomic(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def finish(results: dict, cfg: RunConfig, unfinished: tuple[int, int] | None = None) -> None:
-    """The suite's coverage, problems and verdict (``results.verdict``); an A/A run's noise floor. ``unfinished``
-    (scenarios done, of how many): the file is written mid-suite, and reads as failed until the last one is in."""
+def finish(results: dict, cfg: RunConfig, progress: tuple[int, int] | None = None) -> None:
+    """The suite's coverage, problems and verdict (``results.verdict``); an A/A run's noise floor. ``progress``
+    (scenarios done, of how many): a file written mid-suite reads as failed until the last one is in."""
     rows = results["scenarios"]
     cov = results["coverage"] = verdict.coverage(rows)
     problems = verdict.suite_problems(rows, cov, engine_problems(cfg.engine_integrity), cfg.allow_unexercised,
                                       cfg.allow_uncovered, cfg.aa)  # engines run with --allow-modified-engine
-    if unfinished:
-        problems.append(f"unfinished: {unfinished[0]} of {unfinished[1]} scenarios done (the run stopped or is "
-                        "still running)")
+    if progress:
+        problems += verdict.unfinished(*progress, "scenarios")
     results["verdict"] = verdict.of_problems(problems)
     results["problems"] = problems
     if cfg.aa:

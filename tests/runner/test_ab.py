@@ -253,3 +253,5 @@ def test_a_results_file_written_mid_suite_reads_as_failed_until_the_last_scenari
     assert res["verdict"] == "FAIL" and res["problems"][-1].startswith("unfinished: 1 of 3 scenarios")
     finish(res, _cfg())
     assert res["verdict"] == "PASS" and not any(p.startswith("unfinished") for p in res["problems"])
+    finish(res, _cfg(), (3, 3))  # the last scenario in
+    assert res["verdict"] == "PASS" and not any(p.startswith("unfinished") for p in res["problems"])
