@@ -15,8 +15,7 @@ FUSED_ROPE_FLAGS = {"use_fused_qk_norm_rope_gate": "fused_qk_rmsnorm_rope_gate"}
 
 class FkWorkerExtension:
     def fk_probe(self) -> dict:
-        self._fk_count_mla()
-        self._fk_count_fused_rope()
+        self._fk_walk_model()
         self._fk_rank()
         return probe.snapshot()
 
@@ -30,28 +29,16 @@ class FkWorkerExtension:
             probe.set_rank(tp.rank_in_group, tp.world_size)
         return dict(probe.rank)
 
-    def _fk_count_mla(self) -> None:
-        """Where this worker routes paged_attention, count its model's MLA layers once, as left stock: they never
-        reach fk's backend (no layer of theirs is built through it)."""
-        import sys
-
-        attention = sys.modules.get("fk_adapters.engines.vllm.attention")
-        if getattr(self, "_fk_mla_counted", False) or attention is None or attention.SLOT not in attention.OPS:
+    def _fk_walk_model(self) -> None:
+        """Once per worker, what only the built model shows: layers built for a slot that never reach it, counted as
+        left stock (``count_mla``, ``count_fused_rope``)."""
+        if getattr(self, "_fk_walked", False):
             return
-        self._fk_mla_counted = True
+        self._fk_walked = True
         model = getattr(getattr(self, "model_runner", None), "model", None)
-        for module in model.modules() if model is not None else ():
-            if type(module).__name__ in MLA_LAYERS:
-                probe.layer_built((attention.SLOT,), "MLA: its own backends")
-
-    def _fk_count_fused_rope(self) -> None:
-        """Once per worker: a routed RoPE layer that only modules with their own fused RoPE kernel own moves from
-        the built layers to left stock (it never runs, so the slot is not applicable rather than unexercised)."""
-        if getattr(self, "_fk_fused_rope_counted", False):
-            return
-        self._fk_fused_rope_counted = True
-        model = getattr(getattr(self, "model_runner", None), "model", None)
-        count_fused_rope(model.modules() if model is not None else ())
+        modules = list(model.modules()) if model is not None else []
+        count_mla(modules)
+        count_fused_rope(modules)
 
     def fk_probe_reset(self) -> None:
         probe.reset_calls()
@@ -77,18 +64,33 @@ class FkWorkerExtension:
         return {"pid": __import__("os").getpid(), **self._fk_rank(), **op_families.kernel_profile(prof)}
 
 
+def count_mla(modules) -> None:
+    """Where this worker routes paged_attention, its model's MLA layers, as left stock: they never reach fk's backend
+    (no layer of theirs is built through it)."""
+    import sys
+
+    attention = sys.modules.get("fk_adapters.engines.vllm.attention")
+    if attention is None or attention.SLOT not in attention.OPS:
+        return
+    for module in modules:
+        if type(module).__name__ in MLA_LAYERS:
+            probe.layer_built((attention.SLOT,), "MLA: its own backends")
+
+
 def count_fused_rope(modules) -> None:
     """Move each routed ``rotary_emb`` whose every owner applies RoPE in its own fused kernel to left stock."""
-    ropes: dict[int, tuple] = {}  # {id: (layer, kernels of the owners that bypass it, an owner calls it)}
+    bypassed, called = {}, set()  # {id: (the RoPE layer, its owners' fused kernels)}; ids of those an owner calls
     for module in modules:
         rope = getattr(module, "rotary_emb", None)
         if not getattr(rope, "_fk_routed", False):
             continue
-        fused = [k for flag, k in FUSED_ROPE_FLAGS.items() if getattr(module, flag, False) is True]
-        layer, kernels, called = ropes.get(id(rope), (rope, set(), False))
-        ropes[id(rope)] = (layer, kernels | set(fused), called or not fused)
-    for layer, kernels, called in ropes.values():
-        if kernels and not called:
-            layer._fk_routed = False
+        fused = {k for flag, k in FUSED_ROPE_FLAGS.items() if getattr(module, flag, False) is True}
+        if fused:
+            bypassed.setdefault(id(rope), (rope, set()))[1].update(fused)
+        else:
+            called.add(id(rope))
+    for key, (rope, kernels) in bypassed.items():
+        if key not in called:
+            rope._fk_routed = False
             probe.layer_bypassed(("rotary_embedding",),
                                  f"the model's own fused kernel applies it: {', '.join(sorted(kernels))}")
