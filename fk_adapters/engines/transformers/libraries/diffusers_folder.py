@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 
-from fk_adapters.engines.transformers.libraries import LibraryError
+from fk_adapters.engines.transformers.libraries import LibraryError, state_dict
 from fk_adapters.engines.transformers.libraries.diffusers_loader import SCHEDULER_DIR
 
 PIPELINES = {"FluxTransformer2DModel": "FluxPipeline", "UNet2DConditionModel": "StableDiffusionXLPipeline",
@@ -84,11 +84,7 @@ def _seeded(build, seed: int):
     ``spread_constants``, then any other (the video VAE's norm gammas are [C, 1, 1, 1]) by its norm rule."""
     import torch
 
-    from fk_adapters.weights import spread_constants
-
-    torch.manual_seed(seed)
-    model = build()
-    spread_constants(model, seed)
+    model = state_dict.seeded(build, seed)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():

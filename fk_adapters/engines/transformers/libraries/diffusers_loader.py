@@ -11,7 +11,7 @@ import importlib.util
 import json
 import os
 
-from fk_adapters.engines.transformers.libraries import LibraryError
+from fk_adapters.engines.transformers.libraries import LibraryError, state_dict
 
 SCHEDULER_DIR = "scheduler"
 FK_KEYS = ("library", "class", "scheduler")  # [model] keys that are fk's, not the class's config
@@ -41,13 +41,8 @@ def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: st
     """Build the model from its config (seeded), spread its constant parameters, save it and its scheduler."""
     import torch
 
-    from fk_adapters.weights import spread_constants
-
     cls = diffusers_class(config["class"])
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = cls.from_config(class_config(config))
-    spread_constants(model, seed)
+    model = state_dict.seeded(lambda: cls.from_config(class_config(config)), seed, device)
     # nn.Module's own cast: diffusers' ``to`` warns on any dtype; from_pretrained(torch_dtype=) keeps its float32
     # modules on loading
     torch.nn.Module.to(model, getattr(torch, dtype)).save_pretrained(out_dir)

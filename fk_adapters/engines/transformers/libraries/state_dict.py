@@ -21,9 +21,9 @@ def save(model, out_dir: str, dtype: str, config: dict) -> None:
         json.dump(config, f, indent=1)
 
 
-def seeded_save(build, out_dir: str, seed: int, dtype: str, config: dict, device: str | None = None) -> None:
+def seeded(build, seed: int, device: str | None = None):
     """The model ``build()`` makes under ``seed`` (the library's own seeded init; on ``device`` if given), its
-    constant parameters spread (``fk_adapters.weights``' rule), saved with ``config``."""
+    constant parameters spread (``fk_adapters.weights``' rule)."""
     import contextlib
 
     import torch
@@ -34,7 +34,12 @@ def seeded_save(build, out_dir: str, seed: int, dtype: str, config: dict, device
     with torch.device(device) if device else contextlib.nullcontext():
         model = build()
     spread_constants(model, seed)
-    save(model, out_dir, dtype, config)
+    return model
+
+
+def seeded_save(build, out_dir: str, seed: int, dtype: str, config: dict, device: str | None = None) -> None:
+    """``seeded``'s model, saved with ``config``."""
+    save(seeded(build, seed, device), out_dir, dtype, config)
 
 
 def config(folder: str) -> dict:
