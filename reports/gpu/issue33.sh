@@ -11,6 +11,7 @@
 #   triton    the Triton plugin vs. stock on fk46-llama-3.1-tp$TP and fk46-mixtral-tp$TP, compiled, --smoke,
 #             $ROUNDS interleaved rounds: PASS with every slot proven on every rank (profiler names per rank)
 #   pass      passthrough vs. stock (all_reduce routed through fk), same scenarios and rounds: the adapter's cost at TP
+#             (PASS_REUSE=1: against the triton run's baseline instead, one engine start)
 #   wrong     wrong-all-reduce, --correctness-only, --baseline-from the triton run: must FAIL
 #   check     fk check of passthrough and wrong-all-reduce on the captured shapes (all_reduce judged, not timed)
 . "$(dirname "$0")/hold_env.sh" i33 "$1"; shift
@@ -38,9 +39,10 @@ case $1 in
             $RUN --plugins wrong-all-reduce --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
               --out "$W/wrong-all-reduce-$S" | tail -1
           done ;;
-        pass)
+        pass)  # PASS_REUSE=1: one passthrough process against the triton run's baseline (one engine start, no rounds)
           for S in $SCENARIOS; do
-            $RUN --plugins passthrough --scenario "$S" --smoke --interleave "$ROUNDS" --out "$W/ab-pass-$S" | tail -1
+            if [ -n "${PASS_REUSE:-}" ]; then sides="--baseline-from $W/ab-triton-$S"; else sides="--interleave $ROUNDS"; fi
+            $RUN --plugins passthrough --scenario "$S" --smoke $sides --out "$W/ab-pass-$S" | tail -1
           done ;;
         check)
           $FK check --engine "$ENGINE" --plugins passthrough,wrong-all-reduce,triton --slots all_reduce,gemm,rms_norm \

@@ -98,23 +98,18 @@ case ${1:-} in
     (lane S-A 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
     (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2) &
     wait ;;
-  s32-vllm)  # the next 4-GPU hold: issue 33's TP=4 first, vLLM then SGLang on all four GPUs (SGLang stages meanwhile);
-    # then one lane a GPU. Without SGLang, `touch /tmp/fk-work/S-T.done` lets the single-GPU lanes start.
+  s32-vllm)  # session 32, vLLM only: issue 33's TP=4 on all four GPUs first, then one lane a GPU (SGLang's TP=4: next hold)
     S31=$REPO/reports/gpu/s31-h100x4
-    lane V-T 33 vllm 0,1,2,3 TP=4 STEPS="triton wrong pass" SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
-    touch "$ROOT/V-T.done"
-    while [ ! -e "$ROOT/S-T.done" ]; do sleep 5; done
+    lane V-T 33 vllm 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
     (lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass"
      lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong") &
     (lane V-C 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane V-D 31 vllm 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
-    (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="check ab wrong pass" \
+    (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     wait ;;
-  s32-sglang)  # ... SGLang's TP=4 once vLLM's is done
-    while [ ! -e "$ROOT/V-T.done" ]; do sleep 5; done
-    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
-    touch "$ROOT/S-T.done" ;;
+  s32-sglang)  # the next hold with SGLang: its TP=4 on all four GPUs
+    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0 ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
