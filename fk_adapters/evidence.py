@@ -68,7 +68,7 @@ def rank_evidence(probes: list[dict], profile: list[dict] | None, slot: str, key
         out: dict[int, dict] = {r: {"reported": False} for r in range(size)}
         for p in ranked:
             out[p["rank"]] = {"reported": True, "layers": p.get("constructed", {}).get(slot, 0),
-                              "calls": p.get("calls", {}).get(key, 0)}
+                              "calls": p.get("calls", {}).get(key, 0) + p.get("native_path", {}).get(key, 0)}
     elif top > 0:  # SGLang names a single GPU's trace "TP-0" too
         out = {r: {"reported": False} for r in range(1 + top)}
         for p in traced:
@@ -127,7 +127,7 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
         names = declared[slot].get("kernel_names", [])
         ev = {"plugin": info["plugin"], "kernel": info["kernel"], "entered": info["entered"],
               "layers": _sum(probes, "constructed", slot), "calls": _sum(probes, "calls", key),
-              "traced": _sum(probes, "traced", key),
+              "traced": _sum(probes, "traced", key), "native_path": _sum(probes, "native_path", key),
               "profiler_hits": 0 if slot in unproven else kernel_names.hits(profile, names),
               "profiled": profile is not None, "kernel_names": names}
         if slot in unproven:
@@ -137,6 +137,10 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
             ev["status"], ev["proof"] = E.NOT_APPLICABLE, (
                 f"no layer the model built can route here ({stock} left stock, see the notes)" if stock
                 else "the model built no layer for this slot")
+        elif ev["native_path"] and not ev["calls"]:
+            ev["status"] = E.EXERCISED
+            ev["proof"] = (f"the engine's own kernel left on vLLM's compiled native path, as stock runs it (traced "
+                           f"{ev['native_path']}x: Inductor compiles the slot's forward_native with its neighbours)")
         elif mode == "eager":
             ok = ev["calls"] > 0
             ev["status"], ev["proof"] = _ran(ok), f"{ev['calls']} calls in the worker(s)"

@@ -22,6 +22,7 @@ constructed: Counter = Counter()
 not_routed: Counter = Counter()  # {what stayed on the engine's stock path (why): layers or calls}
 stock_layers: Counter = Counter()  # {slot: layers built for it that can never route to a plugin}
 traced: Counter = Counter()
+native_path: Counter = Counter()  # {op key: engine-own calls left on the engine's own compiled path}
 signatures: defaultdict[str, Counter] = defaultdict(Counter)  # {slot: {signature key: calls}}, capture mode only
 value_stats: defaultdict[str, dict] = defaultdict(dict)  # {slot: {signature key: {arg: sums}}}, capture mode only
 rank: dict = {}  # {"rank", "world_size"} of this process's tensor-parallel group, where it has one of 2+ ranks
@@ -33,6 +34,12 @@ def capturing() -> bool:
 
 def hit(key: str) -> None:
     calls[key] += 1
+
+
+def on_native_path(key: str) -> None:
+    """An engine-own kernel's call (``key``: its op) was left on the engine's own path of a compiled build, as stock
+    runs it (``calls.on_native_path``: once per torch.compile trace, per call outside one)."""
+    native_path[key] += 1
 
 
 def left_stock(slots, label: str) -> None:
@@ -80,7 +87,8 @@ def reset_calls() -> None:
 def snapshot() -> dict:
     return {"pid": os.getpid(), **rank, "calls": dict(calls), "constructed": dict(constructed),
             "not_routed": dict(not_routed), "stock_layers": dict(stock_layers), "traced": dict(traced),
-            "signatures": {slot: dict(c) for slot, c in signatures.items()}, "value_stats": _value_stats()}
+            "native_path": dict(native_path), "signatures": {slot: dict(c) for slot, c in signatures.items()},
+            "value_stats": _value_stats()}
 
 
 def _value_stats() -> dict:
@@ -92,7 +100,7 @@ def _value_stats() -> dict:
 
 
 def merged(snapshots: list[dict] | None, field: str) -> Counter:
-    """One counter of ``snapshot()`` (calls, constructed, not_routed, stock_layers, traced), summed over
+    """One counter of ``snapshot()`` (calls, constructed, not_routed, stock_layers, traced, native_path), summed over
     per-process snapshots."""
     out: Counter = Counter()
     for snap in snapshots or []:

@@ -165,3 +165,24 @@ def test_workers_that_did_not_say_their_rank_are_judged_by_each_ranks_profile():
     res["profile"] = [{"pid": 10, "rank": 0, "kernels": {"my_norm_kernel": 32}}]  # one GPU: SGLang's "TP-0" trace
     s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
     assert s["status"] == "exercised" and "ranks" not in s
+
+
+def test_an_engine_own_kernel_left_on_the_compiled_native_path_is_proven_by_its_traces_only():
+    """A passthrough's call left to vLLM's compiled forward_native counts per trace; a slot whose layers were
+    built but never traced stays unexercised."""
+    res = _result({})
+    res["probe"][0]["native_path"] = {"p:silu_and_mul": 3}
+    s = evidence.judge(res, [LOAD], "graphs")["slots"]
+    assert s["silu_and_mul"]["status"] == "exercised" and "compiled native path" in s["silu_and_mul"]["proof"]
+    assert s["silu_and_mul"]["native_path"] == 3 and s["silu_and_mul"]["calls"] == 0
+    assert s["rms_norm"]["status"] == "not exercised"  # layers built, nothing traced or run
+
+
+def test_engine_own_native_path_counts_on_every_rank():
+    res = _ranked({0: {}, 1: {}})
+    res["probe"][0]["native_path"] = {"p:rms_norm": 2}
+    s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
+    assert s["status"] == "not exercised" and "rank 1: no call" in s["proof"]
+    res["probe"][1]["native_path"] = {"p:rms_norm": 2}
+    s = evidence.judge(res, [LOAD], "compiled")["slots"]["rms_norm"]
+    assert s["status"] == "exercised" and s["ranks"][1]["calls"] == 2

@@ -62,6 +62,22 @@ def _left_stock_traced(slot: str, why: str) -> None:
 _left_stock_traced = torch._dynamo.assume_constant_result(_left_stock_traced)
 
 
+def _native_path_traced(key: str) -> None:
+    probe.on_native_path(key)
+
+
+_native_path_traced = torch._dynamo.assume_constant_result(_native_path_traced)
+
+
+def on_native_path(key: str) -> None:
+    """Count a call of op ``key`` (an engine-own kernel) left on the engine's own path of a compiled build: once per
+    trace under torch.compile, per call outside it."""
+    if torch.compiler.is_compiling():
+        _native_path_traced(key)
+    else:
+        probe.on_native_path(key)
+
+
 def left_stock(slot: str, why: str) -> None:
     """Count a call of ``slot`` left on the engine's own path: per call in eager mode, once per trace when
     torch.compile traces it (a Python side effect in traced code would break the trace)."""

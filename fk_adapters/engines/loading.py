@@ -17,6 +17,15 @@ def kernel_callable(kernel: Kernel, natives: dict):
     return kernel.fn if kernel.fn is not None else kernel.factory(natives[kernel.slot])
 
 
+def engine_own(kernel: Kernel, natives: dict, slot: str) -> bool:
+    """Whether ``kernel`` is the engine's own kernel itself (a passthrough: its factory hands back the native it is
+    given), so that an adapter may leave its calls wherever the engine's mode runs that op. Never in capture mode,
+    whose op records every call."""
+    if kernel.fn is not None or slot not in natives or probe.capturing():
+        return False
+    return kernel.factory(natives[slot]) is natives[slot]
+
+
 def capture_slots(engine: str) -> list[str]:
     """The catalog slots that enter ``engine``."""
     from fk_adapters.tasks import SLOTS

@@ -98,7 +98,7 @@ case ${1:-} in
     (lane S-A 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode) &
     (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2) &
     wait ;;
-  s32-vllm)  # session 32, vLLM only: issue 33's TP=4 on all four GPUs first, then one lane a GPU (SGLang's TP=4: next hold)
+  s32-vllm)  # session 32, vLLM only: issue 33's TP=4 on all four GPUs first, then one lane a GPU
     S31=$REPO/reports/gpu/s31-h100x4
     lane V-T 33 vllm 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
     (lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass"
@@ -108,8 +108,19 @@ case ${1:-} in
     (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     wait ;;
-  s32-sglang)  # the next hold with SGLang: its TP=4 on all four GPUs
-    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0 ;;
+  s33-sglang)  # session 33: SGLang's TP=4 on all four GPUs first (vLLM stages meanwhile: its parts are the polls)
+    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
+    touch "$ROOT/S-T.done" ;;
+  s33-vllm)  # ... then vLLM, one lane a GPU: the adapter's cost with the passthrough on vLLM's compiled native path
+    # (A/A and passthrough side by side, 5 rounds each), the linear-attention passthroughs session 32 did not finish
+    S31=$REPO/reports/gpu/s31-h100x4
+    while [ ! -e "$ROOT/S-T.done" ]; do sleep 5; done
+    (lane V-C 31 vllm 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane V-D 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+    (lane V-B 30 vllm 2 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass") &
+    (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
+       LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
+    wait ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
@@ -118,5 +129,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s32-sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-sglang|s33-vllm|pack"; exit 2 ;;
 esac

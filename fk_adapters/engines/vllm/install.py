@@ -4,10 +4,13 @@ from __future__ import annotations
 import logging
 
 from fk_adapters import safety
+from fk_adapters.check import compiled_vllm
 from fk_adapters.engines import install_common
+from fk_adapters.engines.loading import engine_own
 from fk_adapters.engines.vllm import collective, layers, linear_attention
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
+from fk_adapters.ops import op_key
 
 log = logging.getLogger("fk_adapters.vllm")
 
@@ -88,6 +91,9 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     Returns {slot: [in-tree class names it entered through]}.
     """
     wrapped = install_common.wrap_chosen(chosen, NATIVES)
+    layers.NATIVE_PATH.clear()
+    layers.NATIVE_PATH.update({s: op_key(p, s) for s, (p, k) in chosen.items()
+                               if s in compiled_vllm.LAYERS and engine_own(k, NATIVES, s)})
     hosts = [((base, build), slots) for classes, slots, build in _targets() for base in classes]
     own_seams = ("paged_attention", collective.SLOT)
     entered = install_common.enter(chosen, {s: op for s, op in wrapped.items() if s not in own_seams}, hosts,

@@ -16,6 +16,27 @@ from fk_adapters.engines.vllm import compat, natives
 # the in-tree methods a replacement stands for (CustomOp dispatches to one of them)
 IN_TREE_METHODS = ("forward_native", "forward_cuda", "forward_cpu")
 
+# {slot: op key} of the chosen engine-own kernels (passthrough): set by install. In a build whose compiled mode runs
+# the slot as its native forward through Inductor (``compiled_vllm.plan``), their calls stay on that path, as stock's.
+NATIVE_PATH: dict[str, str] = {}
+_compiles: dict[tuple[str, int], bool] = {}
+
+
+def native_path_slots(slots) -> frozenset[str]:
+    """The ``slots`` whose calls stay on vLLM's compiled native path in the model being built (engine-own only)."""
+    mine = [s for s in slots if s in NATIVE_PATH]
+    if not mine:
+        return frozenset()
+    from vllm.config import get_current_vllm_config
+
+    from fk_adapters.check import compiled_vllm
+
+    config = get_current_vllm_config()
+    for s in mine:
+        if (s, id(config)) not in _compiles:
+            _compiles[s, id(config)] = compiled_vllm.plan(s, config).compiles
+    return frozenset(s for s in mine if _compiles[s, id(config)])
+
 
 def _replacement(base, slots: tuple[str, ...], routed, slot_of=None, layer_check=lambda layer: ""):
     """A subclass of ``base`` whose ``forward`` is ``routed(self, ...)`` for every call that fits it.
@@ -34,6 +55,7 @@ def _replacement(base, slots: tuple[str, ...], routed, slot_of=None, layer_check
             super().__init__(*args, **kwargs)
             why = self._fk_drift or layer_check(self)
             self._fk_routed = not why
+            self._fk_native = native_path_slots(slots) if self._fk_routed else frozenset()
             probe.layer_built(slots, why or None)
 
         def forward(self, *args, **kwargs):
@@ -45,6 +67,11 @@ def _replacement(base, slots: tuple[str, ...], routed, slot_of=None, layer_check
                 if slot in slots:
                     calls.left_stock(slot, why)
                 return super().forward(*args, **kwargs)
+            if self._fk_native:
+                slot = pick(args, kwargs)
+                if slot in self._fk_native:
+                    calls.on_native_path(NATIVE_PATH[slot])
+                    return super().forward(*args, **kwargs)
             return routed(self, *args, **kwargs)
 
     return FkLayer
