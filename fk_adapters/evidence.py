@@ -139,8 +139,8 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
                 else "the model built no layer for this slot")
         elif ev["native_path"] and not ev["calls"]:
             ev["status"] = E.EXERCISED
-            ev["proof"] = (f"the engine's own kernel left on vLLM's compiled native path, as stock runs it (traced "
-                           f"{ev['native_path']}x: Inductor compiles the slot's forward_native with its neighbours)")
+            ev["proof"] = (f"the engine's own kernel left on the engine's own path, as stock runs it: "
+                           f"{ev['native_path']}x (once per compiled trace, or per call outside one)")
         elif mode == "eager":
             ok = ev["calls"] > 0
             ev["status"], ev["proof"] = _ran(ok), f"{ev['calls']} calls in the worker(s)"

@@ -173,7 +173,7 @@ def test_an_engine_own_kernel_left_on_the_compiled_native_path_is_proven_by_its_
     res = _result({})
     res["probe"][0]["native_path"] = {"p:silu_and_mul": 3}
     s = evidence.judge(res, [LOAD], "graphs")["slots"]
-    assert s["silu_and_mul"]["status"] == "exercised" and "compiled native path" in s["silu_and_mul"]["proof"]
+    assert s["silu_and_mul"]["status"] == "exercised" and "engine's own path" in s["silu_and_mul"]["proof"]
     assert s["silu_and_mul"]["native_path"] == 3 and s["silu_and_mul"]["calls"] == 0
     assert s["rms_norm"]["status"] == "not exercised"  # layers built, nothing traced or run
 

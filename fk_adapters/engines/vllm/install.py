@@ -114,6 +114,8 @@ def _register_attention(op, chosen: dict) -> str:
     from fk_adapters.engines.vllm import attention
 
     attention.OPS[attention.SLOT] = op
+    plugin, kernel = chosen[attention.SLOT]
+    attention.ENGINE_OWN[0] = op_key(plugin, attention.SLOT) if engine_own(kernel, NATIVES, attention.SLOT) else ""
     attention.CHECK[0] = lambda: safety.check({attention.SLOT: chosen[attention.SLOT]}, *engine_modes())
     cpu = current_platform.is_cpu()
     name = "FkCPUAttentionBackend" if cpu else "FkFlashAttentionBackend"
