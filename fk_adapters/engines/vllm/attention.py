@@ -17,7 +17,8 @@ SLOT = "paged_attention"
 OPS: dict = {}  # {SLOT: op}: set by install before the model is built
 # the op key of an engine-own kernel (passthrough), set by install: its calls run the in-tree forward itself, counted,
 # since the slot's interface leaves out what the engine's kernel is tuned with (the batch's longest sequence, FA3's
-# scheduler metadata and split count): through the slot, vLLM's own FlashAttention ran 24% longer (session 32)
+# scheduler metadata and split count): through the slot, vLLM's own FlashAttention ran 24% longer (session 32; that
+# cause is read from the code, not measured)
 ENGINE_OWN = [""]
 CHECK = [lambda: None]  # set by install: refuses a kernel not safe for the engine's mode, as each layer is built
 
