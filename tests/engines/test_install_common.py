@@ -36,3 +36,21 @@ def test_drift_is_logged_and_returned(caplog):
         drift, note = install_common.checked_drift(params, InTree, ("forward",), logging.getLogger("t"))
     assert drift.startswith("in-tree InTree.forward(y, x) is not the (x, y)") and note == ""
     assert caplog.messages == [f"fk-adapters: {drift}"]
+
+
+def test_only_a_kernel_that_is_the_engines_own_native_counts_as_engine_own(monkeypatch):
+    from fk_adapters.engines.loading import engine_own
+    from fk_adapters.kernel import Kernel
+
+    def native(x):
+        return x
+
+    natives = {"rms_norm": native}
+    own = Kernel(slot="rms_norm", factory=lambda n: n, name="engine:rms_norm", devices=("cpu",))
+    wrapped = Kernel(slot="rms_norm", factory=lambda n: (lambda x: n(x)), name="mine", devices=("cpu",))
+    fn = Kernel(slot="rms_norm", fn=native, name="same_function_given", devices=("cpu",))
+    assert engine_own(own, natives, "rms_norm")
+    assert not engine_own(wrapped, natives, "rms_norm") and not engine_own(fn, natives, "rms_norm")
+    assert not engine_own(own, {}, "rms_norm")
+    monkeypatch.setenv("FK_CAPTURE", "1")  # the recorder's op must see every call
+    assert not engine_own(own, natives, "rms_norm")

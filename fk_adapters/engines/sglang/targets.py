@@ -240,6 +240,11 @@ def fused_moe(ops, method, layer, dispatch_output):
 
 
 # ------------------------------------------------------------------------------------------------ paged_attention
+# {slot: op key} of an engine-own kernel (passthrough) chosen for attention, set by install: its calls run the
+# backend's own forward, counted (the slot's interface leaves out what SGLang tunes FA3's call with, as in vLLM)
+ENGINE_OWN: dict[str, str] = {}
+
+
 def attention_built(layer) -> str:
     """Why a ``RadixAttention`` layer never routes ("" if it can, on fa3)."""
     return (("cross attention" if layer.is_cross_attention else "")
@@ -277,6 +282,9 @@ def _attention(ops, backend, q, k, v, layer, forward_batch, save_kv_cache=True, 
                                                                                 k_rope, sinks)
     if why:
         return Stock("paged_attention", why)
+    if "paged_attention" in ENGINE_OWN:
+        calls.on_native_path(ENGINE_OWN["paged_attention"])
+        return Stock("paged_attention")
     md = backend.forward_metadata
     if k is not None and save_kv_cache:  # the engine's own cache write, as its forward starts with it
         backend.token_to_kv_pool.set_kv_buffer(layer, Runtime.kv_write_loc(forward_batch.out_cache_loc,

@@ -118,3 +118,14 @@ def test_layers_are_counted_once_at_radix_attention_with_the_backend_and_layer_r
     assert targets.attention_built(_layer(quant_method=object())) == "quantized attention"
     targets.Runtime.attention_backend_why = staticmethod(lambda: "attention backend flashinfer (fk hooks fa3)")
     assert targets.attention_built(_layer()) == "attention backend flashinfer (fk hooks fa3)"
+
+
+def test_an_engine_own_kernel_runs_the_backends_own_forward_counted(monkeypatch):
+    monkeypatch.setitem(targets.ENGINE_OWN, "paged_attention", "passthrough:paged_attention")
+    monkeypatch.setattr(probe, "native_path", probe.native_path.__class__())
+    calls = []
+    out = _hook("forward_extend", lambda *a: calls.append(a))(_stock, _backend(), torch.randn(3, HQ * D),
+                                                               torch.randn(3, HKV * D), torch.randn(3, HKV * D),
+                                                               _layer(), _batch())
+    assert out == "stock" and not calls and not probe.not_routed
+    assert probe.native_path == {"passthrough:paged_attention": 1}
