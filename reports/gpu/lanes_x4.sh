@@ -121,6 +121,15 @@ case ${1:-} in
     (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     wait ;;
+  s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
+    # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
+    (lane T-0 32 transformers 0 STEPS="hosts" HOSTS="fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-lightgcn \
+       fk46-pi0 fk46-dp3 fk46-dlrmv2") &
+    (lane T-1 32 transformers 1 STEPS="hosts" HOSTS="fk46-sdxl fk46-flux.1-dev") &
+    (lane T-2 32 transformers 2 STEPS="hosts" HOSTS="fk46-hunyuanvideo-1.5 fk46-rwkv-7 fk46-gla fk46-retnet") &
+    (lane T-3 32 transformers 3 STEPS="hosts" HOSTS="fk46-3dgs fk46-instantngp fk46-pointtransformerv3 \
+       fk46-openfold3") &
+    wait ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
@@ -129,5 +138,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-sglang|s33-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-sglang|s33-vllm|s34-transformers|pack"; exit 2 ;;
 esac
