@@ -108,18 +108,26 @@ case ${1:-} in
     (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     wait ;;
-  s33-sglang)  # session 33: SGLang's TP=4 on all four GPUs first (vLLM stages meanwhile: its parts are the polls)
+  s33-sglang)  # session 33: SGLang's TP=4 on all four GPUs first (vLLM stages meanwhile: its parts are the polls;
+    # start s33-adapter from vLLM's last part)
     lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
     touch "$ROOT/S-T.done" ;;
-  s33-vllm)  # ... then vLLM, one lane a GPU: the adapter's cost with the passthrough on vLLM's compiled native path
-    # (A/A and passthrough side by side, 5 rounds each), the linear-attention passthroughs session 32 did not finish
-    S31=$REPO/reports/gpu/s31-h100x4
+  s33-adapter)  # ... then the adapter's cost in both engines, one lane a GPU, 5 rounds each on llama31-8b-decode: vLLM's
+    # passthrough now on its compiled native path (A/A beside it), SGLang's in its default mode (A/A beside it)
     while [ ! -e "$ROOT/S-T.done" ]; do sleep 5; done
     (lane V-C 31 vllm 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane V-D 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
-    (lane V-B 30 vllm 2 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass") &
-    (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
+    (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+    wait ;;
+  s35-linear)  # a later hold (vLLM): the linear-attention passthroughs session 32 did not finish, Mamba2's wrong
+    # variants and check, Kimi-Linear
+    S31=$REPO/reports/gpu/s31-h100x4
+    (lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass") &
+    (lane V-A 30 vllm 1 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
+    (lane V-K 30 vllm 2 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
+    (lane V-F 29 vllm 3 STEPS="tfx") &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
@@ -138,5 +146,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-sglang|s33-vllm|s34-transformers|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-sglang|s33-adapter|s34-transformers|s35-linear|pack"; exit 2 ;;
 esac
