@@ -110,6 +110,23 @@ def _ranks_without_proof(ranks: dict[int, dict], by_names: bool) -> list[str]:
     return out
 
 
+def _ran_how(ev: dict, mode: str, names, profile) -> tuple[str, str]:
+    """(status, proof) of a slot whose model built layers for it, from the evidence ``mode`` asks for."""
+    if ev["native_path"] and not ev["calls"]:
+        return E.EXERCISED, (f"the engine's own kernel left on the engine's own path, as stock runs it: "
+                             f"{ev['native_path']}x (once per compiled trace, or per call outside one)")
+    if mode == "eager":
+        return _ran(ev["calls"] > 0), f"{ev['calls']} calls in the worker(s)"
+    if names and profile is not None:
+        return (_ran(ev["profiler_hits"] > 0),
+                f"{ev['profiler_hits']} launches of {'/'.join(names)} in a profiled step")
+    if mode == "graphs":
+        return _ran(ev["calls"] > 0), f"{ev['calls']} calls in the worker(s) (CUDA-graph capture and eager steps)"
+    how = (f"traced into the compiled graph {ev['traced']}x" if ev["traced"] else
+           "not traced in this process: its compiled graph came from the compile cache")
+    return _ran(ev["calls"] > 0), f"op run {ev['calls']}x (capture/eager), {how}"
+
+
 def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
     """Evidence per installed slot for one candidate run; ``mode`` is one of MODES; ``native``: the kernel names
     the stock engine launches (the baseline's profile, ``kernel_names.known_native``)."""
@@ -137,27 +154,8 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
             ev["status"], ev["proof"] = E.NOT_APPLICABLE, (
                 f"no layer the model built can route here ({stock} left stock, see the notes)" if stock
                 else "the model built no layer for this slot")
-        elif ev["native_path"] and not ev["calls"]:
-            ev["status"] = E.EXERCISED
-            ev["proof"] = (f"the engine's own kernel left on the engine's own path, as stock runs it: "
-                           f"{ev['native_path']}x (once per compiled trace, or per call outside one)")
-        elif mode == "eager":
-            ok = ev["calls"] > 0
-            ev["status"], ev["proof"] = _ran(ok), f"{ev['calls']} calls in the worker(s)"
-        elif names and profile is not None:
-            ok = ev["profiler_hits"] > 0
-            ev["status"] = _ran(ok)
-            ev["proof"] = f"{ev['profiler_hits']} launches of {'/'.join(names)} in a profiled step"
-        elif mode == "graphs":
-            ok = ev["calls"] > 0
-            ev["status"] = _ran(ok)
-            ev["proof"] = f"{ev['calls']} calls in the worker(s) (CUDA-graph capture and eager steps)"
         else:
-            ok = ev["calls"] > 0
-            ev["status"] = _ran(ok)
-            how = (f"traced into the compiled graph {ev['traced']}x" if ev["traced"] else
-                   "not traced in this process: its compiled graph came from the compile cache")
-            ev["proof"] = f"op run {ev['calls']}x (capture/eager), {how}"
+            ev["status"], ev["proof"] = _ran_how(ev, mode, names, profile)
         if ev["status"] == E.EXERCISED:
             _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names),
                          bool(names and profile is not None and mode != "eager"))

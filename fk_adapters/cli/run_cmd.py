@@ -34,6 +34,9 @@ def add_parser(sub):
                    help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the "
                         f"ratios pair round by round, with an interval from {MIN_ROUNDS} rounds on (N >= 2; default on "
                         f"a GPU: {MIN_ROUNDS}, without --baseline-from; elsewhere one process per side, no interval)")
+    p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",
+                   help="CUDA device sets for --interleave (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 "
+                        "for TP=2): round 1 runs on the first, later rounds side by side, one set each")
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")
     common.add_quick_args(p)
@@ -96,6 +99,9 @@ def run(args) -> int:
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     if args.interleave is None:  # a GPU timing is a claim: measure the variation between engine processes
         args.interleave = MIN_ROUNDS if device == "cuda" and not (args.baseline_from or args.correctness_only) else 0
+    if args.gpus and (device != "cuda" or args.interleave < 2):
+        raise UsageError("--gpus spreads the interleaved rounds of a CUDA run over device sets: it needs --device "
+                         "cuda and --interleave N (N >= 2)")
     versions = {}
     for spec in specs:  # every engine is checked before any starts
         common.check_device(spec, device)
@@ -129,6 +135,8 @@ def _candidate(args) -> tuple[list[str], list]:
         raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
     if args.interleave and args.correctness_only:
         raise UsageError("--interleave pairs timings round by round: --correctness-only times nothing")
+    if len(set(args.gpus)) != len(args.gpus) or any(not d.replace(",", "").isdigit() for d in args.gpus):
+        raise UsageError(f"--gpus takes distinct device sets of GPU numbers (0 1, or 0,1 2,3): {' '.join(args.gpus)}")
     common.check_timeout(args.timeout)
     common.check_writable_dir(args.out)
     if args.aa:
@@ -158,7 +166,8 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
                      profile=given["device"] == "cuda" if args.profile is None else args.profile,
                      multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                      baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),
-                     interleave=args.interleave, force=args.force, command=common.command_line(), **given)
+                     interleave=args.interleave, gpus=tuple(args.gpus), force=args.force,
+                     command=common.command_line(), **given)
 
 
 def _run_suite(cfg: RunConfig, chosen, version: str) -> dict:

@@ -1,6 +1,7 @@
 """Baseline vs. candidate over a suite of scenarios, each engine run in its own process."""
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import hashlib
 import json
@@ -42,6 +43,8 @@ class RunConfig:
     baseline_from: str = ""
     reference_from: str = ""  # an earlier fk run whose float32 reference run (same job) this run reuses
     interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
+    # CUDA device sets (CUDA_VISIBLE_DEVICES values): round 1 on the first, later rounds side by side, one set each
+    gpus: tuple[str, ...] = ()
     force: bool = False  # start over even where out_dir holds finished scenarios of this same run
     # fk's and the plugins' source digests (and plugin info): part of the run key
     code: dict = field(default_factory=dict)
@@ -161,14 +164,19 @@ def _run_dir(cfg: RunConfig, sc: Scenario, side: str, rnd: int) -> str:
 
 
 def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugins: list, tag: str, echo,
-                    engine: EngineSpec | None = None) -> dict:
+                    engine: EngineSpec | None = None, devices: str = "") -> dict:
     """One process of ``engine`` (default: the run's) on ``job`` with ``plugins`` (none: stock), its progress
-    tagged ``[tag]``; its result with the plugin loads it recorded."""
+    tagged ``[tag]``, on CUDA device set ``devices`` (default: the run's own); its result with the plugin loads it
+    recorded."""
     engine = engine or cfg.engine
     env = _env(cfg, sc, plugins) if engine is cfg.engine else dict(engine.env(cfg.device), FK_PLUGINS="")
+    if devices:
+        env["CUDA_VISIBLE_DEVICES"] = devices
     res = run_job(engine.python, engine.driver, job, run_dir, env, cfg.timeout_s,
                   echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
     res["loads"] = probe.read_loads(run_dir)
+    if devices:
+        res["devices"] = devices
     os.makedirs(run_dir, exist_ok=True)
     with open(os.path.join(run_dir, MACHINE_FILE), "w") as f:
         json.dump({"machine": machine.identity(), "finished": time.time()}, f)
@@ -215,14 +223,26 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
     n = _rounds(cfg)
     later = {k: v for k, v in job.items() if k != "profile"}
     plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins}
-    for rnd in range(1, n + 1):
+
+    def one_round(rnd: int, devices: str = "") -> dict:
+        out = {}
         for side in _round_order(rnd):
             if len(runs[side]) >= rnd:
                 continue
-            tag = side if n == 1 else f"{side} {rnd}/{n}"
-            runs[side].append(_engine_process(cfg, sc, job if rnd == 1 else later, _run_dir(cfg, sc, side, rnd),
-                                              plugins_of[side], tag, echo))
-        bad = [(side, r[-1]) for side, r in runs.items() if r[-1]["status"] != "ok"]
+            tag = side if n == 1 else f"{side} {rnd}/{n}" + (f" on GPU {devices}" if devices else "")
+            out[side] = _engine_process(cfg, sc, job if rnd == 1 else later, _run_dir(cfg, sc, side, rnd),
+                                        plugins_of[side], tag, echo, devices=devices)
+            out[side]["round"] = rnd
+        return out
+
+    sets = cfg.gpus or ("",)
+    batches = [[1]] + [list(range(r, min(r + len(sets), n + 1))) for r in range(2, n + 1, len(sets))]
+    for batch in batches:  # round 1 alone (it warms the compile caches both sides then share), later ones side by side
+        with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
+            done = list(pool.map(one_round, batch, sets))
+        for side in runs:
+            runs[side] += [d[side] for d in done if side in d]
+        bad = [(side, d[side]) for d in done for side in d if d[side]["status"] != "ok"]
         if bad:
             return runs, bad
     return runs, []
@@ -283,8 +303,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         row["notes"] = notes
     if bad:
         row["status"] = verdict.failed_run([r["status"] for _, r in bad])
-        rnd = len(runs["baseline"])
-        row["failures"] += [f"{s}{f' (round {rnd})' if rnd > 1 else ''}: {r.get('error', r['status'])}" for s, r in bad]
+        row["failures"] += [_failed(s, r) for s, r in bad]
         _measured_before_failure(cfg, sc, row, base, cand)
         return row
     if sc.family != "llm":
@@ -321,6 +340,11 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     return row
 
 
+def _failed(side: str, res: dict) -> str:
+    rnd = res.get("round", 1)
+    return f"{side}{f' (round {rnd})' if rnd > 1 else ''}: {res.get('error', res['status'])}"
+
+
 def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[str]]:
     """The GPU-sharing findings that disturbed the timing, and every note the run's set-up earns the report."""
     disturbed, unwatched = gpu_share_findings(runs)
@@ -328,6 +352,10 @@ def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[s
     if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
         notes.append(f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / "
                      "--smoke capture up to the largest batch the job sends, not vLLM's default sizes")
+    if len(cfg.gpus) > 1 and _rounds(cfg) > 1:
+        notes.append(f"round 1 ran on GPU {cfg.gpus[0]}, later rounds side by side on GPUs {', '.join(cfg.gpus)} "
+                     "(both sides of a round on one GPU): the round-to-round variation, and so each interval, "
+                     "includes the GPUs' own")
     return disturbed, notes
 
 

@@ -55,6 +55,10 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["coverage", "--results", str(tmp_path)], "no fk capture workload file"),
         (["capture", "--engine", "vllm", "--scenario", "fk46-oasis"], "not hosted by vllm"),
         (["run", "--engine", "sglang", "--plugins", "passthrough", "--scenario", "fk46-mamba"], "not hosted by sglang"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--gpus", "0", "0"], "distinct device sets"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--gpus", "cuda:0"], "distinct device sets"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--device", "cpu", "--gpus", "0", "1"],
+         "needs --device cuda and --interleave"),
     ]
     for argv, message in cases:
         capsys.readouterr()

@@ -230,3 +230,52 @@ def test_a_baseline_from_another_machine_or_hold_is_not_reused(fake, tmp_path):
     (prev / "machine.json").write_text(json.dumps({"machine": other, "finished": time.time()}))
     with pytest.raises(ab.BaselineMismatch, match="another host, boot or hold"):
         ab.run_scenario(cfg, sc, echo=lambda m: None)
+
+
+class OnDevices(FakeEngine):
+    """Records each run's device set and round; a run takes 0.2 s, so rounds side by side overlap in time."""
+
+    def __call__(self, python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        side = os.path.basename(run_dir)
+        rnd = int(side.split("-r")[1]) if "-r" in side else 1
+        start = time.monotonic()
+        time.sleep(0.2)
+        self.calls.append((side, env.get("CUDA_VISIBLE_DEVICES"), rnd, start, time.monotonic()))
+        cand = side.startswith("candidate")
+        tps = 100.0 * (self.speed if cand else 1.0) * (1 + 0.01 * rnd)
+        res = {"status": "ok", "wall_s": 0.2, "run_dir": run_dir, "calls": 10 if cand else 0,
+               "perf": {"throughput": {"w": [{"tokens_per_s": tps}]}}}
+        if self.fail and side == self.fail:
+            res.update(status="error", error="boom")
+        return res
+
+
+def test_rounds_after_the_first_run_side_by_side_one_device_set_each(fake, monkeypatch, tmp_path):
+    eng = OnDevices(speed=0.97)
+    monkeypatch.setattr(ab, "run_job", lambda *a, **k: eng(*a, **k))
+    row = ab.run_scenario(_cfg(tmp_path, device="cuda", interleave=5, gpus=("0", "1")), scenarios.load("tiny-llama"),
+                          echo=lambda m: None)
+    by_round = {}
+    for side, dev, rnd, start, end in eng.calls:
+        by_round.setdefault(rnd, []).append((side.split("-")[0], dev, start, end))
+    assert [d for _, d, _, _ in by_round[1]] == ["0", "0"]  # round 1 alone, on the first set
+    assert {rnd: {d for _, d, _, _ in runs} for rnd, runs in by_round.items()} == {
+        1: {"0"}, 2: {"0"}, 3: {"1"}, 4: {"0"}, 5: {"1"}}  # each round's pair on one set
+    for rnd in (2, 4):  # each side first in alternate rounds, as without --gpus
+        assert [s for s, *_ in by_round[rnd]] == ["candidate", "baseline"]
+        assert [s for s, *_ in by_round[rnd + 1]] == ["baseline", "candidate"]
+    assert by_round[3][0][2] < by_round[2][-1][3]  # rounds 2 and 3 overlapped in time
+    assert by_round[2][0][2] > by_round[1][-1][3]  # round 1 (it warms the compile caches) ran before them
+    r = row["perf"]["throughput"]["w"]["tokens_per_s"]
+    assert r["rounds"] == 5 and r["ratio"] == pytest.approx(0.97)
+    assert r["baseline"]["values"] == pytest.approx([101.0, 102.0, 103.0, 104.0, 105.0])  # in round order
+    assert row["status"] == "PASSED" and any("side by side on GPUs 0, 1" in n for n in row["notes"])
+
+
+def test_a_round_failing_side_by_side_names_its_round(fake, monkeypatch, tmp_path):
+    eng = OnDevices(fail="baseline-r3")
+    monkeypatch.setattr(ab, "run_job", lambda *a, **k: eng(*a, **k))
+    row = ab.run_scenario(_cfg(tmp_path, device="cuda", interleave=4, gpus=("0", "1")), scenarios.load("tiny-llama"),
+                          echo=lambda m: None)
+    assert row["status"] != "PASSED" and "baseline (round 3): boom" in row["failures"]
+    assert max(rnd for *_, rnd, _, _ in eng.calls) == 3  # round 4 never started
