@@ -166,9 +166,10 @@ def _run_dir(cfg: RunConfig, sc: Scenario, side: str, rnd: int) -> str:
 def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugins: list, tag: str, echo,
                     engine: EngineSpec | None = None, devices: str = "") -> dict:
     """One process of ``engine`` (default: the run's) on ``job`` with ``plugins`` (none: stock), its progress
-    tagged ``[tag]``, on CUDA device set ``devices`` (default: the run's own); its result with the plugin loads it
-    recorded."""
+    tagged ``[tag]``, on CUDA device set ``devices`` (default: the first of ``--gpus``, else the run's own); its result
+    with the plugin loads it recorded."""
     engine = engine or cfg.engine
+    devices = devices or (cfg.gpus[0] if cfg.gpus else "")
     env = _env(cfg, sc, plugins) if engine is cfg.engine else dict(engine.env(cfg.device), FK_PLUGINS="")
     if devices:
         env["CUDA_VISIBLE_DEVICES"] = devices
