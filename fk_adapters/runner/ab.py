@@ -1,7 +1,6 @@
 """Baseline vs. candidate over a suite of scenarios, each engine run in its own process."""
 from __future__ import annotations
 
-import concurrent.futures
 import datetime as dt
 import hashlib
 import json
@@ -9,6 +8,7 @@ import os
 import platform
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -239,14 +239,37 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
     sets = cfg.gpus or ("",)
     batches = [[1]] + [list(range(r, min(r + len(sets), n + 1))) for r in range(2, n + 1, len(sets))]
     for batch in batches:  # round 1 alone (it warms the compile caches both sides then share), later ones side by side
-        with concurrent.futures.ThreadPoolExecutor(len(batch)) as pool:
-            done = list(pool.map(one_round, batch, sets))
+        done = side_by_side(one_round, list(zip(batch, sets)))
         for side in runs:
             runs[side] += [d[side] for d in done if side in d]
         bad = [(side, d[side]) for d in done for side in d if d[side]["status"] != "ok"]
         if bad:
             return runs, bad
     return runs, []
+
+
+def side_by_side(fn, calls: list[tuple]) -> list:
+    """[fn(*args) for args in calls], run at once in daemon threads (one call: in this thread). Daemon threads, so that
+    an interrupted fk exits at once and each engine's reaper (``reaper.py``) then stops it: a pool would first wait
+    for every engine run to end."""
+    if len(calls) == 1:
+        return [fn(*calls[0])]
+    out, errors = [None] * len(calls), []
+
+    def work(i: int, args: tuple) -> None:
+        try:
+            out[i] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the caller's thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i, args), daemon=True) for i, args in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
 
 
 def native_names(cfg: RunConfig, base: dict) -> set[str]:

@@ -279,3 +279,16 @@ def test_a_round_failing_side_by_side_names_its_round(fake, monkeypatch, tmp_pat
                           echo=lambda m: None)
     assert row["status"] != "PASSED" and "baseline (round 3): boom" in row["failures"]
     assert max(rnd for *_, rnd, _, _ in eng.calls) == 3  # round 4 never started
+
+
+def test_side_by_side_runs_one_call_in_this_thread_and_raises_a_worker_error():
+    import threading
+
+    assert ab.side_by_side(lambda: threading.current_thread(), [()]) == [threading.main_thread()]
+    seen = ab.side_by_side(lambda x: (x, threading.current_thread().daemon), [(1,), (2,)])
+    assert seen == [(1, True), (2, True)]  # daemon threads: an interrupted fk does not wait for its engine runs
+
+    def boom(x):
+        raise RuntimeError(f"round {x}")
+    with pytest.raises(RuntimeError, match="round"):
+        ab.side_by_side(boom, [(1,), (2,)])
