@@ -292,3 +292,10 @@ def test_side_by_side_runs_one_call_in_this_thread_and_raises_a_worker_error():
         raise RuntimeError(f"round {x}")
     with pytest.raises(RuntimeError, match="round"):
         ab.side_by_side(boom, [(1,), (2,)])
+
+
+def test_a_vllm_candidate_is_traced_in_every_process_the_baseline_as_vllm_defaults(tmp_path):
+    sc = scenarios.load("tiny-llama")
+    cfg = _cfg(tmp_path)
+    assert ab._env(cfg, sc, ["p"])["VLLM_USE_AOT_COMPILE"] == "0"  # its trace is the native path's proof
+    assert "VLLM_USE_AOT_COMPILE" not in ab._env(cfg, sc, [])
