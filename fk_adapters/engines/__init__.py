@@ -55,6 +55,7 @@ class EngineSpec:
     natives: str = ""  # module with NATIVES: the engine's own kernel per slot, in the slot interface
     natives_setup: str = ""  # module to import first, so the engine's kernels are registered
     no_float32: str = ""  # why it cannot run a float32 reference: HF transformers makes it instead
+    env_candidate: dict = field(default_factory=dict)  # set for a run with fk plugins only
 
     def modes(self, mode: str, device: str) -> tuple[bool, bool]:
         """(ops traced by torch.compile, CUDA graphs captured) for an fk mode on a device."""
@@ -113,6 +114,9 @@ ENGINES = {
         # start inspects the class in a subprocess that imports vLLM again (about 18 s)
         shared_cache=("modelinfos",),
         natives="fk_adapters.engines.vllm.natives", natives_setup="vllm._custom_ops",
+        # vLLM (torch >= 2.10) loads a warm process's compiled model from its AOT artifact without tracing it; a
+        # passthrough's calls left on vLLM's compiled path are proven only by Dynamo's trace (calls.on_native_path)
+        env_candidate={"VLLM_USE_AOT_COMPILE": "0"},
     ),
     # CUDA only (no CPU path). Only our entry point among SGLang's general plugins, in both runs of a pair.
     # SGLANG_CACHE_DIR holds its torch.compile (piecewise) cache and autotune results.

@@ -15,6 +15,15 @@ def wrap_chosen(chosen: dict, natives: dict) -> dict:
             for slot, (plugin, k) in chosen.items()}
 
 
+def engine_own_ops(chosen: dict, natives: dict) -> dict[str, str]:
+    """{slot: op key} of the chosen kernels that are the engine's own (``loading.engine_own``): seams may leave their
+    calls where the engine's mode runs that op, counted (``calls.on_native_path``)."""
+    from fk_adapters.engines.loading import engine_own
+    from fk_adapters.ops import op_key
+
+    return {slot: op_key(plugin, slot) for slot, (plugin, k) in chosen.items() if engine_own(k, natives, slot)}
+
+
 def enter(chosen: dict, ops_by_slot: dict, hosts, register) -> dict[str, list[str]]:
     """Hand every host its slots' ops and list where they entered: {slot: [what ``register`` returned]}.
 

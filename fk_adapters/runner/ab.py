@@ -69,10 +69,8 @@ def _variant(cfg: RunConfig, plugins: list[str]) -> str:
 def _env(cfg: RunConfig, sc: Scenario, plugins: list[str]) -> dict:
     variant = _variant(cfg, plugins)
     env = cfg.engine.env(cfg.device, os.path.join(_cache_root(cfg), f"{cfg.engine.name}-cache", variant))
-    if plugins and cfg.engine.name == "vllm":
-        # vLLM (torch >= 2.10) loads a warm process's compiled model from its AOT artifact without tracing it: a
-        # passthrough's calls left on vLLM's compiled path are proven only by Dynamo's trace (``calls.on_native_path``)
-        env["VLLM_USE_AOT_COMPILE"] = "0"
+    if plugins:
+        env.update(cfg.engine.env_candidate)
     env.update(sc.engine_env)
     env.update(cfg.extra_env)
     if not cfg.multiprocessing:

@@ -9,11 +9,9 @@ import logging
 import pkgutil
 
 from fk_adapters.engines import install_common
-from fk_adapters.engines.loading import engine_own
 from fk_adapters.engines.sglang import linear_attention, targets
 from fk_adapters.engines.sglang.natives import NATIVES
 from fk_adapters.kernel import Kernel
-from fk_adapters.ops import op_key
 
 log = logging.getLogger("fk_adapters.sglang")
 
@@ -70,8 +68,7 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     guard = targets.ModeGuard(chosen, engine_modes, _capturing)
     wrapped = {s: guard.wrap(s, op) for s, op in install_common.wrap_chosen(chosen, NATIVES).items()}
     targets.ENGINE_OWN.clear()
-    targets.ENGINE_OWN.update({s: op_key(p, s) for s, (p, k) in chosen.items()
-                               if s == "paged_attention" and engine_own(k, NATIVES, s)})
+    targets.ENGINE_OWN.update(install_common.engine_own_ops(chosen, NATIVES))
     counters: dict[str, list] = {}  # constructor path -> the layer counters of the targets counting there
     return install_common.enter(chosen, wrapped, ((t, t.slots) for t in targets.TARGETS),
                                 lambda t, mine: _register(hook_registry, t, mine, counters))

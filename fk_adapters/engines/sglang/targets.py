@@ -240,8 +240,8 @@ def fused_moe(ops, method, layer, dispatch_output):
 
 
 # ------------------------------------------------------------------------------------------------ paged_attention
-# {slot: op key} of an engine-own kernel (passthrough) chosen for attention, set by install: its calls run the
-# backend's own forward, counted (the slot's interface leaves out what SGLang tunes FA3's call with, as in vLLM)
+# {slot: op key} of the chosen engine-own kernels (passthrough), set by install: attention's calls run the backend's
+# own forward, counted (the slot's interface leaves out what SGLang tunes FA3's call with, as in vLLM)
 ENGINE_OWN: dict[str, str] = {}
 
 

@@ -6,11 +6,9 @@ import logging
 from fk_adapters import safety
 from fk_adapters.check import compiled_vllm
 from fk_adapters.engines import install_common
-from fk_adapters.engines.loading import engine_own
 from fk_adapters.engines.vllm import collective, layers, linear_attention
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
-from fk_adapters.ops import op_key
 
 log = logging.getLogger("fk_adapters.vllm")
 
@@ -91,21 +89,21 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     Returns {slot: [in-tree class names it entered through]}.
     """
     wrapped = install_common.wrap_chosen(chosen, NATIVES)
+    own = install_common.engine_own_ops(chosen, NATIVES)
     layers.NATIVE_PATH.clear()
-    layers.NATIVE_PATH.update({s: op_key(p, s) for s, (p, k) in chosen.items()
-                               if s in compiled_vllm.LAYERS and engine_own(k, NATIVES, s)})
+    layers.NATIVE_PATH.update({s: key for s, key in own.items() if s in compiled_vllm.LAYERS})
     hosts = [((base, build), slots) for classes, slots, build in _targets() for base in classes]
     own_seams = ("paged_attention", collective.SLOT)
     entered = install_common.enter(chosen, {s: op for s, op in wrapped.items() if s not in own_seams}, hosts,
                                    lambda host, mine: _register(*host, mine, chosen))
     if "paged_attention" in wrapped:
-        entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen)]
+        entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen, own)]
     if collective.SLOT in wrapped:
         entered[collective.SLOT] = [collective.install(wrapped[collective.SLOT], chosen, engine_modes, log)]
     return entered
 
 
-def _register_attention(op, chosen: dict) -> str:
+def _register_attention(op, chosen: dict, own: dict) -> str:
     """The attention backend whose impl calls ``op``: in CPU_ATTN's place on a CPU build (which ignores a selected
     backend), else as CUSTOM, which the candidate's driver selects for full-attention layers."""
     from vllm.platforms import current_platform
@@ -114,8 +112,7 @@ def _register_attention(op, chosen: dict) -> str:
     from fk_adapters.engines.vllm import attention
 
     attention.OPS[attention.SLOT] = op
-    plugin, kernel = chosen[attention.SLOT]
-    attention.ENGINE_OWN[0] = op_key(plugin, attention.SLOT) if engine_own(kernel, NATIVES, attention.SLOT) else ""
+    attention.ENGINE_OWN[0] = own.get(attention.SLOT, "")
     attention.CHECK[0] = lambda: safety.check({attention.SLOT: chosen[attention.SLOT]}, *engine_modes())
     cpu = current_platform.is_cpu()
     name = "FkCPUAttentionBackend" if cpu else "FkFlashAttentionBackend"
