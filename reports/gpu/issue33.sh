@@ -12,7 +12,7 @@
 #             $ROUNDS interleaved rounds: PASS with every slot proven on every rank (profiler names per rank)
 #   pass      passthrough vs. stock (all_reduce routed through fk), same scenarios and rounds: the adapter's cost at TP
 #             (PASS_REUSE=1: against the triton run's baseline instead, one engine start)
-#   wrong     wrong-all-reduce, --correctness-only, --baseline-from the triton run: must FAIL
+#   wrong     wrong-all-reduce, --correctness-only, --baseline-from the triton run (WRONG_BASE=pass: the pass run's): must FAIL
 #   check     fk check of passthrough and wrong-all-reduce on the captured shapes (all_reduce judged, not timed)
 . "$(dirname "$0")/hold_env.sh" i33 "$1"; shift
 TP=${TP:-2}
@@ -36,8 +36,8 @@ case $1 in
           done ;;
         wrong)
           for S in $SCENARIOS; do
-            $RUN --plugins wrong-all-reduce --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
-              --out "$W/wrong-all-reduce-$S" | tail -1
+            $RUN --plugins wrong-all-reduce --scenario "$S" --smoke --correctness-only \
+              --baseline-from "$W/ab-${WRONG_BASE:-triton}-$S" --out "$W/wrong-all-reduce-$S" | tail -1
           done ;;
         pass)  # PASS_REUSE=1: one passthrough process against the triton run's baseline (one engine start, no rounds)
           for S in $SCENARIOS; do

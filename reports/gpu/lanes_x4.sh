@@ -108,18 +108,20 @@ case ${1:-} in
     (lane V-A 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     wait ;;
-  s33-sglang)  # session 33: SGLang's TP=4 on all four GPUs first (vLLM stages meanwhile: its parts are the polls;
-    # start s33-adapter from vLLM's last part)
-    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
-    touch "$ROOT/S-T.done" ;;
-  s33-adapter)  # ... then the adapter's cost in both engines, one lane a GPU, 5 rounds each on llama31-8b-decode: vLLM's
-    # passthrough now on its compiled native path (A/A beside it), SGLang's in its default mode (A/A beside it)
-    while [ ! -e "$ROOT/S-T.done" ]; do sleep 5; done
-    (lane V-C 31 vllm 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
-    (lane V-D 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
-    (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
-    (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+  s33-vllm)  # session 33 (vLLM staged first): the adapter's cost on GPUs 2 and 3, 5 rounds each on llama31-8b-decode, the
+    # passthrough now on vLLM's compiled native path, the A/A beside it
+    (lane V-C 31 vllm 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane V-D 31 vllm 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
     wait ;;
+  s33-sglang)  # ... once SGLang is staged, GPUs 0 and 1: issue 33 at TP=2, the passthrough (one process a side; session
+    # 31's Triton run PASSED with every rank) and wrong-all-reduce against its baseline; then the adapter's cost in
+    # SGLang's default mode, 3 rounds (what the hold leaves time for)
+    lane S-T 33 sglang 0,1 STEPS="pass wrong" WRONG_BASE=pass SCENARIOS=fk46-llama-3.1-tp2 ROUNDS=0
+    (lane S-C 31 sglang 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa ROUNDS=3) &
+    (lane S-D 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass ROUNDS=3) &
+    wait ;;
+  s34-sglang-tp4)  # a later hold: SGLang's TP=4 on all four GPUs (Triton, wrong, passthrough against its baseline)
+    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0 ;;
   s35-linear)  # a later hold (vLLM): the linear-attention passthroughs session 32 did not finish, Mamba2's wrong
     # variants and check, Kimi-Linear
     S31=$REPO/reports/gpu/s31-h100x4
@@ -146,5 +148,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-sglang|s33-adapter|s34-transformers|s35-linear|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang-tp4|s34-transformers|s35-linear|pack"; exit 2 ;;
 esac
