@@ -3,7 +3,8 @@
 An AROUND hook on ``sglang.srt.distributed.parallel_state.GroupCoordinator.all_reduce(input_)`` (what
 ``tensor_model_parallel_all_reduce`` and the attention / MoE groups call) routes a tensor-parallel group of 2+
 ranks ("tp", "attention_tp", "moe_tp") to the slot; other groups keep SGLang's own, counted. The group's native is
-SGLang's own all_reduce (its CPU, pynccl and in-place paths write their input: the native reduces a copy).
+SGLang's own all_reduce (its CPU, pynccl and in-place paths write their input: the native reduces a copy). An
+engine-own kernel (passthrough) leaves a routed call on SGLang's own all_reduce, with no copy, counted.
 Pure Python: nothing here imports sglang.
 """
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import threading
 
 from fk_adapters import groups
-from fk_adapters.engines.sglang.base import Stock, Target
+from fk_adapters.engines import calls
+from fk_adapters.engines.sglang.base import ENGINE_OWN, Stock, Target
 
 SLOT = "all_reduce"
 _in_native = threading.local()  # set while a group's native runs SGLang's own all_reduce through the hooked method
@@ -41,6 +43,9 @@ def all_reduce(ops, group, input_):
         return Stock(SLOT)  # not counted: SGLang returns a 1-rank input at once; a native's own call
     if not getattr(group, "_fk_routed", False):
         return Stock(SLOT, "a group left stock")
+    if SLOT in ENGINE_OWN:
+        calls.on_native_path(ENGINE_OWN[SLOT])
+        return Stock(SLOT)
     return op(input_, group.unique_name)
 
 

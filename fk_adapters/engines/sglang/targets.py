@@ -18,7 +18,7 @@ from collections.abc import Callable
 from fk_adapters import probe, safety
 from fk_adapters.engines import calls
 from fk_adapters.engines.sglang import collective, linear_attention
-from fk_adapters.engines.sglang.base import NOT_SELECTED, Runtime, Stock, Target  # noqa: F401 (re-exported)
+from fk_adapters.engines.sglang.base import ENGINE_OWN, NOT_SELECTED, Runtime, Stock, Target  # noqa: F401 (re-exported)
 from fk_adapters.tasks import SLOTS
 
 
@@ -240,11 +240,6 @@ def fused_moe(ops, method, layer, dispatch_output):
 
 
 # ------------------------------------------------------------------------------------------------ paged_attention
-# {slot: op key} of the chosen engine-own kernels (passthrough), set by install: attention's calls run the backend's
-# own forward, counted (the slot's interface leaves out what SGLang tunes FA3's call with, as in vLLM)
-ENGINE_OWN: dict[str, str] = {}
-
-
 def attention_built(layer) -> str:
     """Why a ``RadixAttention`` layer never routes ("" if it can, on fa3)."""
     return (("cross attention" if layer.is_cross_attention else "")

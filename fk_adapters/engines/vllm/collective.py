@@ -4,7 +4,8 @@
 the ``vllm::all_reduce`` op, opaque to torch.compile; a CPU build directly). fk replaces it on the class in each
 worker: a tensor-parallel group ("tp:*") of more than one rank routes to the op, every other group of more than one
 rank (world, pipeline, data or expert parallel) keeps vLLM's own, counted. A routed group is registered with
-``fk_adapters.groups`` under its unique name, its native being the communicator's own all-reduce. Imports vLLM:
+``fk_adapters.groups`` under its unique name, its native being the communicator's own all-reduce. An engine-own
+kernel (passthrough) leaves a routed group's calls on vLLM's own all-reduce, counted. Imports vLLM:
 loaded only by ``install`` in an engine process.
 """
 from __future__ import annotations
@@ -23,9 +24,9 @@ def _register_group(coordinator, stock) -> None:
     groups.register_coordinator(coordinator, native)
 
 
-def install(op, chosen: dict, engine_modes, log) -> str:
+def install(op, chosen: dict, engine_modes, log, own_key: str = "") -> str:
     """Route the tensor-parallel groups' all-reduce to ``op``; the entry for the report. ``engine_modes()``: the
-    (compiled, cuda_graphs) of the config being built."""
+    (compiled, cuda_graphs) of the config being built; ``own_key``: the op key of an engine-own kernel, if chosen."""
     from vllm.distributed.parallel_state import GroupCoordinator
 
     from fk_adapters.engines import install_common
@@ -52,6 +53,9 @@ def install(op, chosen: dict, engine_modes, log) -> str:
         why = why or calls.unknown(PARAMS, (input_, *args), kwargs)
         if why:
             calls.left_stock(SLOT, why)
+            return stock(self, input_, *args, **kwargs)
+        if own_key:
+            calls.on_native_path(own_key)
             return stock(self, input_, *args, **kwargs)
         return op(input_, self.unique_name)
 

@@ -99,7 +99,8 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     if "paged_attention" in wrapped:
         entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen, own)]
     if collective.SLOT in wrapped:
-        entered[collective.SLOT] = [collective.install(wrapped[collective.SLOT], chosen, engine_modes, log)]
+        entered[collective.SLOT] = [collective.install(wrapped[collective.SLOT], chosen, engine_modes, log,
+                                                         own.get(collective.SLOT, ""))]
     return entered
 
 

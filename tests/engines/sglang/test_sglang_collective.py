@@ -9,12 +9,14 @@ from fk_adapters.engines.sglang import collective, targets
 
 
 @pytest.fixture(autouse=True)
-def _clean_probe():
-    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers):
+def _clean_probe(monkeypatch):
+    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers, probe.native_path):
         c.clear()
     probe.rank.clear()
+    monkeypatch.setattr(groups, "_GROUPS", {})  # the groups these tests build stay theirs
     yield
     probe.rank.clear()
+    probe.native_path.clear()
 
 
 class FakeGroup:
@@ -80,3 +82,13 @@ def test_the_init_hook_counts_routed_and_stock_groups_but_not_one_rank_ones():
     for g in (FakeGroup("tp:0"), FakeGroup("pp:0"), FakeGroup("world:0", world=1)):
         count(g)
     assert probe.constructed == {"all_reduce": 1} and probe.stock_layers == {"all_reduce": 1}
+
+
+def test_an_engine_own_kernel_leaves_a_routed_call_on_sglangs_own_all_reduce_counted(monkeypatch):
+    monkeypatch.setitem(targets.ENGINE_OWN, "all_reduce", "passthrough:all_reduce")
+    group = FakeGroup("tp:5")
+    collective.group_built(group)
+    x = torch.full((3, 4), 2.0)
+    out = _hooked(group, lambda x, name: pytest.fail("an engine-own kernel reached the slot")).all_reduce(x)
+    assert out is x and torch.equal(x, torch.full((3, 4), 3.0))  # SGLang's own, in place: no copy taken
+    assert probe.native_path == {"passthrough:all_reduce": 1} and not probe.calls and not probe.not_routed

@@ -36,6 +36,7 @@ def test_every_rank_loads_the_plugin_and_proves_each_kernel_ran(passthrough):
         assert "on each of the 2 tensor-parallel ranks" in v["proof"], slot
     reduce = exercised["all_reduce"]
     assert reduce["layers"] == 2 and reduce["entered"][0].startswith("GroupCoordinator._all_reduce_out_place")
+    assert "the engine's own path" in reduce["proof"]  # passthrough's all-reduce: vLLM's own call, counted
 
 
 def test_an_all_reduce_that_drops_a_rank_fails_the_diff(passthrough, tmp_path):
