@@ -40,6 +40,10 @@ def add_parser(sub):
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")
     common.add_quick_args(p)
+    p.add_argument("--repeats", type=int, default=0, metavar="N",
+                   help="timed repeats of each workload in every engine process (default: the scenario's, 1 under "
+                        "--quick / --smoke); each process counts once, by its median, so with --interleave the "
+                        "rounds carry the interval and one repeat may do (a full-size run fits a hold sooner)")
     p.add_argument("--correctness-only", action="store_true",
                    help="judge correctness alone: no throughput or latency phases (e.g. to show quickly that a wrong "
                         "kernel fails); the report says no speed was measured")
@@ -135,6 +139,8 @@ def _candidate(args) -> tuple[list[str], list]:
         raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
     if args.interleave and args.correctness_only:
         raise UsageError("--interleave pairs timings round by round: --correctness-only times nothing")
+    if args.repeats < 0 or (args.repeats and args.correctness_only):
+        raise UsageError("--repeats N needs N >= 1, and a run that times something (not --correctness-only)")
     if len(set(args.gpus)) != len(args.gpus) or any(not d.replace(",", "").isdigit() for d in args.gpus):
         raise UsageError(f"--gpus takes distinct device sets of GPU numbers (0 1, or 0,1 2,3): {' '.join(args.gpus)}")
     common.check_timeout(args.timeout)
@@ -162,7 +168,7 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
 
     return RunConfig(engine=spec, out_dir=own(args.out), timeout_s=args.timeout, strict=args.strict,
                      allow_unexercised=args.allow_unexercised, allow_uncovered=args.allow_uncovered, aa=args.aa,
-                     quick=args.quick, correctness_only=args.correctness_only,
+                     quick=args.quick, repeats=args.repeats, correctness_only=args.correctness_only,
                      profile=given["device"] == "cuda" if args.profile is None else args.profile,
                      multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                      baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),

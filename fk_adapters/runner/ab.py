@@ -36,6 +36,7 @@ class RunConfig:
     allow_uncovered: bool = False  # slots no scenario's model has a layer for
     aa: bool = False
     quick: bool = False
+    repeats: int = 0  # N >= 1: timed repeats in each engine process (0: the scenario's, 1 under --quick / --smoke)
     correctness_only: bool = False  # no throughput or latency phases: a verdict on correctness alone
     profile: bool = False
     multiprocessing: bool = True
@@ -305,13 +306,21 @@ def _seeded_weights(cfg: RunConfig, sc: Scenario, echo) -> tuple[str, str, float
     return model_dir, key, round(time.perf_counter() - t0, 1)
 
 
-def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
-    model_dir, weights_key, weights_s = _seeded_weights(cfg, sc, echo)
+def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
+    """The job both sides of ``sc`` run: the scenario's workloads as this run's options shape them."""
     job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
     if cfg.correctness_only:
         job.pop("perf", None)
+    elif cfg.repeats and "perf" in job:
+        job["perf"]["repeats"] = cfg.repeats
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}
+    return job
+
+
+def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
+    model_dir, weights_key, weights_s = _seeded_weights(cfg, sc, echo)
+    job = scenario_job(cfg, sc, model_dir)
     runs, bad = _engine_runs(cfg, sc, job, echo)
     base, cand = runs["baseline"][0], runs["candidate"][0]
     row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": weights_key,
@@ -561,6 +570,8 @@ def run_key(cfg: RunConfig) -> dict:
             "device": cfg.device, "mode": cfg.mode, "quick": cfg.quick, "interleave": _rounds(cfg),
             "correctness_only": cfg.correctness_only, "baseline_from": cfg.baseline_from, "profile": cfg.profile,
             "code": cfg.code}
+    if cfg.repeats:  # only when given: the key of a run without it stays what it was
+        key["repeats"] = cfg.repeats
     return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 

@@ -11,7 +11,8 @@
 #   adapter   the adapter's cost: A/A, then passthrough, $ROUNDS (5) interleaved rounds each, on llama31-8b-decode and
 #             llama31-8b-4l-prefill, compiled (vLLM) / default (SGLang): the passthrough's 95% interval (its report)
 #             beside the A/A's, the floor of the same hold ($ADAPTER_SIDES: "aa", "pass" or both, the default; two
-#             lanes of one machine can take one each)
+#             lanes of one machine can take one each; $ADAPTER_GPUS, e.g. "0 1": `fk run --gpus`, the rounds after the
+#             first side by side on those GPUs)
 #   checkc    `fk check` of the Triton plugin on $CAPTURE's captured shapes with both baselines: the engine's kernel
 #             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta
 #   split     the Triton A/B on $SC (compiled, $AB_INTERLEAVE rounds) with its profiled step: the report's "Where the
@@ -21,6 +22,7 @@ SC=${SC:-fk46-llama-3.1}
 CAPTURE=${CAPTURE:-fk46-llama-3.1}
 ROUNDS=${ROUNDS:-5}
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
+GPUS_ARG=${ADAPTER_GPUS:+--gpus $ADAPTER_GPUS}
 
 case $1 in
   runs)
@@ -35,9 +37,10 @@ case $1 in
         adapter)
           for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
             case " ${ADAPTER_SIDES:-aa pass} " in *" aa "*)
-              $RUN --aa --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-aa-$S" | tail -1 ;; esac
+              $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG --out "$W/adapter-aa-$S" | tail -1 ;; esac
             case " ${ADAPTER_SIDES:-aa pass} " in *" pass "*)
-              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --out "$W/adapter-pass-$S" | tail -1 ;; esac
+              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG \
+                --out "$W/adapter-pass-$S" | tail -1 ;; esac
           done ;;
         checkc)
           $FK capture --engine "$ENGINE" --scenario "$CAPTURE" --profile --smoke --model-cache $MODELS --timeout 900 \

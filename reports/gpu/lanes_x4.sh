@@ -120,8 +120,14 @@ case ${1:-} in
     (lane S-C 31 sglang 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa ROUNDS=3) &
     (lane S-D 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass ROUNDS=3) &
     wait ;;
-  s34-sglang-tp4)  # a later hold: SGLang's TP=4 on all four GPUs (Triton, wrong, passthrough against its baseline)
-    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0 ;;
+  s34-sglang)  # session 34, SGLang only: TP=4 on all four GPUs (Triton, wrong, passthrough against the Triton run's
+    # baseline, all_reduce now on SGLang's own call), then the adapter's cost at 5 rounds: A/A on GPUs 0-1, passthrough
+    # on GPUs 2-3, each with `fk run --gpus` (round 1 alone, then two rounds at a time: the intervals include the
+    # variation between the two GPUs, for both sides alike)
+    lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton wrong pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
+    (lane S-C 31 sglang 0,1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa ADAPTER_GPUS="0 1") &
+    (lane S-D 31 sglang 2,3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass ADAPTER_GPUS="2 3") &
+    wait ;;
   s35-linear)  # a later hold (vLLM): the linear-attention passthroughs session 32 did not finish, Mamba2's wrong
     # variants and check, Kimi-Linear
     S31=$REPO/reports/gpu/s31-h100x4
@@ -148,5 +154,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang-tp4|s34-transformers|s35-linear|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-linear|pack"; exit 2 ;;
 esac

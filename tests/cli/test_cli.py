@@ -59,6 +59,9 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--gpus", "cuda:0"], "distinct device sets"),
         (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--device", "cpu", "--gpus", "0", "1"],
          "needs --device cuda and --interleave"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--repeats", "-1"], "needs N >= 1"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--repeats", "2", "--correctness-only"],
+         "not --correctness-only"),
     ]
     for argv, message in cases:
         capsys.readouterr()

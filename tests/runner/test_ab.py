@@ -255,3 +255,16 @@ def test_a_results_file_written_mid_suite_reads_as_failed_until_the_last_scenari
     assert res["verdict"] == "PASS" and not any(p.startswith("unfinished") for p in res["problems"])
     finish(res, _cfg(), (3, 3))  # the last scenario in
     assert res["verdict"] == "PASS" and not any(p.startswith("unfinished") for p in res["problems"])
+
+
+def test_repeats_shape_every_process_timed_phases_and_key_the_run(tmp_path):
+    sc = scenarios.load("tiny-llama")
+    default = ab.scenario_job(_cfg(), sc, str(tmp_path))
+    assert default["perf"]["repeats"] == sc.perf.get("repeats", 3)
+    assert ab.scenario_job(_cfg(quick=True), sc, str(tmp_path))["perf"]["repeats"] == 1
+    once = ab.scenario_job(_cfg(repeats=1), sc, str(tmp_path))
+    assert once["perf"]["repeats"] == 1 and once["perf"]["throughput"] == default["perf"]["throughput"]
+    assert ab.scenario_job(_cfg(quick=True, repeats=4), sc, str(tmp_path))["perf"]["repeats"] == 4
+    assert "perf" not in ab.scenario_job(_cfg(correctness_only=True), sc, str(tmp_path))
+    assert "repeats" not in ab.run_key(_cfg()) and ab.run_key(_cfg(repeats=2))["repeats"] == 2
+
