@@ -2,8 +2,8 @@
 
 Linear and embedding weights ~ N(0, std) with std = initializer_range (0.02 as the
 families' own inits); norm weights 1 + N(0, 0.1) (Gemma stores w for 1 + w: N(0, 0.1)),
-so a kernel that ignores or mis-indexes the weight changes the logits. Same seed, same
-bytes: baseline and candidate load the very same files.
+so a kernel that ignores or mis-indexes the weight changes the logits. Same seed and device
+kind, same bytes: baseline and candidate load the very same files.
 
 The Llama, Qwen2 and Gemma families have their layouts written out here. Every other
 architecture is built by HF transformers from its config (the model's own seeded init), then
@@ -66,13 +66,11 @@ def parameter_shapes(config: dict) -> dict[str, tuple[tuple[int, ...], str]]:
 
 def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> str:
     """Write config.json + the weights' safetensors into out_dir (reused when already there); return its digest."""
-    import torch
-    from safetensors.torch import save_file
-
     cfg = dict(config, torch_dtype=dtype)
     generic = (cfg.get("architectures") or [""])[0] not in FAMILIES
     fixes = CHECKPOINT_KEY_FIXES.get(cfg.get("model_type"))
-    made_by = [seed] + ([_writer_version(config), device, fixes] if generic else [])  # the bytes depend on these
+    made_by = [seed] + ([_writer_version(config), device, fixes] if generic
+                        else [device] if device != "cpu" else [])  # the bytes depend on these
     key = hashlib.sha256(json.dumps([cfg, *made_by], sort_keys=True).encode()).hexdigest()[:16]
     stamp = os.path.join(out_dir, "fk-weights.json")
     if os.path.exists(stamp):
@@ -82,29 +80,38 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
     os.makedirs(out_dir, exist_ok=True)
     if generic:
         write_with_transformers(config, out_dir, seed, dtype, device)
-        with open(stamp, "w") as f:
-            json.dump({"key": key, "seed": seed, "dtype": dtype, "writer": _library(config)}, f)
-        return key
+    elif device == "cuda":  # in a child, as the generic writer: this process never holds a CUDA context
+        _in_child(["family", cfg, out_dir, seed, dtype, device], None, device)
+    else:
+        write_family(cfg, out_dir, seed, dtype, device)
+    with open(stamp, "w") as f:
+        json.dump({"key": key, "seed": seed, "dtype": dtype, **({"writer": _library(config)} if generic else {})}, f)
+    return key
+
+
+def write_family(cfg: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> None:
+    """The weights of a family fk lays out itself (``parameter_shapes``), drawn on ``device`` (its own generator:
+    CPU and CUDA give different bytes, each the same every time), and config.json."""
+    import torch
+    from safetensors.torch import save_file
+
     gemma = FAMILIES.get((cfg.get("architectures") or [""])[0]) == "gemma"
     std = cfg.get("initializer_range", 0.02)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     tensors = {}
     for name, (shape, kind) in parameter_shapes(cfg).items():
-        t = torch.randn(shape, generator=gen, dtype=torch.float32)
+        t = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
         if kind == "norm":  # in place: no second float32 copy of each tensor (same bytes)
             t.mul_(0.1)
             if not gemma:
                 t.add_(1.0)
         else:
             t.mul_(std)
-        tensors[name] = t.to(getattr(torch, dtype)).contiguous()
+        tensors[name] = t.to(getattr(torch, dtype)).cpu().contiguous()
         del t
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    with open(stamp, "w") as f:
-        json.dump({"key": key, "seed": seed, "dtype": dtype}, f)
-    return key
 
 
 # A PYTHONPATH for building the checkpoints this process's transformers cannot (an engine's site pinning an older
@@ -193,8 +200,13 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, d
     if device != "cuda" and env is None:
         _build_and_save(config, out_dir, seed, dtype, device)
         return
+    _in_child(["built", config, out_dir, seed, dtype, device], env, device)
+
+
+def _in_child(args: list, env: dict | None, device: str) -> None:
+    """Run a writer (``args``: its kind, then its arguments) in a child process of this module."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump([config, out_dir, seed, dtype, device], f)
+        json.dump(args, f)
     try:
         done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True, text=True,
                               env=env)
@@ -333,7 +345,7 @@ def _writer_device(sc) -> str:
         return "cpu"
 
 
-if __name__ == "__main__":  # the child of write_with_transformers
+if __name__ == "__main__":  # the child of _in_child
     with open(sys.argv[1]) as f:
-        _config, _out, _seed, _dtype, _device = json.load(f)
-    _build_and_save(_config, _out, _seed, _dtype, _device)
+        _kind, *_args = json.load(f)
+    (write_family if _kind == "family" else _build_and_save)(*_args)

@@ -35,6 +35,22 @@ def test_other_seed_other_weights(tmp_path):
     assert not torch.equal(a["model.embed_tokens.weight"], b["model.embed_tokens.weight"])
 
 
+def test_a_family_checkpoint_for_a_gpu_is_drawn_in_a_child_and_keyed_by_its_device(tmp_path, monkeypatch):
+    sc = scenarios.load("tiny-llama")
+    cfg = dict(sc.model, torch_dtype="float32")
+    for d in ("here", "child"):
+        os.makedirs(tmp_path / d)
+    weights.write_family(cfg, str(tmp_path / "here"), sc.seed, "float32")
+    weights._in_child(["family", cfg, str(tmp_path / "child"), sc.seed, "float32", "cpu"], None, "cpu")
+    here, child = (load_file(str(tmp_path / d / "model.safetensors")) for d in ("here", "child"))
+    assert set(here) == set(child) and all(torch.equal(here[k], child[k]) for k in here)
+    cpu_key = weights.write_checkpoint(sc.model, str(tmp_path / "cpu"), sc.seed, "float32")
+    seen = []
+    monkeypatch.setattr(weights, "_in_child", lambda args, env, device: seen.append((args[0], args[-1])))
+    gpu_key = weights.write_checkpoint(sc.model, str(tmp_path / "gpu"), sc.seed, "float32", "cuda")
+    assert seen == [("family", "cuda")] and gpu_key != cpu_key  # CUDA's generator draws other bytes
+
+
 def test_unknown_architecture():
     with pytest.raises(weights.WeightsError):
         weights.parameter_shapes({"architectures": ["Foo"], "hidden_size": 8})
