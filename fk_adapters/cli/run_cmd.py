@@ -35,8 +35,9 @@ def add_parser(sub):
                         f"ratios pair round by round, with an interval from {MIN_ROUNDS} rounds on (N >= 2; default on "
                         f"a GPU: {MIN_ROUNDS}, without --baseline-from; elsewhere one process per side, no interval)")
     p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",
-                   help="CUDA device sets for --interleave (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 "
-                        "for TP=2): round 1 runs on the first, later rounds side by side, one set each")
+                   help="CUDA device sets (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 for TP=2): with "
+                        "--interleave, round 1 runs on the first, later rounds side by side, one set each; without, "
+                        "a suite's scenarios run side by side, one a set (both sides of a scenario on its set)")
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")
     common.add_quick_args(p)
@@ -103,9 +104,10 @@ def run(args) -> int:
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     if args.interleave is None:  # a GPU timing is a claim: measure the variation between engine processes
         args.interleave = MIN_ROUNDS if device == "cuda" and not (args.baseline_from or args.correctness_only) else 0
-    if args.gpus and (device != "cuda" or args.interleave < 2):
-        raise UsageError("--gpus spreads the interleaved rounds of a CUDA run over device sets: it needs --device "
-                         "cuda and --interleave N (N >= 2)")
+    if args.gpus and (device != "cuda" or (args.interleave < 2 and len({sc.name for sc in chosen}) < 2)):
+        raise UsageError("--gpus spreads a CUDA run over device sets, either the interleaved rounds of each scenario "
+                         "(--interleave N, N >= 2) or a suite's scenarios, one a set: it needs --device cuda and "
+                         "--interleave N or 2 or more scenarios")
     versions = {}
     for spec in specs:  # every engine is checked before any starts
         common.check_device(spec, device)

@@ -10,7 +10,7 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fk_adapters import __version__, engines, evidence, gpu_share, kernel_names, machine, metrics, probe, time_split
 from fk_adapters.engine_integrity import problems as engine_problems
@@ -44,7 +44,8 @@ class RunConfig:
     baseline_from: str = ""
     reference_from: str = ""  # an earlier fk run whose float32 reference run (same job) this run reuses
     interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
-    # CUDA device sets (CUDA_VISIBLE_DEVICES values): round 1 on the first, later rounds side by side, one set each
+    # CUDA device sets (CUDA_VISIBLE_DEVICES values): round 1 on the first, later rounds side by side, one set each;
+    # without rounds to spread, a suite's scenarios side by side, one set each (``spreads_scenarios``)
     gpus: tuple[str, ...] = ()
     force: bool = False  # start over even where out_dir holds finished scenarios of this same run
     # fk's and the plugins' source digests (and plugin info): part of the run key
@@ -642,27 +643,63 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     if kept:
         echo(f"resuming: {len(kept)} of {len(scenarios)} scenario(s) already finished in {path} "
              f"({', '.join(kept)}); --force runs them again")
-    n, ran, t0 = len(scenarios), 0, time.monotonic()
+    n, t0, lock = len(scenarios), time.monotonic(), threading.Lock()
+    rows = {name: row for name, row in done.items() if name in {sc.name for sc in scenarios}}
+    todo = [(i, sc) for i, sc in enumerate(scenarios, 1) if sc.name not in rows]
     for i, sc in enumerate(scenarios, 1):
-        tag = f"[{i}/{n}] {sc.name} ({cfg.engine.name})"
-        if sc.name in done:
-            row = done[sc.name]
-            echo(f"{tag}: {row['status']} (kept from the earlier run)")
-        else:
-            echo(tag)
-            row = run_scenario(cfg, sc, echo)
-            ran += 1
-            left = sum(1 for s in scenarios[i:] if s.name not in done)
-            took = time.monotonic() - t0
-            eta = f", about {_duration(took / ran * left)} left" if left else ""
-            echo(f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
-                 + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
-                 + f" [{_duration(took)} so far{eta}]")
-        results["scenarios"].append(row)
+        if sc.name in rows:
+            echo(f"[{i}/{n}] {sc.name} ({cfg.engine.name}): {rows[sc.name]['status']} (kept from the earlier run)")
+    lanes = [replace(cfg, gpus=(d,)) for d in cfg.gpus] if spreads_scenarios(cfg) else [cfg]
+    if len(lanes) > 1:
+        echo(f"{len(todo)} scenario(s) side by side on GPUs {', '.join(cfg.gpus)}, one at a time on each")
+
+    kept_n = len(rows)
+
+    def publish() -> None:  # after every scenario: an interrupted suite keeps what finished, as a FAIL
+        results["scenarios"] = [rows[sc.name] for sc in scenarios if sc.name in rows]
         results["wall_s"] = round(time.monotonic() - t0, 1)
-        finish(results, cfg, (i, n))
-        _write_atomic(path, results)  # after every scenario: an interrupted suite keeps what finished, as a FAIL
+        finish(results, cfg, (len(rows), n))
+        _write_atomic(path, results)
+
+    def lane(lane_cfg: RunConfig) -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, sc = todo.pop(0)
+            tag = f"[{i}/{n}] {sc.name} ({cfg.engine.name})"
+            echo(tag + (f" on GPU {lane_cfg.gpus[0]}" if len(lanes) > 1 else ""))
+            try:
+                row = run_scenario(lane_cfg, sc, echo)
+            except BaseException:
+                with lock:
+                    todo.clear()  # the other lanes stop after their current scenario; the error is raised
+                raise
+            if len(lanes) > 1:
+                row["devices"] = lane_cfg.gpus[0]
+                row.setdefault("notes", []).append(
+                    f"ran on GPU {lane_cfg.gpus[0]}, both sides: the suite's scenarios ran side by side on GPUs "
+                    f"{', '.join(cfg.gpus)}, one a GPU, so its figures compare with other scenarios' only across GPUs")
+            with lock:
+                rows[sc.name] = row
+                publish()
+                ran, left = len(rows) - kept_n, len(todo)
+                took = time.monotonic() - t0
+                eta = f", about {_duration(took / ran * left)} left" if left else ""
+                echo(f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
+                     + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
+                     + f" [{_duration(took)} so far{eta}]")
+
+    if todo:
+        side_by_side(lane, [(c,) for c in lanes])
+    elif rows:
+        publish()
     return results
+
+
+def spreads_scenarios(cfg: RunConfig) -> bool:
+    """Whether ``--gpus`` spreads the suite's scenarios (one a device set) rather than a scenario's rounds."""
+    return len(cfg.gpus) > 1 and _rounds(cfg) < 2
 
 
 def _write_atomic(path: str, data: dict) -> None:

@@ -8,6 +8,7 @@
 # Steps ($STEPS, in this order by default, each independent of a failed one before it):
 #   suite     `fk run --suite fk46-llm --smoke` with the Triton plugin, compiled, one round (--interleave 0): the wall
 #             time per phase of a whole suite (the report's "Where the wall time went"); bar: 25 minutes
+#             ($SUITE_GPUS, e.g. "0 1 2 3": the scenarios side by side, one a GPU)
 #   adapter   the adapter's cost: A/A, then passthrough, $ROUNDS (5) interleaved rounds each, on llama31-8b-decode and
 #             llama31-8b-4l-prefill, compiled (vLLM) / default (SGLang): the passthrough's 95% interval (its report)
 #             beside the A/A's, the floor of the same hold ($ADAPTER_SIDES: "aa", "pass" or both, the default; two
@@ -32,6 +33,7 @@ case $1 in
       case $step in
         suite)
           /usr/bin/time -v $RUN --plugins triton --suite fk46-llm --smoke --interleave 0 --allow-unexercised \
+            ${SUITE_GPUS:+--gpus $SUITE_GPUS} \
             --out "$W/suite-fk46-llm" 2> "$W/suite-fk46-llm.time" | tail -3
           grep -E "Elapsed|Maximum resident" "$W/suite-fk46-llm.time" ;;
         adapter)

@@ -1,6 +1,7 @@
 """Suite-level verdicts of the A/B runner, without an engine."""
 import json
 import os
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -268,3 +269,41 @@ def test_repeats_shape_every_process_timed_phases_and_key_the_run(tmp_path):
     assert "perf" not in ab.scenario_job(_cfg(correctness_only=True), sc, str(tmp_path))
     assert "repeats" not in ab.run_key(_cfg()) and ab.run_key(_cfg(repeats=2))["repeats"] == 2
 
+
+
+def test_gpus_without_rounds_spread_a_suites_scenarios_one_a_gpu(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_run(cfg, sc, echo):
+        ran.append((sc.name, cfg.gpus))
+        time.sleep(0.05)  # long enough for the other lane to take the next scenario
+        return dict(_row("PASSED", rms_norm="exercised"), scenario=sc.name)
+
+    monkeypatch.setattr(ab, "run_scenario", fake_run)
+    names = [f"s{i}" for i in range(5)]
+    cfg = _cfg(out_dir=str(tmp_path), gpus=("0", "1"), allow_uncovered=True)
+    assert ab.spreads_scenarios(cfg) and not ab.spreads_scenarios(_cfg(gpus=("0", "1"), interleave=3))
+    res = ab.run_suite(cfg, [SimpleNamespace(name=n) for n in names], "0.0", echo=lambda m: None)
+    assert sorted(n for n, _ in ran) == names  # each scenario once
+    assert {g for _, g in ran} == {("0",), ("1",)}  # both GPUs took scenarios, one set each
+    assert [r["scenario"] for r in res["scenarios"]] == names and res["verdict"] == "PASS"  # suite order kept
+    assert all(r["devices"] == dict(ran)[r["scenario"]][0] and "side by side on GPUs 0, 1" in r["notes"][-1]
+               for r in res["scenarios"])
+    assert json.loads((tmp_path / "results.json").read_text())["scenarios"] == res["scenarios"]
+
+
+def test_a_failing_scenario_stops_the_other_lanes_after_their_current_one(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_run(cfg, sc, echo):
+        ran.append(sc.name)
+        if sc.name == "s0":
+            raise RuntimeError("engine exploded")
+        time.sleep(0.1)
+        return dict(_row("PASSED", rms_norm="exercised"), scenario=sc.name)
+
+    monkeypatch.setattr(ab, "run_scenario", fake_run)
+    cfg = _cfg(out_dir=str(tmp_path), gpus=("0", "1"), allow_uncovered=True)
+    with pytest.raises(RuntimeError, match="engine exploded"):
+        ab.run_suite(cfg, [SimpleNamespace(name=f"s{i}") for i in range(6)], "0.0", echo=lambda m: None)
+    assert len(ran) <= 3  # s0, s1 on the other GPU, at most one more taken before s0 failed
