@@ -14,6 +14,7 @@
 #             ($WORKLOAD: another capture's file)
 #   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, $AB_INTERLEAVE rounds: default
 #             2; 0: one engine process a side)
+#   pass      the passthrough, correctness only, against ab's baseline runs (ab must have run in this hold)
 #   wrong     fk-wrong's $WRONG (default wrong-moe, then wrong-gemm), correctness only, against ab's baseline runs
 #             where ab ran in this hold (else its own): each must FAIL
 #   tfx       (vllm's site only) fk-vllm-moe, vLLM's Triton fused MoE, in the transformers host on tiny-mixtral
@@ -43,9 +44,13 @@ case $1 in
           $FK check --engine "$ENGINE" --plugins triton,passthrough --slots gemm,fused_moe \
             --workload "${WORKLOAD:-$W/fk46/$SC/$ENGINE.json}" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
         ab)
-          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered --out "$W/ab-triton" ;;
+          $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered \
+            --out "$W/ab-triton-$SC" ;;
+        pass)
+          $RUN --plugins passthrough --scenario $SC --smoke --correctness-only --baseline-from "$W/ab-triton-$SC" \
+            --allow-uncovered --out "$W/ab-passthrough-$SC" ;;
         wrong)
-          BASE=(); [ -d "$W/ab-triton" ] && BASE=(--baseline-from "$W/ab-triton")  # else its own baseline runs
+          BASE=(); [ -d "$W/ab-triton-$SC" ] && BASE=(--baseline-from "$W/ab-triton-$SC")  # else its own baseline runs
           for p in ${WRONG:-wrong-moe wrong-gemm}; do
             $RUN --plugins $p --scenario $SC --smoke --correctness-only "${BASE[@]}" --allow-uncovered --out "$W/ab-$p-$SC"
           done ;;
