@@ -5,6 +5,8 @@ from __future__ import annotations
 from fk_adapters import op_families
 
 TOP_KERNELS = 5
+MOVERS = 8  # the kernels whose device time moved most, named with their share of the step's delta
+STILL = 0.01  # a step whose time moved less than this fraction is not attributed: its delta is noise
 
 
 def _families(kernel_us: dict[str, float]) -> dict[str, float]:
@@ -35,10 +37,30 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
              "share_of_delta": (fc.get(fam, 0.0) - fb.get(fam, 0.0)) / delta if delta else None}
             for fam in set(fb) | set(fc)]
     rows.sort(key=lambda r: -abs(r["delta_us"]))
-    return {"baseline_us": round(tb, 1), "candidate_us": round(tc, 1), "step_ratio": tb / tc if tc else None,
-            "families": rows, "only_candidate": _top(cand, set(cand) - set(base)),
-            "only_baseline": _top(base, set(base) - set(cand)),
-            "baseline_idle_us": _idle(base_profile), "candidate_idle_us": _idle(cand_profile)}
+    out = {"baseline_us": round(tb, 1), "candidate_us": round(tc, 1), "step_ratio": tb / tc if tc else None,
+           "families": rows, "only_candidate": _top(cand, set(cand) - set(base)),
+           "only_baseline": _top(base, set(base) - set(cand)),
+           "baseline_idle_us": _idle(base_profile), "candidate_idle_us": _idle(cand_profile)}
+    out["movers"] = _movers(base, cand, out["baseline_idle_us"], out["candidate_idle_us"])
+    return out
+
+
+def _movers(base: dict[str, float], cand: dict[str, float], idle_b: float | None, idle_c: float | None) -> dict:
+    """The kernels whose device time moved most (largest |Δ| first) and the share of the step's delta they name: the
+    step's delta is its device time's plus, where measured, the device's wait on the host (which no kernel names).
+    No shares for a step that moved less than ``STILL``: there is nothing to attribute."""
+    deltas = {n: cand.get(n, 0.0) - base.get(n, 0.0) for n in set(base) | set(cand)}
+    ranked = sorted((n for n in deltas if deltas[n]), key=lambda n: (-abs(deltas[n]), n))[:MOVERS]
+    idle = idle_c - idle_b if idle_b is not None and idle_c is not None else None
+    step_b = sum(base.values()) + (idle_b or 0.0)
+    total = sum(deltas.values()) + (idle or 0.0)
+    moved = bool(step_b) and abs(total) >= STILL * step_b
+    return {"kernels": [{"kernel": n, "family": op_families.family(n), "baseline_us": round(base.get(n, 0.0), 1),
+                         "candidate_us": round(cand.get(n, 0.0), 1), "delta_us": round(deltas[n], 1)}
+                        for n in ranked],
+            "step_delta_us": round(total, 1), "idle_delta_us": None if idle is None else round(idle, 1),
+            "named_share": sum(deltas[n] for n in ranked) / total if moved else None,
+            "idle_share": idle / total if moved and idle is not None else None}
 
 
 def _idle(profiles: list[dict]) -> float | None:
@@ -67,11 +89,26 @@ def markdown(scenario: str, s: dict) -> list[str]:
              f"{s['candidate_us']:.0f} µs in the candidate (baseline / candidate {s['step_ratio']:.3f}).{idle}", "",
              tabulate(rows, headers=["op family", "catalog slots", "baseline µs", "candidate µs", "Δ µs",
                                      "share of Δ"], tablefmt="github"), ""]
+    lines += _mover_lines(s.get("movers"))
     for key, who in (("only_candidate", "Only in the candidate"), ("only_baseline", "Only in the baseline")):
         if s[key]:
             lines.append(f"{who} (largest first): " + "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, "
                                                                 f"{k['us']:.0f} µs)" for k in s[key]))
     return lines + [""]
+
+
+def _mover_lines(m: dict | None) -> list[str]:
+    """The kernels behind the step's delta, and how much of it they name (splits of an older fk have none)."""
+    if not m or not m["kernels"]:
+        return []
+    named = "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, {k['delta_us']:+.0f} µs)" for k in m["kernels"])
+    if m["named_share"] is None:
+        return [f"Kernels whose device time moved most: {named}. The step moved by {m['step_delta_us']:+.0f} µs, "
+                f"less than {100 * STILL:.0f}% of it: nothing to attribute.", ""]
+    idle = ("" if m["idle_share"] is None else
+            f"; the device's wait on the host, {m['idle_delta_us']:+.0f} µs, is {100 * m['idle_share']:.0f}%")
+    return [f"Kernels whose device time moved most: {named}. These {len(m['kernels'])} kernels name "
+            f"**{100 * m['named_share']:.0f}%** of the step's delta of {m['step_delta_us']:+.0f} µs{idle}.", ""]
 
 
 def moved(base_split: dict | None, head_split: dict | None) -> list[dict]:

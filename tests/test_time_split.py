@@ -20,6 +20,28 @@ def test_a_slower_gemm_and_a_broken_fusion_are_named():
     assert [k["kernel"] for k in s["only_baseline"]] == ["nvjet_tst_128x64", "triton_poi_fused_rms_norm_mul_0"]
     text = "\n".join(time_split.markdown("fk46-llama-3.1", s))
     assert "| gemm" in text and "+100.0%" in text and "Only in the baseline" in text
+    m = s["movers"]
+    assert [k["kernel"] for k in m["kernels"]] == ["fk_triton_gemm_kernel", "nvjet_tst_128x64",
+                                                   "triton_poi_fused_rms_norm_mul_0", "fk_triton_rms_norm_kernel",
+                                                   "elementwise_kernel"]  # largest |delta| first; flash did not move
+    assert (m["step_delta_us"], m["named_share"], m["idle_share"]) == (150.0, 1.0, None)
+    assert "These 5 kernels name **100%** of the step's delta of +150 µs." in text
+
+
+def test_the_named_kernels_share_counts_the_hosts_wait_and_a_still_step_is_not_attributed(monkeypatch):
+    from fk_adapters import op_families
+
+    base, cand = _profile({"a": 500.0, "b": 500.0}), _profile({"a": 560.0, "b": 500.0})
+    base[0].update(op_families.span_busy([(0, 1000)]))
+    cand[0].update(op_families.span_busy([(0, 1060), (1100, 1100)]))  # 40 µs more waiting on the host
+    m = time_split.split(base, cand)["movers"]
+    assert [k["kernel"] for k in m["kernels"]] == ["a"] and m["step_delta_us"] == 100.0
+    assert abs(m["named_share"] - 0.6) < 1e-9 and abs(m["idle_share"] - 0.4) < 1e-9
+    text = "\n".join(time_split.markdown("x", time_split.split(base, cand)))
+    assert "**60%** of the step's delta of +100 µs; the device's wait on the host, +40 µs, is 40%" in text
+    still = time_split.split(_profile({"a": 1000.0}), _profile({"a": 1005.0}))  # 0.5%: noise
+    assert still["movers"]["named_share"] is None
+    assert "nothing to attribute" in "\n".join(time_split.markdown("x", still))
 
 
 def test_the_device_idle_between_kernels_is_told_apart_from_their_device_time():
