@@ -104,7 +104,7 @@ def _mover_lines(m: dict | None) -> list[str]:
     named = "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, {k['delta_us']:+.0f} µs)" for k in m["kernels"])
     if m["named_share"] is None:
         return [f"Kernels whose device time moved most: {named}. The step moved by {m['step_delta_us']:+.0f} µs, "
-                f"less than {100 * STILL:.0f}% of it: nothing to attribute.", ""]
+                f"less than {100 * STILL:.0f}% of the baseline's: nothing to attribute.", ""]
     idle = ("" if m["idle_share"] is None else
             f"; the device's wait on the host, {m['idle_delta_us']:+.0f} µs, is {100 * m['idle_share']:.0f}%")
     return [f"Kernels whose device time moved most: {named}. These {len(m['kernels'])} kernels name "
