@@ -14,6 +14,9 @@
 #             beside the A/A's, the floor of the same hold ($ADAPTER_SIDES: "aa", "pass" or both, the default; two
 #             lanes of one machine can take one each; $ADAPTER_GPUS, e.g. "0 1": `fk run --gpus`, the rounds after the
 #             first side by side on those GPUs)
+#   startup   one A/A pair of fk46-llama-3.1 (--smoke, one process a side) with vLLM's engine core in fk's driver
+#             process (--no-multiprocessing) and one without: the wall-time tables say what the second process and
+#             its import cost per start (a lever for the suite's 25 minutes)
 #   checkc    `fk check` of the Triton plugin on $CAPTURE's captured shapes with both baselines: the engine's kernel
 #             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta
 #   split     the Triton A/B on $SC (compiled, $AB_INTERLEAVE rounds) with its profiled step: the report's "Where the
@@ -43,6 +46,10 @@ case $1 in
             case " ${ADAPTER_SIDES:-aa pass} " in *" pass "*)
               $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG \
                 --out "$W/adapter-pass-$S" | tail -1 ;; esac
+          done ;;
+        startup)
+          for mp in "" --no-multiprocessing; do
+            $RUN --aa --scenario fk46-llama-3.1 --smoke --interleave 0 $mp --out "$W/startup-aa${mp:+-inproc}" | tail -1
           done ;;
         checkc)
           $FK capture --engine "$ENGINE" --scenario "$CAPTURE" --profile --smoke --model-cache $MODELS --timeout 900 \

@@ -135,14 +135,23 @@ case ${1:-} in
     (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
     wait ;;
-  s35-linear)  # a later hold (vLLM): the linear-attention passthroughs session 32 did not finish, Mamba2's wrong
-    # variants and check, Kimi-Linear
+  s35-vllm)  # a later hold, vLLM only (issues 29, 30, 31, 32 on H100s; stage with KEEP=the S31 mamba2 capture):
+    # GPU 0: Mamba2 on an H100 (Triton A/B, passthrough, wrong-ssd / wrong-gated-norm, the check with gated_rms_norm);
+    # GPU 1: qwen3-next's Triton A/B on an H100 and its passthrough (the GDN prep-kernel seam), then Kimi-Linear;
+    # GPU 2: fk46-llama-3.1 (Triton after session 28's attention change, the native-path passthrough, wrong-attention,
+    # wrong-gemm), then fk46-mixtral's wrong-moe on an H100 (session 26's was on H200s);
+    # GPU 3: fk-vllm-moe in the transformers host (issue 29's third-party plugin), a vLLM start with the engine core in
+    # fk's driver process (--no-multiprocessing: a suite lever, to measure), then ColBERTv2 and Whisper in vLLM
     S31=$REPO/reports/gpu/s31-h100x4
-    (lane V-B 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass") &
-    (lane V-A 30 vllm 1 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
+    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
-    (lane V-K 30 vllm 2 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
-    (lane V-F 29 vllm 3 STEPS="tfx") &
+    (lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass"
+     lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
+    (lane V-L 30 vllm 2 STEPS="ab pass wrong" SC=fk46-llama-3.1
+     lane V-L 29 vllm 2 STEPS="ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG=wrong-moe) &
+    (lane V-F 29 vllm 3 STEPS="tfx"
+     lane V-F 31 vllm 3 STEPS="startup"
+     lane V-F 32 vllm 3 STEPS="pooling" POOLING="fk46-colbertv2 fk46-whisper") &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
@@ -161,5 +170,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-linear|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|pack"; exit 2 ;;
 esac
