@@ -626,19 +626,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     os.makedirs(cfg.out_dir, exist_ok=True)
     path = os.path.join(cfg.out_dir, "results.json")
     done = finished_rows(cfg, path, echo)
-    results = {**stamp(Kind.RUN), "fk_version": __version__,
-               "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
-               "device": cfg.device, "host": platform.node(), "machine": machine.identity(),
-               "python": sys.version.split()[0], "mode": cfg.mode,
-               "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
-               "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
-               "quick": cfg.quick, "correctness_only": cfg.correctness_only,
-               "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
-               "interleave": _rounds(cfg),
-               "run_key": run_key(cfg), "thresholds": metrics.THRESHOLDS,
-               "output_thresholds": metrics.OUTPUT_THRESHOLDS, "engine_integrity": cfg.engine_integrity,
-               "scenarios": []}
+    results = _suite_header(cfg, engine_version)
     kept = [sc.name for sc in scenarios if sc.name in done]
     if kept:
         echo(f"resuming: {len(kept)} of {len(scenarios)} scenario(s) already finished in {path} "
@@ -684,17 +672,38 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                 rows[sc.name] = row
                 publish()
                 ran, left = len(rows) - kept_n, len(todo)
-                took = time.monotonic() - t0
-                eta = f", about {_duration(took / ran * left)} left" if left else ""
-                echo(f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
-                     + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
-                     + f" [{_duration(took)} so far{eta}]")
+                echo(_finished_line(tag, row, time.monotonic() - t0, ran, left))
 
     if todo:
         side_by_side(lane, [(c,) for c in lanes])
     elif rows:
         publish()
     return results
+
+
+def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
+    """What results.json says of the whole run, before its scenarios."""
+    return {**stamp(Kind.RUN), "fk_version": __version__,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
+            "device": cfg.device, "host": platform.node(), "machine": machine.identity(),
+            "python": sys.version.split()[0], "mode": cfg.mode,
+            "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
+            "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
+            "quick": cfg.quick, "correctness_only": cfg.correctness_only,
+            "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
+            "interleave": _rounds(cfg),
+            "run_key": run_key(cfg), "thresholds": metrics.THRESHOLDS,
+            "output_thresholds": metrics.OUTPUT_THRESHOLDS, "engine_integrity": cfg.engine_integrity,
+            "scenarios": []}
+
+
+def _finished_line(tag: str, row: dict, took: float, ran: int, left: int) -> str:
+    """The progress line of a finished scenario: its status, and the suite's time so far and left."""
+    eta = f", about {_duration(took / ran * left)} left" if left else ""
+    return (f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
+            + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
+            + f" [{_duration(took)} so far{eta}]")
 
 
 def spreads_scenarios(cfg: RunConfig) -> bool:
