@@ -104,6 +104,7 @@ def run(args) -> int:
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     if args.interleave is None:  # a GPU timing is a claim: measure the variation between engine processes
         args.interleave = MIN_ROUNDS if device == "cuda" and not (args.baseline_from or args.correctness_only) else 0
+    _check_gpu_sets(args.gpus, chosen)
     if args.gpus and (device != "cuda" or (args.interleave < 2 and len({sc.name for sc in chosen}) < 2)):
         raise UsageError("--gpus spreads a CUDA run over device sets, either the interleaved rounds of each scenario "
                          "(--interleave N, N >= 2) or a suite's scenarios, one a set: it needs --device cuda and "
@@ -126,6 +127,16 @@ def run(args) -> int:
     if len(specs) > 1:
         all_results = [_combine(args.out, all_results, integrity)]
     return 0 if all(r["verdict"] == Verdict.PASS for r in all_results) else 1
+
+
+def _check_gpu_sets(gpus, chosen) -> None:
+    """Every --gpus set must hold as many GPUs as each scenario's tensor-parallel size."""
+    for sc in chosen:
+        tp = int(sc.engine.get("tensor_parallel_size", 1))
+        short = [d for d in gpus if len(d.split(",")) < tp]
+        if short:
+            raise UsageError(f"{sc.name} runs at tensor-parallel size {tp}: each --gpus set needs {tp} GPUs "
+                             f"(e.g. 0,1 2,3), not {' '.join(short)}")
 
 
 def _candidate(args) -> tuple[list[str], list]:

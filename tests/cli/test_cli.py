@@ -60,6 +60,8 @@ def test_bad_input_in_process(capsys, tmp_path):
         (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--device", "cpu", "--gpus", "0", "1"],
          "needs --device cuda and --interleave"),
         (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--repeats", "-1"], "needs N >= 1"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama-tp2", "--device", "cpu", "--gpus", "0", "1"],
+         "each --gpus set needs 2 GPUs"),
         (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--repeats", "2", "--correctness-only"],
          "not --correctness-only"),
     ]
