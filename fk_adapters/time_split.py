@@ -41,18 +41,19 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
            "families": rows, "only_candidate": _top(cand, set(cand) - set(base)),
            "only_baseline": _top(base, set(base) - set(cand)),
            "baseline_idle_us": _idle(base_profile), "candidate_idle_us": _idle(cand_profile)}
-    out["movers"] = _movers(base, cand, out["baseline_idle_us"], out["candidate_idle_us"])
+    out["movers"] = _movers(base, cand, tb + (out["baseline_idle_us"] or 0.0), out["baseline_idle_us"],
+                            out["candidate_idle_us"])
     return out
 
 
-def _movers(base: dict[str, float], cand: dict[str, float], idle_b: float | None, idle_c: float | None) -> dict:
+def _movers(base: dict[str, float], cand: dict[str, float], step_b: float, idle_b: float | None,
+            idle_c: float | None) -> dict:
     """The kernels whose device time moved most (largest |Δ| first) and the share of the step's delta they name: the
     step's delta is its device time's plus, where measured, the device's wait on the host (which no kernel names).
-    No shares for a step that moved less than ``STILL``: there is nothing to attribute."""
+    No shares for a step that moved less than ``STILL`` of the baseline's ``step_b``: there is nothing to attribute."""
     deltas = {n: cand.get(n, 0.0) - base.get(n, 0.0) for n in set(base) | set(cand)}
     ranked = sorted((n for n in deltas if deltas[n]), key=lambda n: (-abs(deltas[n]), n))[:MOVERS]
     idle = idle_c - idle_b if idle_b is not None and idle_c is not None else None
-    step_b = sum(base.values()) + (idle_b or 0.0)
     total = sum(deltas.values()) + (idle or 0.0)
     moved = bool(step_b) and abs(total) >= STILL * step_b
     return {"kernels": [{"kernel": n, "family": op_families.family(n), "baseline_us": round(base.get(n, 0.0), 1),

@@ -632,7 +632,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
         echo(f"resuming: {len(kept)} of {len(scenarios)} scenario(s) already finished in {path} "
              f"({', '.join(kept)}); --force runs them again")
     n, t0, lock = len(scenarios), time.monotonic(), threading.Lock()
-    rows = {name: row for name, row in done.items() if name in {sc.name for sc in scenarios}}
+    rows = {name: done[name] for name in kept}
     todo = [(i, sc) for i, sc in enumerate(scenarios, 1) if sc.name not in rows]
     for i, sc in enumerate(scenarios, 1):
         if sc.name in rows:
@@ -640,8 +640,6 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     lanes = [replace(cfg, gpus=(d,)) for d in cfg.gpus] if spreads_scenarios(cfg) else [cfg]
     if len(lanes) > 1:
         echo(f"{len(todo)} scenario(s) side by side on GPUs {', '.join(cfg.gpus)}, one at a time on each")
-
-    kept_n = len(rows)
 
     def publish() -> None:  # after every scenario: an interrupted suite keeps what finished, as a FAIL
         results["scenarios"] = [rows[sc.name] for sc in scenarios if sc.name in rows]
@@ -671,7 +669,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
             with lock:
                 rows[sc.name] = row
                 publish()
-                ran, left = len(rows) - kept_n, len(todo)
+                ran, left = len(rows) - len(kept), len(todo)
                 echo(_finished_line(tag, row, time.monotonic() - t0, ran, left))
 
     if todo:
