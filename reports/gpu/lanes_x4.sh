@@ -121,19 +121,19 @@ case ${1:-} in
     (lane S-D 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass ROUNDS=3) &
     wait ;;
   s34-sglang)  # session 34, SGLang only: TP=4 on all four GPUs (Triton, then the passthrough against its baseline,
-    # all_reduce now on SGLang's own call; wrong-all-reduce failed at TP=2 in session 33), then one lane a GPU:
-    # fk46-llama-3.1 (issues 29 and 30: the Triton A/B after session 28's attention change, the passthrough,
-    # wrong-attention and wrong-gemm), the checks (issue 29's gemm / fused_moe on session 28's fk46-qwen3-next capture,
-    # issue 30's paged_attention on session 27's fk46-llama-3.1 capture, last checked before the exp2 change), and the
-    # adapter's cost at 5 rounds (A/A, passthrough). Stage with
+    # all_reduce now on SGLang's own call; wrong-all-reduce failed at TP=2 in session 33), then one lane a GPU, each
+    # short enough for what the hold leaves: GPU 0 fk46-llama-3.1 (issues 29 and 30: the Triton A/B after session 28's
+    # attention change, the passthrough against its baseline, then wrong-attention and wrong-gemm); GPU 1 issue 29's
+    # gemm / fused_moe check on session 28's fk46-qwen3-next capture; GPU 2 issue 30's paged_attention check on session
+    # 27's fk46-llama-3.1 capture (last checked before the exp2 change); GPU 3 issue 31's adapter cost on the prefill
+    # scenario (A/A, then passthrough, 3 rounds; the 5-round decode runs do not fit behind TP=4). Stage with
     # KEEP="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json $S27/i29/sglang/fk46/fk46-llama-3.1/sglang.json" (repo paths)
     S28=$REPO/reports/gpu/s28-h100x4 S27=$REPO/reports/gpu/s27-h100x4
     lane S-T 33 sglang 0,1,2,3 TP=4 STEPS="triton pass" PASS_REUSE=1 SCENARIOS=fk46-llama-3.1-tp4 ROUNDS=0
     (lane S-L 30 sglang 0 STEPS="ab pass wrong" SC=fk46-llama-3.1) &
-    (lane S-Q 29 sglang 1 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json"
-     lane S-Q 30 sglang 1 STEPS="check" WORKLOAD="$S27/i29/sglang/fk46/fk46-llama-3.1/sglang.json") &
-    (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
-    (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+    (lane S-Q 29 sglang 1 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json") &
+    (lane S-A 30 sglang 2 STEPS="check" WORKLOAD="$S27/i29/sglang/fk46/fk46-llama-3.1/sglang.json") &
+    (lane S-P 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
     wait ;;
   s35-vllm)  # a later hold, vLLM only (issues 29, 30, 31, 32 on H100s; stage with KEEP=the S31 mamba2 capture):
     # GPU 0: Mamba2 on an H100 (Triton A/B, passthrough, wrong-ssd / wrong-gated-norm, the check with gated_rms_norm);
