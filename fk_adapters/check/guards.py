@@ -149,8 +149,20 @@ def live_threads() -> set[int]:
     return {t.ident for t in threading.enumerate() if t.is_alive()}
 
 
+# Threads torch starts for its own compiler: SGLang's fused_moe torch.compiles a helper under 33 tokens, and the
+# compile pool's timer thread may start while the candidate runs (session 34). Work a plugin starts runs elsewhere.
+FRAMEWORK_THREAD_MODULES = ("torch._inductor.",)
+
+
+def _framework_thread(t: threading.Thread) -> bool:
+    target = getattr(t, "_target", None)
+    module = getattr(target, "__module__", None) or type(t).__module__
+    return module.startswith(FRAMEWORK_THREAD_MODULES)
+
+
 def new_threads(before: set[int]) -> list[str]:
-    extra = [t.name for t in threading.enumerate() if t.is_alive() and t.ident not in before]
+    extra = [t.name for t in threading.enumerate()
+             if t.is_alive() and t.ident not in before and not _framework_thread(t)]
     return [f"left thread(s) running after the call: {', '.join(extra)}"] if extra else []
 
 

@@ -66,6 +66,23 @@ def test_work_left_on_another_thread_is_caught():
     assert any("left thread(s) running" in p and "cheat-fill" in p for p in problems), problems
 
 
+def test_torch_compile_pool_thread_is_not_the_candidates():
+    from torch._inductor.compile_worker.timer import Timer
+
+    timers = []
+
+    def engine_compiles_meanwhile(x):
+        timers.append(Timer(60, lambda: None))
+        timers[-1].record_call()  # what torch's compile pool does when a job is submitted
+        return SILU.reference(x)
+
+    try:
+        assert _round(SILU, engine_compiles_meanwhile) == []
+    finally:
+        for t in timers:
+            t.quit()
+
+
 def test_replaced_timing_function_is_caught():
     integrity = guards.TimingIntegrity()
     clock = timing.Clock("cpu", integrity.saved)
