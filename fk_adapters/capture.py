@@ -142,6 +142,9 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
         out["profile"] = {"steps": PROFILE_STEPS, "note": PROFILE_NOTE, "op_shares": op_families.shares(kernel_us),
                           "kernel_us": dict(sorted(kernel_us.items(), key=lambda kv: -kv[1])),
                           "values_paused": True}  # every driver's profiled step (skeleton.values_paused)
+        in_slots = op_families.merge_kernel_us(res.get("profile"), "slot_us")
+        if in_slots:  # the device time of kernels launched inside fk's slot calls, per slot
+            out["profile"]["slot_us"] = dict(sorted(in_slots.items(), key=lambda kv: -kv[1]))
     out["counts_note"] = COUNTS_NOTE
     out["values_note"] = VALUES_NOTE
     out["total_calls"] = {s: sum(e["calls"] for e in slots.get(s, [])) for s in hooked}  # 0: hooked, never called

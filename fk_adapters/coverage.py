@@ -102,6 +102,15 @@ def op_shares(capture: dict) -> dict[str, float]:
     return op_families.shares(profile["kernel_us"]) if profile.get("kernel_us") else profile.get("op_shares", {})
 
 
+def in_slot_share(capture: dict) -> float | None:
+    """The share of the profiled batch's device time in kernels launched inside fk's slot calls (the slots' own
+    engine code, whatever its kernels are named); None for a capture older than that measure, or unpaused."""
+    profile = capture.get("profile", {})
+    if not statistics_paused(capture) or "slot_us" not in profile or not profile.get("kernel_us"):
+        return None
+    return sum(profile["slot_us"].values()) / sum(profile["kernel_us"].values())
+
+
 def uncovered_shares(capture: dict) -> dict[str, float]:
     """A run's device-time shares outside the slots it called; a catalog family whose slots the
     run never called (e.g. an activation fused inside a MoE kernel's path) is named as such."""
@@ -158,10 +167,16 @@ def render(captures: list[dict], command: str = "", served: list[dict] | None = 
         total = c.get("total_calls", {})
         shares = op_shares(c)
         in_catalog = sum(v for f, v in shares.items() if f in op_families.SLOT_FAMILIES and _routed(c, f))
+        inside = in_slot_share(c)
         rows.append([c["scenario"], c.get("engine", "?"), c.get("device", "?")] + [total.get(s, "-") for s in slots]
-                    + [f"{100 * in_catalog:.1f}%" if shares else "-"])
-    lines += ["", tabulate(rows, headers=["scenario", "engine", "device", *slots, "device time in catalog slots"],
-                           tablefmt="github")]
+                    + [f"{100 * in_catalog:.1f}%" if shares else "-",
+                       "-" if inside is None else f"{100 * inside:.1f}%"])
+    lines += ["", tabulate(rows, headers=["scenario", "engine", "device", *slots, "device time in catalog slots",
+                                          "inside slot calls"], tablefmt="github"), "",
+              "Device time in catalog slots: the kernels whose names fall in a catalog family whose slots the run "
+              "called (`fk_adapters/op_families.py`). Inside slot calls: the kernels launched inside fk's slot calls, "
+              "whatever their names (a slot whose engine code runs generic elementwise kernels counts there too); - "
+              "for captures made before fk measured it."]
     lines += render_served(served or [])
     ranking = uncovered_ranking(captures)
     if ranking:
@@ -173,7 +188,7 @@ def render(captures: list[dict], command: str = "", served: list[dict] | None = 
     data = {"kind": "coverage", "fk_version": __version__, "command": command,
             "captures": [{"scenario": c["scenario"], "engine": c.get("engine"), "device": c.get("device"),
                           "path": c["path"], "total_calls": c.get("total_calls", {}),
-                          "op_shares": op_shares(c)} for c in captures],
+                          "op_shares": op_shares(c), "in_slot_share": in_slot_share(c)} for c in captures],
             "uncovered_ranking": [{"family": f, "mean_share": m, "runs": n} for f, m, n in ranking],
             "served": [dict(r, share=served_share(r)) for r in served or []]}
     return "\n".join(lines) + "\n", data

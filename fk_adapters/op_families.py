@@ -46,6 +46,7 @@ SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm", "gated_rms_norm"
                  "ssm / linear attention": ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
                                             "ssm_state_update")}
 OTHER = "other"
+SLOT_SCOPE = "fk.slot:"  # the profiler range fk capture opens around each slot call (``ops.wrap``)
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES]
 
 
@@ -79,12 +80,63 @@ def tally(kernel_events: Iterable[tuple[str, float]]) -> tuple[dict[str, int], d
 
 
 def kernel_profile(prof) -> dict:
-    """{"kernels": launches, "kernel_us": device microseconds, per CUDA kernel name, and ``span_busy``'s keys} of a
-    stopped ``torch.profiler.profile``, from one walk of its events."""
-    ranges = [(evt.name, evt.time_range.start, evt.time_range.end) for evt in prof.events()
-              if str(getattr(evt, "device_type", "")).endswith("CUDA")]
+    """{"kernels": launches, "kernel_us": device microseconds, per CUDA kernel name, ``span_busy``'s keys, and
+    "slot_us" where fk's capture marked its slot calls} of a stopped ``torch.profiler.profile``. A
+    ``record_function`` range shows on the device too, as a span over its kernels: not a kernel, left out."""
+    events = prof.events()
+    ranges = [(evt.name, evt.time_range.start, evt.time_range.end) for evt in events
+              if _on_device(evt) and not getattr(evt, "is_user_annotation", False)]
     kernels, kernel_us = tally((name, end - start) for name, start, end in ranges)
-    return {"kernels": kernels, "kernel_us": kernel_us, **span_busy((start, end) for _, start, end in ranges)}
+    slots = slot_us(events)
+    return {"kernels": kernels, "kernel_us": kernel_us, **span_busy((start, end) for _, start, end in ranges),
+            **({"slot_us": slots} if slots else {})}
+
+
+def _on_device(evt) -> bool:
+    return str(getattr(evt, "device_type", "")).endswith("CUDA")
+
+
+def _in_slot_scope(evt) -> bool:
+    parent = getattr(evt, "cpu_parent", None)
+    while parent is not None:
+        if parent.name.startswith(SLOT_SCOPE):
+            return True
+        parent = getattr(parent, "cpu_parent", None)
+    return False
+
+
+def slot_us(events) -> dict[str, float]:
+    """{slot: device microseconds of the kernels launched inside its calls} from the host-side ranges fk's capture
+    opens around each slot call (``SLOT_SCOPE`` + slot name; the outermost where they nest)."""
+    out: dict[str, float] = {}
+    for evt in events:
+        if not evt.name.startswith(SLOT_SCOPE) or _on_device(evt):
+            continue
+        if _in_slot_scope(evt):
+            continue
+        us = float(getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0.0) or 0.0)
+        if us > 0:
+            name = evt.name[len(SLOT_SCOPE):]
+            out[name] = out.get(name, 0.0) + us
+    return out
+
+
+def trace_slot_us(events: list[dict]) -> dict[str, float]:
+    """``slot_us`` from a Chrome trace's events (SGLang's profiler): each kernel inside the device-side span of a slot
+    range on its own stream counts for that slot (eager: a stream runs one range's kernels at a time)."""
+    spans = [(e.get("pid"), e.get("tid"), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)),
+              e["name"][len(SLOT_SCOPE):]) for e in events
+             if e.get("cat") == "gpu_user_annotation" and str(e.get("name", "")).startswith(SLOT_SCOPE) and "ts" in e]
+    out: dict[str, float] = {}
+    for k in events:
+        if k.get("cat") != "kernel" or "ts" not in k:
+            continue
+        start, dur = float(k["ts"]), float(k.get("dur", 0.0))
+        for pid, tid, lo, hi, slot in spans:
+            if (pid, tid) == (k.get("pid"), k.get("tid")) and lo <= start and start + dur <= hi:
+                out[slot] = out.get(slot, 0.0) + dur
+                break
+    return out
 
 
 def span_busy(intervals: Iterable[tuple[float, float]]) -> dict:
@@ -105,10 +157,11 @@ def span_busy(intervals: Iterable[tuple[float, float]]) -> dict:
     return {"span_us": round(max(e for _, e in spans) - spans[0][0], 1), "busy_us": round(busy, 1)}
 
 
-def merge_kernel_us(profiles: list[dict] | None) -> dict[str, float]:
-    """Device microseconds per kernel name, summed over the per-process profiles of a run."""
+def merge_kernel_us(profiles: list[dict] | None, key: str = "kernel_us") -> dict[str, float]:
+    """Device microseconds per kernel name (``key="slot_us"``: per slot), summed over the per-process profiles of a
+    run."""
     out: dict[str, float] = {}
     for prof in profiles or []:
-        for name, us in (prof.get("kernel_us") or {}).items():
+        for name, us in (prof.get(key) or {}).items():
             out[name] = out.get(name, 0.0) + us
     return out

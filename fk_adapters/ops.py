@@ -3,14 +3,14 @@
 The op's body is the only place a kernel call is counted: it runs on every eager call,
 and only at capture time under CUDA graphs (where the profiler is the evidence). Its
 fake implementation gives torch.compile the result's shape without running the kernel.
-In capture mode (``FK_CAPTURE=1`` when the op is wrapped) it also counts each call's signature and samples
-its inputs' value statistics.
+In capture mode (``FK_CAPTURE=1`` when the op is wrapped) it also counts each call's signature, samples
+its inputs' value statistics, and opens a profiler range around the call (``op_families.slot_us``).
 """
 from __future__ import annotations
 
 import re
 
-from fk_adapters import probe
+from fk_adapters import op_families, probe
 
 _registered: dict[str, object] = {}
 _libraries: list = []  # a torch Library deregisters its ops when collected: keep them alive
@@ -35,15 +35,18 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
     key = op_key(plugin, slot.name)
     allowed = set(dtypes)
     record = _recorder(slot) if probe.capturing() else None
+    scope = op_families.SLOT_SCOPE + slot.name
 
     def body(*args):
         probe.hit(key)
-        if record:
-            record(args)
         dtype = _DTYPE_NAMES.get(str(args[slot.dtype_arg].dtype), str(args[slot.dtype_arg].dtype))
         if dtype not in allowed:
             raise TypeError(f"fk kernel {key} does not support {dtype} (declared: {sorted(allowed)})")
-        return fn(*args)
+        if not record:
+            return fn(*args)
+        record(args)
+        with torch.profiler.record_function(scope):  # a profiled capture: the device time inside slot calls
+            return fn(*args)
 
     lib = torch.library.Library(namespace(plugin), "FRAGMENT")
     lib.define(slot.name + slot.schema)

@@ -38,3 +38,45 @@ def test_shares_sum_to_one_over_merged_processes():
     shares = op_families.shares(merged)
     assert list(shares) == ["gemm", "rms_norm"] and shares["gemm"] == pytest.approx(0.9)
     assert op_families.shares({}) == {}
+
+
+class _Evt:
+    """A torch profiler event as ``kernel_profile`` and ``slot_us`` read it."""
+
+    def __init__(self, name, device="DeviceType.CPU", us=0.0, parent=None, annotation=False, start=0.0):
+        self.name, self.device_type, self.device_time_total = name, device, us
+        self.cpu_parent, self.is_user_annotation = parent, annotation
+        self.time_range = type("R", (), {"start": start, "end": start + us})()
+
+
+def test_device_time_inside_slot_calls_counts_each_outermost_slot_range_once():
+    scope = op_families.SLOT_SCOPE
+    norm = _Evt(scope + "gated_rms_norm", us=30.0, annotation=True)
+    inner = _Evt(scope + "rms_norm", us=10.0, parent=_Evt("aten::mul", parent=norm), annotation=True)  # nested
+    gemm = _Evt(scope + "gemm", us=50.0, annotation=True)
+    device_side = _Evt(scope + "gemm", device="DeviceType.CUDA", us=55.0, annotation=True)  # the range's GPU span
+    assert op_families.slot_us([norm, inner, gemm, device_side, _Evt("aten::mm", us=7.0),
+                                _Evt(scope + "silu_and_mul")]) == {"gated_rms_norm": 30.0, "gemm": 50.0}
+
+
+def test_kernel_profile_leaves_the_device_side_of_a_range_out_of_the_kernels():
+    scope = op_families.SLOT_SCOPE
+    events = [_Evt("nvjet_tst", device="DeviceType.CUDA", us=40.0, start=1.0),
+              _Evt(scope + "gemm", device="DeviceType.CUDA", us=45.0, annotation=True, start=0.0),
+              _Evt(scope + "gemm", us=40.0, annotation=True)]
+    prof = type("P", (), {"events": lambda self: events})()
+    got = op_families.kernel_profile(prof)
+    assert got["kernel_us"] == {"nvjet_tst": 40.0} and got["slot_us"] == {"gemm": 40.0}
+    assert "slot_us" not in op_families.kernel_profile(type("P", (), {"events": lambda self: events[:1]})())
+
+
+def test_a_chrome_trace_credits_the_kernels_inside_a_slot_span_on_their_own_stream():
+    scope = op_families.SLOT_SCOPE
+    trace = [{"cat": "gpu_user_annotation", "name": scope + "gated_rms_norm", "ts": 100.0, "dur": 50.0, "pid": 0,
+              "tid": 7},
+             {"cat": "kernel", "name": "elementwise_kernel", "ts": 100.0, "dur": 20.0, "pid": 0, "tid": 7},
+             {"cat": "kernel", "name": "reduce_kernel", "ts": 125.0, "dur": 25.0, "pid": 0, "tid": 7},
+             {"cat": "kernel", "name": "other_stream", "ts": 110.0, "dur": 5.0, "pid": 0, "tid": 8},
+             {"cat": "kernel", "name": "nvjet_after", "ts": 151.0, "dur": 30.0, "pid": 0, "tid": 7}]
+    assert op_families.trace_slot_us(trace) == {"gated_rms_norm": 45.0}
+    assert op_families.trace_slot_us(trace[1:]) == {}

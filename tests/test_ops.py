@@ -52,3 +52,15 @@ def test_ops_compile_with_fake_impls():
     assert probe.traced[ops.op_key("unit_test_c", "rms_norm")] >= 1
     assert probe.traced[ops.op_key("unit_test_c", "rotary_embedding")] >= 1
     torch.testing.assert_close(got, expected)
+
+
+def test_a_capture_marks_each_slot_call_with_a_profiler_range(monkeypatch):
+    from fk_adapters import op_families
+
+    monkeypatch.setenv(probe.ENV_CAPTURE, "1")
+    slot = SLOTS["silu_and_mul"]
+    op = ops.wrap("range_test", slot, slot.reference, ("float32",))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        op(torch.randn(4, 32))
+    names = [e.name for e in prof.events()]
+    assert op_families.SLOT_SCOPE + "silu_and_mul" in names

@@ -130,8 +130,9 @@ def kernel_counts(trace_dir: str) -> list[dict]:
         span = op_families.span_busy((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
                                      for e in ks if "ts" in e)
         rank = re.search(r"-TP-(\d+)", os.path.basename(path))
+        slots = op_families.trace_slot_us(events)
         out.append({"trace": os.path.basename(path), **({"rank": int(rank.group(1))} if rank else {}),
-                    "kernels": kernels, "kernel_us": kernel_us, **span})
+                    "kernels": kernels, "kernel_us": kernel_us, **span, **({"slot_us": slots} if slots else {})})
     return out
 
 
