@@ -143,8 +143,8 @@ case ${1:-} in
     # GPU 3: fk-vllm-moe in the transformers host (issue 29's third-party plugin), a vLLM start with the engine core in
     # fk's driver process (--no-multiprocessing: a suite lever, to measure), then ColBERTv2 and Whisper in vLLM
     S31=$REPO/reports/gpu/s31-h100x4
-    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check" \
-       LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
+    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check capture" \
+       LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &  # capture last: the device time inside slot calls
     (lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass"
      lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
     (lane V-L 30 vllm 2 STEPS="ab pass wrong" SC=fk46-llama-3.1
@@ -152,6 +152,17 @@ case ${1:-} in
     (lane V-F 29 vllm 3 STEPS="tfx"
      lane V-F 31 vllm 3 STEPS="startup"
      lane V-F 32 vllm 3 STEPS="pooling" POOLING="fk46-colbertv2 fk46-whisper") &
+    wait ;;
+  s36-sglang)  # a later SGLang hold (stage with KEEP=the S28 qwen3-next capture): issue 29's gemm / fused_moe check on
+    # it again (session 34's FAIL was the thread guard's false positive, fixed since), then a capture of fk46-llama-3.1
+    # (the device time inside slot calls, first seen in SGLang); the adapter's cost on llama31-8b-decode at 5 rounds
+    # (A/A, passthrough, GPUs 2 and 3); the prefill scenario's passthrough against a fresh A/A (GPU 1)
+    S28=$REPO/reports/gpu/s28-h100x4
+    (lane S-Q 29 sglang 0 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json"
+     lane S-Q 30 sglang 0 STEPS="capture" SC=fk46-llama-3.1) &
+    (lane S-P 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
+    (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
@@ -170,5 +181,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s36-sglang|pack"; exit 2 ;;
 esac
