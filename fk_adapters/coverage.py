@@ -7,7 +7,7 @@ import functools
 
 from tabulate import tabulate
 
-from fk_adapters import __version__, op_families, results_files
+from fk_adapters import __version__, gpu_share, op_families, results_files
 from fk_adapters.tasks import SLOTS
 
 
@@ -40,7 +40,7 @@ def collect_served(roots: list[str]) -> list[dict]:
                 continue
             slots = ((row.get("evidence") or {}).get("slots")) or {}
             entry = {"scenario": row["scenario"], "engine": res.get("engine", "?"), "mode": res.get("mode", "?"),
-                     "device": res.get("device", "?"),
+                     "device": res.get("device", "?") + gpu_share.gpu_models(res.get("gpus")),
                      "created": res.get("created", ""), "path": path, "step_us": split["baseline_us"],
                      "family_us": families, "exercised": sorted(n for n, e in slots.items()
                                                                 if e.get("status") == "exercised")}

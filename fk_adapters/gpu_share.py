@@ -39,6 +39,32 @@ def gpu_processes() -> list[dict]:
     return [_parse_line(line) for line in out.stdout.splitlines() if line.strip()]
 
 
+def gpu_names(visible: str | None = None) -> list[str]:
+    """The model names of the GPUs a process started from here sees (``visible``: CUDA_VISIBLE_DEVICES' value, by
+    default this process's: indices or UUIDs), from nvidia-smi; [] when it cannot tell."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    rows = [[p.strip() for p in line.split(",", 2)] for line in out.stdout.splitlines() if line.count(",") >= 2]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is None:
+        return [name for _, _, name in rows]
+    by_key = {key: name for index, uuid, name in rows for key in (index, uuid)}
+    return [by_key[v.strip()] for v in visible.split(",") if v.strip() in by_key]
+
+
+def gpu_models(names: list[str] | None) -> str:
+    """" (2x NVIDIA H100 80GB HBM3)" for the GPU models a run saw (``gpu_names``); "" where it recorded none."""
+    counts: dict[str, int] = {}
+    for name in names or []:
+        counts[name] = counts.get(name, 0) + 1
+    return f" ({', '.join(f'{n}x {name}' for name, n in counts.items())})" if counts else ""
+
+
 def _parse_line(line: str) -> dict:
     parts = [p.strip() for p in line.split(",")]
     if len(parts) < 4 or not parts[0].isdigit():

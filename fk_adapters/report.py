@@ -7,7 +7,7 @@ from tabulate import tabulate
 
 from fk_adapters import variation, wall_time
 from fk_adapters.engine_integrity import describe
-from fk_adapters.gpu_share import disturbed
+from fk_adapters.gpu_share import disturbed, gpu_models
 from fk_adapters.results import Kind, RunResults, ScenarioStatus as S, SideBySide, SlotEvidence as E, as_record
 
 BEFORE_FAILURE = " (figures measured before the failure)"
@@ -131,7 +131,7 @@ def _header(run: RunResults) -> list[str]:
              f"**{run.verdict or '?'}**: {passed}/{len(rows)} scenarios passed"
              + (f", {stock} not applicable (no layer routes to a selected slot: the stock model ran)" if stock else "")
              + (f"; {'; '.join(run.problems)}" if run.problems else ""), "",
-             f"- device: {run.device}, mode: {run.mode_detail or run.mode}, fk {run.fk_version}, "
+             f"- device: {run.device}{gpu_models(run.gpus)}, mode: {run.mode_detail or run.mode}, fk {run.fk_version}, "
              f"created {run.created}{_quick(run.quick)}",
              f"- baseline: {describe(run.engine, run.engine_integrity.get(run.engine))} (no fk plugin)"
              + (f", runs reused from `{run.baseline_from}`{_ages(rows)}" if run.baseline_from else "")

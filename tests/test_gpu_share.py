@@ -139,3 +139,18 @@ def test_session_id_of_a_real_process_from_proc():
 
 def test_the_session_is_read_after_the_last_parenthesis_of_the_command_name():
     assert gpu_share.stat_session("4242 (py) thon (x)) S 1 4000 4001 0 -1") == 4001
+
+
+def test_gpu_names_follow_the_visible_devices(monkeypatch):
+    smi = "0, GPU-aaa, NVIDIA H100 80GB HBM3\n1, GPU-bbb, NVIDIA H200\n"
+    monkeypatch.setattr(gpu_share.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=smi, stderr=""))
+    assert gpu_share.gpu_names("1") == ["NVIDIA H200"]
+    assert gpu_share.gpu_names("GPU-aaa,1") == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_share.gpu_names() == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+
+    def missing(*a, **k):
+        raise FileNotFoundError("nvidia-smi")
+    monkeypatch.setattr(gpu_share.subprocess, "run", missing)
+    assert gpu_share.gpu_names("0") == []

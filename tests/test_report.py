@@ -165,3 +165,9 @@ def test_tensor_parallel_evidence_is_tabled_per_rank():
     text = "\n".join(_rank_lines(rows))
     assert "Per tensor-parallel rank" in text and "no evidence" in text and text.count("rms_norm") == 2
     assert _rank_lines([{"scenario": "s", "evidence": {"slots": {"gemm": {"calls": 3}}}}]) == []
+
+
+def test_the_header_names_the_gpu_models_the_run_saw():
+    res = dict(results(), device="cuda", gpus=["NVIDIA H200", "NVIDIA H200"])
+    assert "- device: cuda (2x NVIDIA H200), mode: eager" in render(res)
+    assert "- device: cpu, mode: eager" in render(results())  # none recorded: nothing added

@@ -82,6 +82,7 @@ class EngineResults(Record):
     engine_version: str = ""
     device: str = ""
     host: str = ""
+    gpus: list[str] = field(default_factory=list)  # the GPU models the run could see (nvidia-smi), one per device
 
 
 @dataclass

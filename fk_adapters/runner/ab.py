@@ -685,6 +685,7 @@ def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "command": cfg.command, "engine": cfg.engine.name, "engine_version": engine_version,
             "device": cfg.device, "host": platform.node(), "machine": machine.identity(),
+            "gpus": gpu_share.gpu_names() if cfg.device == "cuda" else [],
             "python": sys.version.split()[0], "mode": cfg.mode,
             "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
             "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
