@@ -226,8 +226,9 @@ def late_interaction(sc: Scenario) -> bool:
 
 
 # what each engine's driver serves (the transformers host: every family): token generation ("llm"), embeddings
-# (vLLM's pooling runner), speech (vLLM's encoder-decoder transcription path: decoder prompts with seeded audio)
-DRIVEN_FAMILIES = {"vllm": ("llm", "embedding", "audio"), "sglang": ("llm",)}
+# (vLLM's pooling runner, SGLang's is_embedding engine), speech (vLLM's encoder-decoder transcription path: decoder
+# prompts with seeded audio)
+DRIVEN_FAMILIES = {"vllm": ("llm", "embedding", "audio"), "sglang": ("llm", "embedding")}
 
 
 def check_runnable(sc: Scenario, engine: str) -> None:
@@ -246,10 +247,13 @@ def check_runnable(sc: Scenario, engine: str) -> None:
     if sc.family not in driven:
         raise ScenarioError(f"scenario {sc.name!r} is a{'n' if sc.family[0] in 'aeiou' else ''} {sc.family} model: "
                             f"fk's {engine} driver runs {', '.join(driven)} models only")
-    if sc.family == "embedding" and engine == "vllm":  # vLLM's pooling runner: sequences of [inputs] seq_len
+    if sc.family == "embedding":  # the engine's pooling path: sequences of [inputs] seq_len
         if not isinstance(sc.inputs.get("seq_len"), int):
             raise ScenarioError(f"scenario {sc.name!r} (embedding) has no [inputs] seq_len for {engine}'s pooling "
                                 "runner")
+        if engine == "sglang" and late_interaction(sc):
+            raise ScenarioError(f"scenario {sc.name!r} is a late-interaction model (a vector per token): fk's sglang "
+                                "driver pools one vector per sequence")
         return
     if not sc.correctness:
         raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads for {engine}")

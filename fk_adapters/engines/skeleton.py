@@ -14,7 +14,7 @@ import contextlib
 import os
 import time
 
-from fk_adapters.engines.driver_common import keep, measure, phase
+from fk_adapters.engines.driver_common import OUTPUTS_FILE, keep, measure, measure_items, phase, save_outputs
 
 TOP_K = 5  # the most likely tokens recorded per generated step
 
@@ -185,3 +185,30 @@ class Driver:
     def _runtime(res: dict, runtime: dict | None) -> None:
         if runtime is not None:
             res["runtime"] = runtime
+
+
+class Embeddings:
+    """An embedding model's side of a job with ``pooling`` (``scenarios._pooling_job``), for an engine driver that
+    gives ``embed(seqs)`` -> a float32 tensor, [batch, dim] (or [batch, seq_len, dim] per token), and
+    ``profiled(fn, *args)`` -> the device kernels its processes ran during ``fn(*args)``."""
+
+    def embed(self, seqs: list):
+        raise NotImplementedError
+
+    def profiled(self, fn, *args) -> list[dict]:
+        raise NotImplementedError
+
+    def correctness(self, job: dict, res: dict) -> None:
+        seqs = job["pooling"]["correctness"]
+        phase(f"correctness: embeddings of a seeded batch of {len(seqs)}")
+        emb = self.embed(seqs)
+        res.update(outputs_file=save_outputs({"embedding": emb}, OUTPUTS_FILE),
+                   outputs={"embedding": list(emb.shape)})
+
+    def perf(self, job: dict) -> dict:
+        """Per batch size: items/s over ``iters`` embed calls per repeat, and the latency of one."""
+        batches = job["pooling"]["batches"]
+        return measure_items(job["perf"], lambda b: lambda n: self.clocked_calls(n, self.embed, batches[f"batch{b}"]))
+
+    def profile_job(self, job: dict) -> list[dict]:
+        return self.profiled(self.embed, job["pooling"]["correctness"])

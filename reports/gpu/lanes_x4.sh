@@ -155,11 +155,13 @@ case ${1:-} in
     wait ;;
   s36-sglang)  # a later SGLang hold (stage with KEEP=the S28 qwen3-next capture): issue 29's gemm / fused_moe check on
     # it again (session 34's FAIL was the thread guard's false positive, fixed since), then a capture of fk46-llama-3.1
-    # (the device time inside slot calls, first seen in SGLang); the adapter's cost on llama31-8b-decode at 5 rounds
-    # (A/A, passthrough, GPUs 2 and 3); the prefill scenario's passthrough against a fresh A/A (GPU 1)
+    # (the device time inside slot calls, first seen in SGLang), then BGE-M3 in SGLang's embedding engine (GPU 0); the
+    # adapter's cost on llama31-8b-decode at 5 rounds (A/A, passthrough, GPUs 2 and 3); the prefill scenario's
+    # passthrough against a fresh A/A (GPU 1)
     S28=$REPO/reports/gpu/s28-h100x4
     (lane S-Q 29 sglang 0 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json"
-     lane S-Q 30 sglang 0 STEPS="capture" SC=fk46-llama-3.1) &
+     lane S-Q 30 sglang 0 STEPS="capture" SC=fk46-llama-3.1
+     lane S-Q 32 sglang 0 STEPS="pooling" POOLING=fk46-bge-m3) &  # SGLang's embedding path, first time
     (lane S-P 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
     (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &

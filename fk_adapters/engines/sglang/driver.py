@@ -2,9 +2,9 @@
 
     python -m fk_adapters.engines.sglang.driver JOB.json RESULT.json
 
-Same job and result schema as the vLLM driver. SGLang runs the model in scheduler
-subprocesses, so evidence is fetched from them: ``Engine.collective_rpc("fk_probe_dump",
-out_dir=..., tag=...)`` makes every scheduler write its probe snapshot to
+Same job and result schema as the vLLM driver: token generation, or an embedding model's vectors (``pooling``).
+SGLang runs the model in scheduler subprocesses, so evidence is fetched from them:
+``Engine.collective_rpc("fk_probe_dump", out_dir=..., tag=...)`` makes every scheduler write its probe snapshot to
 ``<out_dir>/probe-<tag>-<pid>.json`` (methods added by our general plugin; a baseline run
 without fk plugins has none, so its probe lists are empty). ``out_dir`` is
 ``$FK_RUN_DIR/probe`` (a temporary directory without it). Kernel names come from SGLang's
@@ -201,16 +201,49 @@ class SGLangDriver(skeleton.Driver):
         return dt, sum(len(p) for p in prompts), sum(len(o["output_ids"]) for o in outs)
 
     def profile_steps(self, prompts: list, max_tokens: int) -> list[dict]:
+        return self.profiled(_generate, self.engine, prompts, max_tokens)
+
+    def profiled(self, fn, *args) -> list[dict]:
+        """The device kernels every scheduler ran during ``fn(*args)``, from SGLang's own profiler's traces."""
         trace_dir = os.path.join(self.run_dir, "profile")
         os.makedirs(trace_dir, exist_ok=True)
         self.engine.start_profile(output_dir=trace_dir, activities=["GPU"], with_stack=False,  # unverified on GPU
                                   record_shapes=False)
-        _generate(self.engine, prompts, max_tokens)
+        fn(*args)
         self.engine.stop_profile()
         return kernel_counts(trace_dir)
 
 
+def encode(engine, seqs: list) -> list[dict]:
+    """``Engine.encode`` for token-id sequences: its request object takes ``input_ids`` (the engine runs without a
+    tokenizer), which ``encode`` itself does not pass on; one result dict ("embedding": floats) per sequence."""
+    from sglang.srt.managers.io_struct import EmbeddingReqInput
+
+    request = EmbeddingReqInput(input_ids=[list(s) for s in seqs])
+    out = engine.loop.run_until_complete(engine.tokenizer_manager.generate_request(request, None).__anext__())
+    return out if isinstance(out, list) else [out]
+
+
+class SGLangPoolingDriver(skeleton.Embeddings, SGLangDriver):
+    """``sgl.Engine`` serving an embedding model (``is_embedding``): one pooled vector per seeded token-id sequence,
+    items/s (SGLang's pooler, e.g. BGE-M3's normalised CLS vector)."""
+
+    def prepare(self, job: dict, res: dict) -> None:
+        super().prepare(job, res)
+        self.kw["is_embedding"] = True
+
+    def embed(self, seqs: list):
+        import torch
+
+        return torch.tensor([o["embedding"] for o in encode(self.engine, seqs)], dtype=torch.float32)
+
+
 def run(job: dict) -> dict:
+    """Token generation, or an embedding model's pooled vectors (a job with ``pooling``)."""
+    if job.get("pooling"):
+        if job["pooling"].get("task", "embed") != "embed":
+            raise ValueError(f"fk's SGLang driver pools one vector per sequence, not {job['pooling']['task']!r}")
+        return SGLangPoolingDriver().run(job)
     return SGLangDriver().run(job)
 
 

@@ -8,13 +8,12 @@ timings and the evidence read from the workers.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 
 from fk_adapters.engines import skeleton
-from fk_adapters.engines.driver_common import OUTPUTS_FILE, main, measure_items, phase, save_outputs
+from fk_adapters.engines.driver_common import main
 from fk_adapters.engines.vllm import audio, compat, pooling
 
 
@@ -248,7 +247,7 @@ class VllmAudioDriver(VllmDriver):
         return audio.requests(prompts, self.seed, float(self.audio.get("seconds", 30)))
 
 
-class VllmPoolingDriver(VllmDriver):
+class VllmPoolingDriver(skeleton.Embeddings, VllmDriver):
     """``vllm.LLM`` with the pooling runner: embeddings of seeded token-id sequences (one per sequence, or one per token
     for a late-interaction model such as ColBERT), items/s."""
 
@@ -264,7 +263,7 @@ class VllmPoolingDriver(VllmDriver):
     def close(self) -> None:
         pooling.remove(getattr(self, "tokenizer_dir", ""))
 
-    def _embed(self, seqs: list):
+    def embed(self, seqs: list):
         """[batch, dim] sentence embeddings, or [batch, seq_len, dim] token embeddings (a late-interaction model:
         the job's pooling task ``token_embed``)."""
         import torch
@@ -275,23 +274,8 @@ class VllmPoolingDriver(VllmDriver):
         outs = self.llm.embed(_prompts(seqs), use_tqdm=False)
         return torch.stack([torch.as_tensor(o.outputs.embedding, dtype=torch.float32) for o in outs])
 
-    def _embed_n(self, seqs: list, n: int) -> float:
-        return self.clocked_calls(n, self._embed, seqs)
-
-    def correctness(self, job: dict, res: dict) -> None:
-        seqs = job["pooling"]["correctness"]
-        phase(f"correctness: embeddings of a seeded batch of {len(seqs)}")
-        emb = self._embed(seqs)
-        res.update(outputs_file=save_outputs({"embedding": emb}, OUTPUTS_FILE),
-                   outputs={"embedding": list(emb.shape)})
-
-    def perf(self, job: dict) -> dict:
-        """Per batch size: items/s over ``iters`` embed calls per repeat, and the latency of one."""
-        return measure_items(job["perf"], lambda b: functools.partial(self._embed_n,
-                                                                      job["pooling"]["batches"][f"batch{b}"]))
-
-    def profile_job(self, job: dict) -> list[dict]:
-        return self._profiled(self._embed, job["pooling"]["correctness"])
+    def profiled(self, fn, *args) -> list[dict]:
+        return self._profiled(fn, *args)
 
 
 def run(job: dict) -> dict:
