@@ -6,6 +6,7 @@ its name matches (case-insensitive), so the more specific patterns come first.
 """
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable
 
@@ -121,21 +122,36 @@ def slot_us(events) -> dict[str, float]:
     return out
 
 
+def _outermost(spans: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """Sorted spans without those inside an earlier one (a slot call nested in another counts for the outer)."""
+    out: list[tuple[float, float, str]] = []
+    for span in spans:
+        if not out or span[0] >= out[-1][1]:
+            out.append(span)
+    return out
+
+
 def trace_slot_us(events: list[dict]) -> dict[str, float]:
     """``slot_us`` from a Chrome trace's events (SGLang's profiler): each kernel inside the device-side span of a slot
     range on its own stream counts for that slot (eager: a stream runs one range's kernels at a time)."""
-    spans = [(e.get("pid"), e.get("tid"), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)),
-              e["name"][len(SLOT_SCOPE):]) for e in events
-             if e.get("cat") == "gpu_user_annotation" and str(e.get("name", "")).startswith(SLOT_SCOPE) and "ts" in e]
+    spans: dict[tuple, list[tuple[float, float, str]]] = {}
+    for e in events:
+        if e.get("cat") == "gpu_user_annotation" and str(e.get("name", "")).startswith(SLOT_SCOPE) and "ts" in e:
+            lo = float(e["ts"])
+            spans.setdefault((e.get("pid"), e.get("tid")), []).append(
+                (lo, lo + float(e.get("dur", 0.0)), e["name"][len(SLOT_SCOPE):]))
+    spans = {stream: _outermost(sorted(s)) for stream, s in spans.items()}
+    starts = {stream: [lo for lo, _, _ in s] for stream, s in spans.items()}
     out: dict[str, float] = {}
     for k in events:
-        if k.get("cat") != "kernel" or "ts" not in k:
+        stream = (k.get("pid"), k.get("tid"))
+        if k.get("cat") != "kernel" or "ts" not in k or stream not in spans:
             continue
         start, dur = float(k["ts"]), float(k.get("dur", 0.0))
-        for pid, tid, lo, hi, slot in spans:
-            if (pid, tid) == (k.get("pid"), k.get("tid")) and lo <= start and start + dur <= hi:
-                out[slot] = out.get(slot, 0.0) + dur
-                break
+        i = bisect.bisect_right(starts[stream], start) - 1  # the last span on this stream starting at or before it
+        if i >= 0 and start + dur <= spans[stream][i][1]:
+            slot = spans[stream][i][2]
+            out[slot] = out.get(slot, 0.0) + dur
     return out
 
 

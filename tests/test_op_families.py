@@ -79,4 +79,6 @@ def test_a_chrome_trace_credits_the_kernels_inside_a_slot_span_on_their_own_stre
              {"cat": "kernel", "name": "other_stream", "ts": 110.0, "dur": 5.0, "pid": 0, "tid": 8},
              {"cat": "kernel", "name": "nvjet_after", "ts": 151.0, "dur": 30.0, "pid": 0, "tid": 7}]
     assert op_families.trace_slot_us(trace) == {"gated_rms_norm": 45.0}
+    nested = {"cat": "gpu_user_annotation", "name": scope + "rms_norm", "ts": 101.0, "dur": 10.0, "pid": 0, "tid": 7}
+    assert op_families.trace_slot_us([nested] + trace) == {"gated_rms_norm": 45.0}  # the outer call's
     assert op_families.trace_slot_us(trace[1:]) == {}
