@@ -14,6 +14,7 @@ them by session: the engine's own, or foreign (another process on the GPU: its t
 """
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import threading
@@ -26,30 +27,32 @@ class QueryError(RuntimeError):
     """nvidia-smi is missing, failed, or printed something else."""
 
 
-def gpu_processes() -> list[dict]:
-    """The compute processes on the GPUs: [{"pid", "name", "used_mib" (None when not reported), "gpu"}]."""
+def _smi(args: list[str]) -> str:
+    """nvidia-smi's output for ``args``; QueryError where it is missing or fails."""
     try:
-        out = subprocess.run(QUERY, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(args, capture_output=True, text=True, timeout=10)
     except FileNotFoundError:
         raise QueryError("nvidia-smi not found") from None
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise QueryError(f"nvidia-smi failed: {exc}") from None
     if out.returncode != 0:
         raise QueryError(f"nvidia-smi exited with {out.returncode}: {(out.stderr or out.stdout).strip()[:200]}")
-    return [_parse_line(line) for line in out.stdout.splitlines() if line.strip()]
+    return out.stdout
+
+
+def gpu_processes() -> list[dict]:
+    """The compute processes on the GPUs: [{"pid", "name", "used_mib" (None when not reported), "gpu"}]."""
+    return [_parse_line(line) for line in _smi(QUERY).splitlines() if line.strip()]
 
 
 def gpu_names(visible: str | None = None) -> list[str]:
     """The model names of the GPUs a process started from here sees (``visible``: CUDA_VISIBLE_DEVICES' value, by
     default this process's: indices or UUIDs), from nvidia-smi; [] when it cannot tell."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        out = _smi(["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"])
+    except QueryError:
         return []
-    if out.returncode != 0:
-        return []
-    rows = [[p.strip() for p in line.split(",", 2)] for line in out.stdout.splitlines() if line.count(",") >= 2]
+    rows = [[p.strip() for p in line.split(",", 2)] for line in out.splitlines() if line.count(",") >= 2]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if visible is None:
         return [name for _, _, name in rows]
@@ -59,9 +62,7 @@ def gpu_names(visible: str | None = None) -> list[str]:
 
 def gpu_models(names: list[str] | None) -> str:
     """" (2x NVIDIA H100 80GB HBM3)" for the GPU models a run saw (``gpu_names``); "" where it recorded none."""
-    counts: dict[str, int] = {}
-    for name in names or []:
-        counts[name] = counts.get(name, 0) + 1
+    counts = collections.Counter(names or [])
     return f" ({', '.join(f'{n}x {name}' for name, n in counts.items())})" if counts else ""
 
 

@@ -216,9 +216,9 @@ class VllmDriver(skeleton.Driver):
         return dt, sum(len(o.prompt_token_ids) for o in outs), sum(len(o.outputs[0].token_ids) for o in outs)
 
     def profile_steps(self, prompts: list, max_tokens: int) -> list[dict]:
-        return self._profiled(self._generate, prompts, _params(max_tokens))
+        return self.profiled(self._generate, prompts, _params(max_tokens))
 
-    def _profiled(self, fn, *args) -> list[dict]:
+    def profiled(self, fn, *args) -> list[dict]:
         """The device kernels every worker ran during ``fn(*args)``."""
         self.llm.collective_rpc("fk_profile_start")
         fn(*args)
@@ -273,9 +273,6 @@ class VllmPoolingDriver(skeleton.Embeddings, VllmDriver):
             return torch.stack([o.outputs.data.to(torch.float32) for o in outs])
         outs = self.llm.embed(_prompts(seqs), use_tqdm=False)
         return torch.stack([torch.as_tensor(o.outputs.embedding, dtype=torch.float32) for o in outs])
-
-    def profiled(self, fn, *args) -> list[dict]:
-        return self._profiled(fn, *args)
 
 
 def run(job: dict) -> dict:
