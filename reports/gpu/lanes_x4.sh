@@ -135,24 +135,31 @@ case ${1:-} in
     (lane S-A 30 sglang 2 STEPS="check" WORKLOAD="$S27/i29/sglang/fk46/fk46-llama-3.1/sglang.json") &
     (lane S-P 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
     wait ;;
-  s35-vllm)  # a later hold, vLLM only (issues 29, 30, 31, 32 on H100s; stage with KEEP=the S31 mamba2 capture):
-    # GPU 0: Mamba2 on an H100 (Triton A/B, passthrough, wrong-ssd / wrong-gated-norm, the check with gated_rms_norm);
-    # GPU 1: qwen3-next's Triton A/B on an H100 and its passthrough (the GDN prep-kernel seam), then Kimi-Linear;
-    # GPU 2: fk46-llama-3.1 (Triton after session 28's attention change, the native-path passthrough, wrong-attention,
-    # wrong-gemm), then fk46-mixtral's wrong-moe on an H100 (session 26's was on H200s);
-    # GPU 3: fk-vllm-moe in the transformers host (issue 29's third-party plugin), a vLLM start with the engine core in
-    # fk's driver process (--no-multiprocessing: a suite lever, to measure), then ColBERTv2 and Whisper in vLLM
+  s35-vllm)  # session 35's hold, vLLM (issues 29, 30, 32; stage with KEEP=the S31 mamba2 capture), then s35-sglang:
+    # GPU 0: Mamba2 (Triton A/B, passthrough, wrong-ssd / wrong-gated-norm, the check with gated_rms_norm, a capture
+    # last for the device time inside slot calls); GPU 1: qwen3-next's Triton A/B and its passthrough (the GDN
+    # prep-kernel seam), then Kimi-Linear; GPU 2: fk46-llama-3.1 (Triton after session 28's attention change, the
+    # native-path passthrough, wrong-attention, wrong-gemm), SGLang's lane after it; GPU 3: fk-vllm-moe in the
+    # transformers host (issue 29's third-party plugin), fk46-mixtral's Triton A/B, passthrough and wrong-moe, then
+    # ColBERTv2 and Whisper in vLLM
     S31=$REPO/reports/gpu/s31-h100x4
     (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab pass wrong check capture" \
-       LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &  # capture last: the device time inside slot calls
+       LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     (lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="ab pass"
      lane V-B 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
-    (lane V-L 30 vllm 2 STEPS="ab pass wrong" SC=fk46-llama-3.1
-     lane V-L 29 vllm 2 STEPS="ab wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG=wrong-moe) &
+    (lane V-L 30 vllm 2 STEPS="ab pass wrong" SC=fk46-llama-3.1) &
     (lane V-F 29 vllm 3 STEPS="tfx"
-     lane V-F 31 vllm 3 STEPS="startup"
+     lane V-F 29 vllm 3 STEPS="ab pass wrong" SC=fk46-mixtral AB_INTERLEAVE=0 WRONG=wrong-moe
      lane V-F 32 vllm 3 STEPS="pooling" POOLING="fk46-colbertv2 fk46-whisper") &
     wait ;;
+  s35-sglang)  # session 35's SGLang lane, started once SGLang is staged while s35-vllm runs; it shares GPU 2 with
+    # V-L (fk's GPU lock runs one engine process at a time): issue 29's gemm / fused_moe check on the S28 qwen3-next
+    # capture again (session 34's FAIL was the thread guard's false positive), BGE-M3 in SGLang's embedding engine,
+    # then a capture of fk46-llama-3.1 (the device time inside slot calls)
+    S28=$REPO/reports/gpu/s28-h100x4
+    lane S-Q 29 sglang 2 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json"
+    lane S-Q 32 sglang 2 STEPS="pooling" POOLING=fk46-bge-m3
+    lane S-Q 30 sglang 2 STEPS="capture" SC=fk46-llama-3.1 ;;
   s36-sglang)  # a later SGLang hold (stage with KEEP=the S28 qwen3-next capture): issue 29's gemm / fused_moe check on
     # it again (session 34's FAIL was the thread guard's false positive, fixed since), then a capture of fk46-llama-3.1
     # (the device time inside slot calls, first seen in SGLang), then BGE-M3 in SGLang's embedding engine (GPU 0); the
@@ -183,5 +190,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s36-sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-sglang|pack"; exit 2 ;;
 esac
