@@ -183,3 +183,31 @@ def test_top_ids_rank_by_logprob_and_keep_the_order_of_ties():
     pairs = [(-3.0, 1), (-0.5, 2), (-1.0, 3), (-0.5, 4), (-2.0, 5), (-9.0, 6), (-0.1, 7)]
     assert skeleton.top_ids(pairs) == [7, 2, 4, 3, 5]
     assert skeleton.top_ids([]) == []
+
+
+class FakeProfilingEngine(FakeEngine):
+    """An engine driver with its own ``profiled``, as vLLM's and SGLang's drivers have."""
+
+    def profiled(self, fn, *args):
+        fn(*args)
+        self._call("profiled")
+        return [{"pid": 1, "kernels": {"k": 1}, "kernel_us": {"k": 2.0}}]
+
+
+class FakeEmbedder(skeleton.Embeddings, FakeProfilingEngine):
+    """The pooling drivers' base order: the shared embedding job first, the engine's driver after it."""
+
+    def embed(self, seqs):
+        import torch
+
+        self._call(f"embed {len(seqs)}")
+        return torch.ones(len(seqs), 4)
+
+
+def test_an_embedding_job_profiles_with_its_engine_drivers_own_profiled(clock, tmp_path, monkeypatch):
+    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    engine = FakeEmbedder(clock)
+    res = engine.run({"pooling": {"correctness": [[1, 2], [3, 4, 5]]}, "profile": {"requests": 1}})
+    assert res["status"] == "ok" and res["outputs"] == {"embedding": [2, 4]}
+    assert res["profile"][0]["kernels"] == {"k": 1}
+    assert engine.seen.count("embed 2") == 2 and "profiled" in engine.seen  # correctness, then the profiled call
