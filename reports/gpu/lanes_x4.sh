@@ -160,15 +160,27 @@ case ${1:-} in
     lane S-Q 29 sglang 2 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json"
     lane S-Q 32 sglang 2 STEPS="pooling" POOLING=fk46-bge-m3
     lane S-Q 30 sglang 2 STEPS="capture" SC=fk46-llama-3.1 ;;
-  s36-sglang)  # a later SGLang hold (stage with KEEP=the S28 qwen3-next capture): issue 29's gemm / fused_moe check on
-    # it again (session 34's FAIL was the thread guard's false positive, fixed since), then a capture of fk46-llama-3.1
-    # (the device time inside slot calls, first seen in SGLang), then BGE-M3 in SGLang's embedding engine (GPU 0); the
-    # adapter's cost on llama31-8b-decode at 5 rounds (A/A, passthrough, GPUs 2 and 3); the prefill scenario's
-    # passthrough against a fresh A/A (GPU 1)
-    S28=$REPO/reports/gpu/s28-h100x4
-    (lane S-Q 29 sglang 0 STEPS="check" WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json"
-     lane S-Q 30 sglang 0 STEPS="capture" SC=fk46-llama-3.1
-     lane S-Q 32 sglang 0 STEPS="pooling" POOLING=fk46-bge-m3) &  # SGLang's embedding path, first time
+  s36-vllm)  # the next hold (stage with KEEP=the S31 mamba2 capture; vLLM, then SGLang for s36-sglang): what session 35
+    # left. GPU 0: Mamba2's Triton A/B again (its float32 judge now fits: max_num_seqs sized for correctness),
+    # wrong-ssd / wrong-gated-norm, the check with gated_rms_norm, a capture (device time inside slot calls); GPU 1:
+    # the KDA natives' GPU tests, then Kimi-Linear (capture, Triton A/B, wrong-gdn, passthrough); GPU 2: wrong-gemm on
+    # fk46-llama-3.1 (H100), then ColBERTv2 and Whisper in vLLM's pooling / transcription paths (profiling fixed)
+    S31=$REPO/reports/gpu/s31-h100x4
+    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab wrong check capture" \
+       LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
+    (lane V-K 30 vllm 1 STEPS="gputests" GPUTESTS_FILES="tests/engines/vllm/test_natives_gpu.py" GPUTESTS_K="recurrent"
+     lane V-K 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
+    (lane V-L 29 vllm 2 STEPS="wrong" SC=fk46-llama-3.1 WRONG=wrong-gemm
+     lane V-L 32 vllm 2 STEPS="pooling" POOLING="fk46-colbertv2 fk46-whisper") &
+    wait ;;
+  s36-sglang)  # started once SGLang is staged while s36-vllm runs (GPU 3): BGE-M3 in SGLang's embedding engine again
+    # (profiling fixed), a capture of fk46-llama-3.1 (the device time inside slot calls), then issue 31's prefill
+    # scenario (A/A and passthrough, 3 rounds)
+    lane S-Q 32 sglang 3 STEPS="pooling" POOLING=fk46-bge-m3
+    lane S-Q 30 sglang 3 STEPS="capture" SC=fk46-llama-3.1
+    lane S-P 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3 ;;
+  s37-sglang)  # a later SGLang hold: issue 31's adapter cost on llama31-8b-decode at 5 rounds (A/A, passthrough, GPUs
+    # 2 and 3) and the prefill scenario's passthrough against a fresh A/A (GPU 1)
     (lane S-P 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
     (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
@@ -190,5 +202,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-sglang|pack"; exit 2 ;;
 esac
