@@ -164,13 +164,15 @@ case ${1:-} in
     # left. GPU 0: Mamba2's Triton A/B again (its float32 judge now fits: max_num_seqs sized for correctness),
     # wrong-ssd / wrong-gated-norm, the check with gated_rms_norm, a capture (device time inside slot calls); GPU 1:
     # the KDA natives' GPU tests, then Kimi-Linear (capture, Triton A/B, wrong-gdn, passthrough); GPU 2: wrong-gemm on
-    # fk46-llama-3.1 (H100), then ColBERTv2 and Whisper in vLLM's pooling / transcription paths (profiling fixed)
+    # fk46-llama-3.1 (H100), fk46-mixtral's capture on an H100 (its coverage; session 22's H100 profile was spoiled),
+    # then ColBERTv2 and Whisper in vLLM's pooling / transcription paths (profiling fixed)
     S31=$REPO/reports/gpu/s31-h100x4
     (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab wrong check capture" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     (lane V-K 30 vllm 1 STEPS="gputests" GPUTESTS_FILES="tests/engines/vllm/test_natives_gpu.py" GPUTESTS_K="recurrent"
      lane V-K 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
     (lane V-L 29 vllm 2 STEPS="wrong" SC=fk46-llama-3.1 WRONG=wrong-gemm
+     lane V-L 29 vllm 2 STEPS="capture" CAPTURE=fk46-mixtral
      lane V-L 32 vllm 2 STEPS="pooling" POOLING="fk46-colbertv2 fk46-whisper") &
     wait ;;
   s36-sglang)  # started once SGLang is staged while s36-vllm runs (GPU 3): BGE-M3 in SGLang's embedding engine again
