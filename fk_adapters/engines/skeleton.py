@@ -191,7 +191,7 @@ class Embeddings:
     """An embedding model's side of a job with ``pooling`` (``scenarios._pooling_job``), for an engine driver that
     gives ``embed(seqs)`` -> a float32 tensor, [batch, dim] (or [batch, seq_len, dim] per token), and
     ``profiled(fn, *args)`` -> the device kernels its processes ran during ``fn(*args)``. It defines neither: as the
-    first base, a stub here would hide the driver's own (session 35's GPU runs)."""
+    drivers' first base, a stub here would hide the engine driver's own."""
 
     def correctness(self, job: dict, res: dict) -> None:
         seqs = job["pooling"]["correctness"]

@@ -451,7 +451,7 @@ def wants_reference(c: dict, dtype: str, engine: str = "", family: str = "llm") 
 def reference_job(job: dict) -> dict:
     """The same job in float32, correctness only (no perf, no profile), its engine sized for the correctness
     batches: float32 halves the cache, and vLLM refuses a Mamba model whose ``max_num_seqs`` (256 by default) exceeds
-    its cache blocks (138 for fk46-mamba2 on an H100, session 35)."""
+    its cache blocks (fk46-mamba2 in float32 on an H100: 138)."""
     out = {k: v for k, v in job.items() if k not in ("perf", "profile")}
     out["dtype"] = "float32"
     c = job.get("correctness") or {}

@@ -306,17 +306,19 @@ def _write_live(out, state_indices, got):
     out.copy_(torch.where((state_indices > 0)[:, None, None], got.to(out.dtype), out))
 
 
-def _fla_kernel(q, k, v, g, gdn: str, kda: str):
-    """(vLLM's FLA kernel for the decay's shape, q, k): the GDN one for a decay per head (g [T, HV]), the KDA one
-    (Kimi-Linear's) for a decay per key (g [T, HV, K]); the KDA kernels take as many q/k heads as value heads."""
+_FLA = "vllm.third_party.flash_linear_attention.ops."
+
+
+def _fla_kernel(gdn: str, kda: str, q, k, v, g):
+    """(vLLM's FLA kernel for the decay's shape, q, k): ``gdn`` ("module.function" under vLLM's FLA ops) for a decay
+    per head (g [T, HV]), ``kda`` (Kimi-Linear's) for a decay per key (g [T, HV, K]); the KDA kernels take as many
+    q/k heads as value heads."""
     import importlib
 
-    if g.dim() == 2:
-        module, name = gdn.rsplit(".", 1)
-    else:
-        module, name = "vllm.third_party.flash_linear_attention.ops.kda", kda
+    if g.dim() == 3:
         r = v.shape[1] // q.shape[1]
         q, k = q.repeat_interleave(r, 1), k.repeat_interleave(r, 1)  # value head j reads key head j // r
+    module, name = (_FLA + (gdn if g.dim() == 2 else kda)).rsplit(".", 1)
     return getattr(importlib.import_module(module), name), q, k
 
 
@@ -325,8 +327,7 @@ def gated_delta_rule(q, k, v, g, beta, state, state_indices, cu_seqlens, has_ini
     if q.device.type == "cpu":
         return _gdn_cpu(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state, scale, use_qk_l2norm,
                         out)
-    chunk, q, k = _fla_kernel(q, k, v, g, "vllm.third_party.flash_linear_attention.ops.chunk.chunk_gated_delta_rule",
-                              "chunk_kda")
+    chunk, q, k = _fla_kernel("chunk.chunk_gated_delta_rule", "kda.chunk_kda", q, k, v, g)
     batch = _live_batch(state, state_indices, cu_seqlens, has_initial_state)
     if batch is None:
         return
@@ -343,9 +344,8 @@ def gated_delta_rule_decode(q, k, v, g, beta, state, state_indices, scale, use_q
     if q.device.type == "cpu":
         cu = torch.arange(r + 1, dtype=torch.int32)
         return _gdn_cpu(q, k, v, g, beta, state, state_indices, cu, None, scale, use_qk_l2norm, out)
-    recurrent, q, k = _fla_kernel(
-        q, k, v, g, "vllm.third_party.flash_linear_attention.ops.fused_recurrent.fused_recurrent_gated_delta_rule",
-        "fused_recurrent_kda")
+    recurrent, q, k = _fla_kernel("fused_recurrent.fused_recurrent_gated_delta_rule", "kda.fused_recurrent_kda",
+                                  q, k, v, g)
     # graph-safe: the kernel skips index <= 0 itself (no write to out there: a pad's rows stay as they were)
     cu = torch.arange(r + 1, dtype=torch.int32, device=q.device)
     o, _ = recurrent(q=q[None], k=k[None], v=v[None], g=g.float()[None], beta=beta.float()[None], scale=scale,
