@@ -161,13 +161,15 @@ case ${1:-} in
     lane S-Q 32 sglang 2 STEPS="pooling" POOLING=fk46-bge-m3
     lane S-Q 30 sglang 2 STEPS="capture" SC=fk46-llama-3.1 ;;
   s36-vllm)  # the next hold (stage with KEEP=the S31 mamba2 capture; vLLM, then SGLang for s36-sglang): what session 35
-    # left. GPU 0: Mamba2's Triton A/B again (its float32 judge now fits: max_num_seqs sized for correctness),
-    # wrong-ssd / wrong-gated-norm, the check with gated_rms_norm, a capture (device time inside slot calls); GPU 1:
+    # left (one fk46 A/B takes 9-14 min on an H100). GPU 0: Mamba2's Triton A/B again (its float32 judge now fits:
+    # max_num_seqs sized for correctness), wrong-ssd / wrong-gated-norm; GPU 3, beside s36-sglang's lane: Mamba2's
+    # check with gated_rms_norm, then its capture (the device time inside slot calls); GPU 1:
     # the KDA natives' GPU tests, then Kimi-Linear (capture, Triton A/B, wrong-gdn, passthrough); GPU 2: wrong-gemm on
     # fk46-llama-3.1 (H100), fk46-mixtral's capture on an H100 (its coverage; session 22's H100 profile was spoiled),
     # then ColBERTv2 and Whisper in vLLM's pooling / transcription paths (profiling fixed)
     S31=$REPO/reports/gpu/s31-h100x4
-    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab wrong check capture" \
+    (lane V-A 30 vllm 0 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="ab wrong") &
+    (lane V-C 30 vllm 3 STEPS="linear" LINEAR=fk46-mamba2 LINEAR_STEPS="check capture" \
        LINEAR_WORKLOAD="$S31/i30/vllm/fk46/fk46-mamba2/vllm.json") &
     (lane V-K 30 vllm 1 STEPS="gputests" GPUTESTS_FILES="tests/engines/vllm/test_natives_gpu.py" GPUTESTS_K="recurrent"
      lane V-K 30 vllm 1 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="capture ab wrong pass") &
