@@ -378,12 +378,12 @@ def _start_decoder_prompts(job: dict, start: int | None) -> None:
     it to a prompt that lacks it, which would shift the teacher-forced positions by one)."""
     if start is None:
         return
-    for prompts in _prompt_batches(job):
+    for prompts in prompt_batches(job):
         for p in prompts:
             p[0] = int(start)
 
 
-def _prompt_batches(job: dict) -> list[list]:
+def prompt_batches(job: dict) -> list[list]:
     """Every batch of prompts a token job sends: correctness (greedy, teacher-forced), then each timed workload."""
     c = job["correctness"]
     return [c["prompts"], c["teacher"]] + [w["prompts"] for kind in ("throughput", "latency")
@@ -401,7 +401,7 @@ def _fewer_graphs(job: dict) -> None:
     cc = job["engine_args"].get("compilation_config") or {}
     if "cudagraph_capture_sizes" in cc or "max_cudagraph_capture_size" in cc:
         return
-    largest = max(len(prompts) for prompts in _prompt_batches(job))
+    largest = max(len(prompts) for prompts in prompt_batches(job))
     sizes = [1 << i for i in range((largest - 1).bit_length() + 1)]  # 1, 2, 4, ... up to largest rounded up
     if sizes[-1] >= GRAPH_SIZES_DEFAULT_FROM:
         return

@@ -17,7 +17,7 @@ from fk_adapters.engine_integrity import problems as engine_problems
 from fk_adapters.engines import EngineSpec
 from fk_adapters.results import Kind, ScenarioStatus, SlotEvidence, stamp, verdict
 from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
-from fk_adapters.scenarios import Scenario, build_job
+from fk_adapters.scenarios import Scenario, build_job, prompt_batches
 from fk_adapters.weights import scenario_checkpoint
 
 S, E = ScenarioStatus, SlotEvidence
@@ -454,8 +454,7 @@ def reference_job(job: dict) -> dict:
     its cache blocks (fk46-mamba2 in float32 on an H100: 138)."""
     out = {k: v for k, v in job.items() if k not in ("perf", "profile")}
     out["dtype"] = "float32"
-    c = job.get("correctness") or {}
-    largest = max((len(c.get(k) or ()) for k in ("prompts", "teacher")), default=0)
+    largest = max(map(len, prompt_batches(out))) if "correctness" in job else 0
     if largest and "engine_args" in job:
         room = 1 << (largest - 1).bit_length()  # the largest batch, rounded up to a power of two
         args = dict(job["engine_args"])
