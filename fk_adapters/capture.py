@@ -145,6 +145,7 @@ def workload(res: dict, sc: Scenario, cfg: CaptureConfig, weights: str) -> dict:
         in_slots = op_families.merge_kernel_us(res.get("profile"), "slot_us")
         if in_slots:  # the device time of kernels launched inside fk's slot calls, per slot
             out["profile"]["slot_us"] = dict(sorted(in_slots.items(), key=lambda kv: -kv[1]))
+            out["profile"]["slot_us_from"] = op_families.SLOT_US_FROM
     out["counts_note"] = COUNTS_NOTE
     out["values_note"] = VALUES_NOTE
     out["total_calls"] = {s: sum(e["calls"] for e in slots.get(s, [])) for s in hooked}  # 0: hooked, never called

@@ -104,9 +104,11 @@ def op_shares(capture: dict) -> dict[str, float]:
 
 def in_slot_share(capture: dict) -> float | None:
     """The share of the profiled batch's device time in kernels launched inside fk's slot calls (the slots' own
-    engine code, whatever its kernels are named); None for a capture older than that measure, or unpaused."""
+    engine code, whatever its kernels are named); None for a capture older than that measure (``SLOT_US_FROM``), or
+    unpaused."""
     profile = capture.get("profile", {})
-    if not statistics_paused(capture) or "slot_us" not in profile or not profile.get("kernel_us"):
+    if not statistics_paused(capture) or profile.get("slot_us_from") != op_families.SLOT_US_FROM \
+            or "slot_us" not in profile or not profile.get("kernel_us"):
         return None
     return sum(profile["slot_us"].values()) / sum(profile["kernel_us"].values())
 
@@ -176,7 +178,7 @@ def render(captures: list[dict], command: str = "", served: list[dict] | None = 
               "Device time in catalog slots: the kernels whose names fall in a catalog family whose slots the run "
               "called (`fk_adapters/op_families.py`). Inside slot calls: the kernels launched inside fk's slot calls, "
               "whatever their names (a slot whose engine code runs generic elementwise kernels counts there too); - "
-              "for captures made before fk measured it."]
+              "for captures made before fk measured it from the kernels inside each call's device span."]
     lines += render_served(served or [])
     ranking = uncovered_ranking(captures)
     if ranking:

@@ -48,6 +48,8 @@ SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm", "gated_rms_norm"
                                             "ssm_state_update")}
 OTHER = "other"
 SLOT_SCOPE = "fk.slot:"  # the profiler range fk capture opens around each slot call (``ops.wrap``)
+# how a capture's "slot_us" was measured; older captures summed host ranges' device totals, which can count a span twice
+SLOT_US_FROM = "kernels inside device spans"
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in FAMILIES]
 
 
@@ -97,29 +99,32 @@ def _on_device(evt) -> bool:
     return str(getattr(evt, "device_type", "")).endswith("CUDA")
 
 
-def _in_slot_scope(evt) -> bool:
-    parent = getattr(evt, "cpu_parent", None)
-    while parent is not None:
-        if parent.name.startswith(SLOT_SCOPE):
-            return True
-        parent = getattr(parent, "cpu_parent", None)
-    return False
-
-
 def slot_us(events) -> dict[str, float]:
-    """{slot: device microseconds of the kernels launched inside its calls} from the host-side ranges fk's capture
-    opens around each slot call (``SLOT_SCOPE`` + slot name; the outermost where they nest)."""
-    out: dict[str, float] = {}
+    """{slot: device microseconds of the kernels inside its calls} from a torch profiler's events: the device-side
+    spans of the ranges fk's capture opens around each slot call (``SLOT_SCOPE`` + slot name), as ``credit_slots``."""
+    spans, kernels = [], []
     for evt in events:
-        if not evt.name.startswith(SLOT_SCOPE) or _on_device(evt):
+        if not _on_device(evt):
             continue
-        if _in_slot_scope(evt):
-            continue
-        us = float(getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0.0) or 0.0)
-        if us > 0:
-            name = evt.name[len(SLOT_SCOPE):]
-            out[name] = out.get(name, 0.0) + us
-    return out
+        stream = (getattr(evt, "device_index", 0), getattr(evt, "device_resource_id", 0))
+        lo, hi = float(evt.time_range.start), float(evt.time_range.end)
+        if getattr(evt, "is_user_annotation", False):
+            if evt.name.startswith(SLOT_SCOPE):
+                spans.append((stream, lo, hi, evt.name[len(SLOT_SCOPE):]))
+        else:
+            kernels.append((stream, lo, hi - lo))
+    return credit_slots(spans, kernels)
+
+
+def trace_slot_us(events: list[dict]) -> dict[str, float]:
+    """``slot_us`` from a Chrome trace's events (SGLang's profiler, which must record CPU activity too: the device
+    span of a range comes from its host-side range)."""
+    spans = [((e.get("pid"), e.get("tid")), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)),
+              e["name"][len(SLOT_SCOPE):]) for e in events
+             if e.get("cat") == "gpu_user_annotation" and str(e.get("name", "")).startswith(SLOT_SCOPE) and "ts" in e]
+    kernels = [((k.get("pid"), k.get("tid")), float(k["ts"]), float(k.get("dur", 0.0))) for k in events
+               if k.get("cat") == "kernel" and "ts" in k]
+    return credit_slots(spans, kernels)
 
 
 def _outermost(spans: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
@@ -131,26 +136,22 @@ def _outermost(spans: list[tuple[float, float, str]]) -> list[tuple[float, float
     return out
 
 
-def trace_slot_us(events: list[dict]) -> dict[str, float]:
-    """``slot_us`` from a Chrome trace's events (SGLang's profiler): each kernel inside the device-side span of a slot
-    range on its own stream counts for that slot (eager: a stream runs one range's kernels at a time)."""
-    spans: dict[tuple, list[tuple[float, float, str]]] = {}
-    for e in events:
-        if e.get("cat") == "gpu_user_annotation" and str(e.get("name", "")).startswith(SLOT_SCOPE) and "ts" in e:
-            lo = float(e["ts"])
-            spans.setdefault((e.get("pid"), e.get("tid")), []).append(
-                (lo, lo + float(e.get("dur", 0.0)), e["name"][len(SLOT_SCOPE):]))
-    spans = {stream: _outermost(sorted(s)) for stream, s in spans.items()}
-    starts = {stream: [lo for lo, _, _ in s] for stream, s in spans.items()}
+def credit_slots(spans: Iterable[tuple], kernels: Iterable[tuple]) -> dict[str, float]:
+    """{slot: microseconds}: each kernel (stream, start, duration) inside the outermost slot span (stream, start,
+    end, slot) on its own stream counts once, for that slot (eager: a stream runs one range's kernels at a time), so
+    the sum never exceeds the kernels' own time."""
+    by_stream: dict[tuple, list[tuple[float, float, str]]] = {}
+    for stream, lo, hi, slot in spans:
+        by_stream.setdefault(stream, []).append((lo, hi, slot))
+    by_stream = {stream: _outermost(sorted(s)) for stream, s in by_stream.items()}
+    starts = {stream: [lo for lo, _, _ in s] for stream, s in by_stream.items()}
     out: dict[str, float] = {}
-    for k in events:
-        stream = (k.get("pid"), k.get("tid"))
-        if k.get("cat") != "kernel" or "ts" not in k or stream not in spans:
+    for stream, start, dur in kernels:
+        if stream not in by_stream:
             continue
-        start, dur = float(k["ts"]), float(k.get("dur", 0.0))
         i = bisect.bisect_right(starts[stream], start) - 1  # the last span on this stream starting at or before it
-        if i >= 0 and start + dur <= spans[stream][i][1]:
-            slot = spans[stream][i][2]
+        if i >= 0 and start + dur <= by_stream[stream][i][1]:
+            slot = by_stream[stream][i][2]
             out[slot] = out.get(slot, 0.0) + dur
     return out
 

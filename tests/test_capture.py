@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from fk_adapters import call_signature as signature, capture, engines, ops, probe, scenarios
+from fk_adapters import call_signature as signature, capture, engines, op_families, ops, probe, scenarios
 from fk_adapters.check import value_stats
 from fk_adapters.engines.loading import CAPTURE_PLUGIN, kernel_callable, load_and_install
 from fk_adapters.tasks import SLOTS
@@ -201,9 +201,12 @@ def test_a_profiled_capture_says_where_the_device_time_went(tmp_path):
     sc = scenarios.load("tiny-llama")
     assert "profile" in capture.capture_job(sc, "/m", quick=True, profile=True)
     res = {"status": "ok", "probe": [_snap(1, {"rms_norm": {_sig(4): 1}})],
-           "profile": [{"kernels": {}, "kernel_us": {"vllm::rms_norm_kernel": 5.0, "nvjet_tst": 15.0}}]}
+           "profile": [{"kernels": {}, "kernel_us": {"vllm::rms_norm_kernel": 5.0, "nvjet_tst": 15.0}},
+                       {"kernels": {}, "kernel_us": {"nvjet_tst": 4.0}, "slot_us": {"gemm": 4.0}}]}
     wl = capture.workload(res, sc, _cfg(tmp_path), "digest")
-    assert wl["profile"]["op_shares"] == {"gemm": 0.75, "rms_norm": 0.25}
+    assert wl["profile"]["op_shares"] == pytest.approx({"gemm": 19 / 24, "rms_norm": 5 / 24})
+    assert wl["profile"]["slot_us"] == {"gemm": 4.0}  # summed over the processes' profiles, with how it was measured
+    assert wl["profile"]["slot_us_from"] == op_families.SLOT_US_FROM
 
 
 @pytest.fixture

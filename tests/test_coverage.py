@@ -1,6 +1,6 @@
 import json
 
-from fk_adapters import coverage
+from fk_adapters import coverage, op_families
 
 
 def _capture(path, scenario, engine, created, calls, shares=None):
@@ -91,11 +91,14 @@ def test_a_profile_holding_fks_own_statistics_gives_no_device_time_shares(tmp_pa
 
 def test_device_time_inside_slot_calls_is_its_own_column_where_the_capture_measured_it(tmp_path):
     profile = {"kernel_us": {"nvjet_tst": 60.0, "elementwise_kernel": 30.0, "mean_reduce": 10.0},
-               "slot_us": {"gemm": 60.0, "gated_rms_norm": 30.0}, "values_paused": True}
+               "slot_us": {"gemm": 60.0, "gated_rms_norm": 30.0}, "values_paused": True,
+               "slot_us_from": op_families.SLOT_US_FROM}
     measured = {"scenario": "m", "engine": "vllm", "device": "cuda", "created": "x", "path": "p",
                 "total_calls": {"gemm": 3, "gated_rms_norm": 2}, "profile": profile, "values_note": "n"}
     older = dict(measured, scenario="n", profile={k: v for k, v in profile.items() if k != "slot_us"})
     assert coverage.in_slot_share(measured) == 0.9 and coverage.in_slot_share(older) is None
+    host_summed = dict(measured, profile={k: v for k, v in profile.items() if k != "slot_us_from"})
+    assert coverage.in_slot_share(host_summed) is None  # session 35's measure: it read 101.2% on fk46-mixtral
     text, data = coverage.render([measured, older])
     assert "| 60.0% " in text and "| 90.0% " in text and "inside slot calls" in text  # by name: only the gemm
     assert [c["in_slot_share"] for c in data["captures"]] == [0.9, None]

@@ -43,27 +43,38 @@ def test_shares_sum_to_one_over_merged_processes():
 class _Evt:
     """A torch profiler event as ``kernel_profile`` and ``slot_us`` read it."""
 
-    def __init__(self, name, device="DeviceType.CPU", us=0.0, parent=None, annotation=False, start=0.0):
-        self.name, self.device_type, self.device_time_total = name, device, us
-        self.cpu_parent, self.is_user_annotation = parent, annotation
+    def __init__(self, name, device="DeviceType.CPU", us=0.0, annotation=False, start=0.0, stream=7):
+        self.name, self.device_type, self.is_user_annotation = name, device, annotation
+        self.device_index, self.device_resource_id = 0, stream
+        self.device_time_total = us  # a host range's total counts nothing (it can hold a device span twice)
         self.time_range = type("R", (), {"start": start, "end": start + us})()
 
 
-def test_device_time_inside_slot_calls_counts_each_outermost_slot_range_once():
-    scope = op_families.SLOT_SCOPE
-    norm = _Evt(scope + "gated_rms_norm", us=30.0, annotation=True)
-    inner = _Evt(scope + "rms_norm", us=10.0, parent=_Evt("aten::mul", parent=norm), annotation=True)  # nested
-    gemm = _Evt(scope + "gemm", us=50.0, annotation=True)
-    device_side = _Evt(scope + "gemm", device="DeviceType.CUDA", us=55.0, annotation=True)  # the range's GPU span
-    assert op_families.slot_us([norm, inner, gemm, device_side, _Evt("aten::mm", us=7.0),
-                                _Evt(scope + "silu_and_mul")]) == {"gated_rms_norm": 30.0, "gemm": 50.0}
+def _kernel(name, start, us, stream=7):
+    return _Evt(name, device="DeviceType.CUDA", us=us, start=start, stream=stream)
+
+
+def _span(slot, start, us, stream=7):
+    return _Evt(op_families.SLOT_SCOPE + slot, device="DeviceType.CUDA", us=us, annotation=True, start=start,
+                stream=stream)
+
+
+def test_device_time_inside_slot_calls_counts_each_kernel_once_for_its_outermost_slot_span():
+    events = [_Evt(op_families.SLOT_SCOPE + "fused_moe", us=500.0, annotation=True),  # host side: not counted
+              _span("fused_moe", 0.0, 100.0), _span("gemm", 10.0, 20.0),  # a nested call counts for the outer
+              _kernel("nvjet_router", 10.0, 20.0), _kernel("fused_moe_kernel", 40.0, 60.0),
+              _kernel("on_another_stream", 50.0, 5.0, stream=8), _kernel("after", 101.0, 9.0),
+              _span("gemm", 120.0, 30.0), _kernel("nvjet", 125.0, 25.0)]
+    got = op_families.slot_us(events)
+    assert got == {"fused_moe": 80.0, "gemm": 25.0}
+    kernel_total = sum(e.time_range.end - e.time_range.start for e in events
+                       if e.device_type.endswith("CUDA") and not e.is_user_annotation)
+    assert sum(got.values()) <= kernel_total
 
 
 def test_kernel_profile_leaves_the_device_side_of_a_range_out_of_the_kernels():
-    scope = op_families.SLOT_SCOPE
-    events = [_Evt("nvjet_tst", device="DeviceType.CUDA", us=40.0, start=1.0),
-              _Evt(scope + "gemm", device="DeviceType.CUDA", us=45.0, annotation=True, start=0.0),
-              _Evt(scope + "gemm", us=40.0, annotation=True)]
+    events = [_kernel("nvjet_tst", 1.0, 40.0), _span("gemm", 0.0, 45.0),
+              _Evt(op_families.SLOT_SCOPE + "gemm", us=40.0, annotation=True)]
     prof = type("P", (), {"events": lambda self: events})()
     got = op_families.kernel_profile(prof)
     assert got["kernel_us"] == {"nvjet_tst": 40.0} and got["slot_us"] == {"gemm": 40.0}

@@ -21,7 +21,7 @@ import re
 import sys
 import tempfile
 
-from fk_adapters import op_families
+from fk_adapters import op_families, probe
 from fk_adapters.engines import skeleton
 from fk_adapters.engines.driver_common import main, phase
 
@@ -207,8 +207,9 @@ class SGLangDriver(skeleton.Driver):
         """The device kernels every scheduler ran during ``fn(*args)``, from SGLang's own profiler's traces."""
         trace_dir = os.path.join(self.run_dir, "profile")
         os.makedirs(trace_dir, exist_ok=True)
-        self.engine.start_profile(output_dir=trace_dir, activities=["GPU"], with_stack=False,  # unverified on GPU
-                                  record_shapes=False)
+        # a capture's slot spans on the device come from its host-side ranges: CPU activity too
+        activities = ["CPU", "GPU"] if probe.capturing() else ["GPU"]
+        self.engine.start_profile(output_dir=trace_dir, activities=activities, with_stack=False, record_shapes=False)
         fn(*args)
         self.engine.stop_profile()
         return kernel_counts(trace_dir)
