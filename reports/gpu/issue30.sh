@@ -75,8 +75,9 @@ case $1 in
                            --out "$W/ab-$w-$L"
                          BASE=(--baseline-from "$W/ab-$w-$L")
                        done ;;
-                pass) $RUN --plugins passthrough --scenario "$L" --smoke --correctness-only \
-                        --baseline-from "$W/ab-triton-$L" --out "$W/ab-passthrough-$L" ;;
+                pass) BASE=(); [ -d "$W/ab-triton-$L" ] && BASE=(--baseline-from "$W/ab-triton-$L")
+                      $RUN --plugins passthrough --scenario "$L" --smoke --correctness-only "${BASE[@]}" \
+                        --out "$W/ab-passthrough-$L" ;;
               esac
             done
           done

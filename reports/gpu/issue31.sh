@@ -13,7 +13,7 @@
 #             llama31-8b-4l-prefill, compiled (vLLM) / default (SGLang): the passthrough's 95% interval (its report)
 #             beside the A/A's, the floor of the same hold ($ADAPTER_SIDES: "aa", "pass" or both, the default; two
 #             lanes of one machine can take one each; $ADAPTER_GPUS, e.g. "0 1": `fk run --gpus`, the rounds after the
-#             first side by side on those GPUs)
+#             first side by side on those GPUs; $ADAPTER_ARGS: more `fk run` options, e.g. "--smoke" for fk46 scenarios)
 #   startup   one A/A pair of fk46-llama-3.1 (--smoke, one process a side) with vLLM's engine core in fk's driver
 #             process (--no-multiprocessing) and one without: the wall-time tables say what the second process and
 #             its import cost per start (a lever for the suite's 25 minutes)
@@ -42,9 +42,10 @@ case $1 in
         adapter)
           for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
             case " ${ADAPTER_SIDES:-aa pass} " in *" aa "*)
-              $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG --out "$W/adapter-aa-$S" | tail -1 ;; esac
+              $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} --out "$W/adapter-aa-$S" \
+                | tail -1 ;; esac
             case " ${ADAPTER_SIDES:-aa pass} " in *" pass "*)
-              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG \
+              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} \
                 --out "$W/adapter-pass-$S" | tail -1 ;; esac
           done ;;
         startup)

@@ -183,11 +183,46 @@ case ${1:-} in
     lane S-Q 32 sglang 3 STEPS="pooling" POOLING=fk46-bge-m3
     lane S-Q 30 sglang 3 STEPS="capture" SC=fk46-llama-3.1
     lane S-P 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3 ;;
-  s37-sglang)  # a later SGLang hold: issue 31's adapter cost on llama31-8b-decode at 5 rounds (A/A, passthrough, GPUs
-    # 2 and 3) and the prefill scenario's passthrough against a fresh A/A (GPU 1)
-    (lane S-P 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
+  s37-vllm)  # the next hold (stage with KEEP="<S36>/i32/vllm/fk46/fk46-colbertv2/vllm.json" and s37-sglang's files;
+    # vLLM, then SGLang): issue 29's bar, the passthrough within the A/A floor on fk46-llama-3.1 and fk46-mixtral,
+    # compiled, --smoke, 3 interleaved rounds, one side a GPU (each process ~2-4 min, the compile cache warm after the
+    # first); then what session 36 left: Kimi-Linear's wrong-gdn and passthrough (GPU 0), Whisper's A/B (GPU 1), the
+    # mixtral and mamba2 captures again for the device time inside slot calls, now counted once per kernel (GPU 2),
+    # gemm checked on ColBERTv2's shapes (GPU 3: why its Triton embeddings match stock bit for bit)
+    S36=$REPO/reports/gpu/s36-h100x4
+    (lane V-1 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke"
+     lane V-1 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
+    (lane V-2 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke"
+     lane V-2 32 vllm 1 STEPS="pooling" POOLING=fk46-whisper) &
+    (lane V-3 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke"
+     lane V-3 30 vllm 2 STEPS="capture" CAPTURE="fk46-mixtral fk46-mamba2") &
+    (lane V-4 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke"
+     lane V-4 29 vllm 3 STEPS="check" WORKLOAD="$S36/i32/vllm/fk46/fk46-colbertv2/vllm.json") &
+    wait ;;
+  s37-sglang)  # started once SGLang is staged while s37-vllm runs, one lane a GPU under fk's GPU lock (each engine
+    # process or check has the GPU alone, so the adapter rounds' timings stay clean): issue 30's GDN slots checked in
+    # SGLang on session 28's fk46-qwen3-next capture (Triton, passthrough, wrong-gdn); gemm checked on BGE-M3's shapes;
+    # paged_attention and gemm checked on the H100 capture of fk46-llama-3.1 (session 34's PASS was on H200s); the
+    # Triton A/B and passthrough on fk46-llama-3.1 on an H100 (after session 28's attention change). Stage with KEEP=
+    # "<S28>/i29/sglang/fk46/fk46-qwen3-next/sglang.json <S36>/i32/sglang/fk46/fk46-bge-m3/sglang.json
+    # <S36>/i30/sglang/fk46/fk46-llama-3.1/sglang.json" (repo paths)
+    S28=$REPO/reports/gpu/s28-h100x4 S36=$REPO/reports/gpu/s36-h100x4
+    (lane S-G 30 sglang 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="check" \
+       LINEAR_WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json") &
+    (lane S-Q 29 sglang 1 STEPS="check" WORKLOAD="$S36/i32/sglang/fk46/fk46-bge-m3/sglang.json") &
+    (lane S-A 30 sglang 2 STEPS="check" WORKLOAD="$S36/i30/sglang/fk46/fk46-llama-3.1/sglang.json") &
+    (lane S-L 30 sglang 3 STEPS="ab pass" SC=fk46-llama-3.1) &
+    wait ;;
+  s38-sglang)  # a later SGLang hold: issue 29's passthrough within the A/A floor on fk46-llama-3.1 and fk46-mixtral
+    # (as s37-vllm's), issue 31's adapter cost on llama31-8b-decode at 5 rounds and the prefill scenario's passthrough
+    (lane S-1 31 sglang 0 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane S-2 31 sglang 1 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane S-3 31 sglang 2 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane S-4 31 sglang 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    wait
     (lane S-C 31 sglang 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+    (lane S-P 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
@@ -206,5 +241,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-sglang|pack"; exit 2 ;;
 esac
