@@ -210,4 +210,32 @@ def test_an_embedding_job_profiles_with_its_engine_drivers_own_profiled(clock, t
     res = engine.run({"pooling": {"correctness": [[1, 2], [3, 4, 5]]}, "profile": {"requests": 1}})
     assert res["status"] == "ok" and res["outputs"] == {"embedding": [2, 4]}
     assert res["profile"][0]["kernels"] == {"k": 1}
-    assert engine.seen.count("embed 2") == 2 and "profiled" in engine.seen  # correctness, then the profiled call
+    # correctness, the unprofiled warm-up of the profiled batch, then the profiled call
+    assert engine.seen.count("embed 2") == 3 and engine.seen.count("profiled") == 1
+
+
+class FirstUseEngine(FakeProfilingEngine):
+    """Its first step on a shape does one-time work (a Triton autotune): a profile must not contain it."""
+
+    def profile_steps(self, prompts, max_tokens):
+        return self.profiled(self._step, len(prompts))
+
+    def _step(self, n):
+        if f"step {n}" not in self.seen:
+            self._call("autotune")
+        self._call(f"step {n}")
+
+    def profiled(self, fn, *args):
+        self._call("profiler on")
+        out = super().profiled(fn, *args)
+        return [dict(out[0], one_time_work_inside="autotune" in self.seen[self.seen.index("profiler on"):])]
+
+
+def test_the_profiled_step_runs_once_unprofiled_first(clock, tmp_path, monkeypatch):
+    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    engine = FirstUseEngine(clock)
+    res = engine.run({"correctness": {"prompts": [[1, 2]] * 4, "max_tokens": 2, "teacher": [[1, 2]]},
+                      "profile": {"requests": 3}})
+    assert res["profile"] == [{"pid": 1, "kernels": {"k": 1}, "kernel_us": {"k": 2.0}, "one_time_work_inside": False}]
+    assert engine.seen.count("step 3") == 2 and engine.seen.count("profiler on") == 1
+    assert "profiled" not in vars(engine)  # the class's own profiled is back
