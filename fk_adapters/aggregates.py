@@ -28,6 +28,10 @@ category / overall
     category geomean over its scored scenarios; overall geomean over the categories that have one (each category
     weighs the same); score = overall x correctness x coverage, where correctness = correct / scenarios and
     coverage = covered / scenarios (left out of the product for an A/A run).
+significance
+    with 3 or more interleaved rounds: how many scored workloads' 95% intervals over rounds exclude 1, each way; with
+    none, the report says the geomeans and the score are within the variation between engine processes (a plugin
+    that changes nothing must not read as a speedup).
 """
 from __future__ import annotations
 
@@ -67,6 +71,37 @@ def speedups(perf: dict) -> dict:
         r = m.get("latency_s", {}).get("ratio")
         if r is not None:
             out["latency"][name] = 1.0 / r if r else float("inf")
+    return out
+
+
+def _ratio_dicts(perf: dict):
+    """(ratio dict, higher is better) per timed workload of a row's ``perf``, the metric ``speedups`` reads."""
+    for m in (perf or {}).get("throughput", {}).values():
+        key = next((k for k in THROUGHPUT_KEYS if m.get(k, {}).get("ratio") is not None), None)
+        if key:
+            yield m[key], True
+    for m in (perf or {}).get("latency", {}).values():
+        if m.get("latency_s", {}).get("ratio") is not None:
+            yield m["latency_s"], False
+
+
+def significance(results: dict, rows: list[dict]) -> dict | None:
+    """{"faster", "slower", "workloads"}: how many of the scored scenarios' workloads have a 95% interval over
+    interleaved rounds (``variation.interval``) that excludes 1, each way; None when the run has no such intervals.
+    Without any, the geomeans and the score are within the variation between engine processes."""
+    if not variation.between_processes(results):
+        return None
+    out = {"faster": 0, "slower": 0, "workloads": 0}
+    for row, agg in zip(results.get("scenarios", []), rows):
+        if not agg["scored"]:
+            continue
+        for r, higher_is_better in _ratio_dicts(row.get("perf")):
+            iv = variation.interval(r, results)
+            if iv is None:
+                continue
+            out["workloads"] += 1
+            if iv["lo"] > 1 or iv["hi"] < 1:
+                out["faster" if (iv["lo"] > 1) == higher_is_better else "slower"] += 1
     return out
 
 
@@ -141,7 +176,7 @@ def summarize(results: dict, categories: dict[str, str] | None = None) -> dict:
     for r in rows:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     return {"candidate": results.get("candidate"), "engine": results.get("engine"), "aa": aa, "scenarios": rows,
-            "not_significant": variation.why_not(results),
+            "not_significant": variation.why_not(results), "significance": significance(results, rows),
             "categories": cats, "counts": dict(counts, scenarios=n, scored=sum(r["scored"] for r in rows)),
             "statuses": statuses,
             "overall": {"throughput": geomean(c["throughput"] for c in cats.values()),
@@ -193,4 +228,12 @@ def markdown(summary: dict) -> str:
     if summary.get("not_significant"):
         lines += [f"- **not significant**: {summary['not_significant']}; these geomeans and the score describe "
                   "this one pair of processes only"]
+    sig = summary.get("significance")
+    if sig and not sig["faster"] and not sig["slower"]:
+        lines += [f"- **no significant change**: no scored workload's 95% interval over rounds excludes 1 "
+                  f"({sig['workloads']} workload(s)); these geomeans and the score are within the variation between "
+                  "engine processes"]
+    elif sig:
+        lines += [f"- significant (95% intervals over rounds excluding 1): {sig['faster']} workload(s) faster, "
+                  f"{sig['slower']} slower, of {sig['workloads']} scored"]
     return "\n".join(lines) + "\n"

@@ -123,3 +123,27 @@ def test_a_scenario_whose_timings_were_disturbed_is_not_scored():
     shared["perf"]["disturbed"] = ["round 1 baseline: another process used the GPU during this run (pid 7)"]
     rows = {r["scenario"]: agg.per_scenario(r) for r in (clean, shared)}
     assert rows["a"]["scored"] and not rows["b"]["scored"] and rows["b"]["disturbed"]
+
+
+def _rounds(base, cand):
+    """A ratio with its per-round values (one engine process per side and round)."""
+    return {"ratio": math.prod(c / b for b, c in zip(base, cand)) ** (1 / len(base)),
+            "baseline": {"values": base}, "candidate": {"values": cand}}
+
+
+def test_a_score_within_the_variation_between_processes_says_so():
+    steady = {"scenario": "a", "status": "PASSED", "correctness": {"passed": True, "failures": []},
+              "evidence": {"slots": {"gemm": {"status": "exercised", "calls": 5}}},
+              "perf": {"throughput": {"w": {"tokens_per_s": _rounds([100, 103, 98], [102, 100, 101])}},
+                       "latency": {"b1": {"latency_s": _rounds([1.0, 1.02, 0.99], [1.01, 1.0, 1.0])}}}}
+    s = agg.summarize({"interleave": 3, "scenarios": [steady]}, categories={"a": "X"})
+    assert s["significance"] == {"faster": 0, "slower": 0, "workloads": 2}
+    assert s["overall"]["score"] > 1  # a point estimate above 1 ...
+    assert "**no significant change**: no scored workload's 95% interval" in agg.markdown(s)  # ... that claims nothing
+    moved = dict(steady, perf={"throughput": {"w": {"tokens_per_s": _rounds([100, 101, 100], [120, 121, 119])}},
+                               "latency": {"b1": {"latency_s": _rounds([1.0, 1.01, 1.0], [1.3, 1.31, 1.3])}}})
+    s = agg.summarize({"interleave": 3, "scenarios": [moved]}, categories={"a": "X"})
+    assert s["significance"] == {"faster": 1, "slower": 1, "workloads": 2}
+    assert "1 workload(s) faster, 1 slower, of 2 scored" in agg.markdown(s)
+    single = agg.summarize({"interleave": 1, "scenarios": [steady]}, categories={"a": "X"})
+    assert single["significance"] is None and "no significant change" not in agg.markdown(single)

@@ -126,8 +126,8 @@ class Driver:
     def profile(self, job: dict) -> list[dict]:
         """The profiled steps, with fk capture's value statistics paused in every engine process meanwhile. The same
         requests run once unprofiled first: one-time work on their shapes (a Triton kernel's compile or autotuning for
-        a new size, lazy set-up) is no part of serving (sessions 35-36 saw steps of ms of device time wait seconds on the
-        host)."""
+        a new size, lazy set-up) is no part of serving (sessions 35-36 saw steps of milliseconds of device time wait
+        seconds on the host)."""
         with values_paused():
             self.profiled = _unprofiled  # the instance's, over any class's ``profiled``, for the warm-up only
             try:
