@@ -20,7 +20,8 @@
 #             passthrough against its baseline (correctness only), each scenario's weights deleted after it
 #   pooling   $POOLING (default fk46-bge-m3 fk46-colbertv2: sentence and per-token embeddings; fk46-whisper: the
 #             transcription path, session 29) captured with --profile
-#             (coverage), then the Triton plugin A/B and fk-wrong's wrong-gemm (correctness only, its baseline)
+#             (coverage), then the Triton plugin A/B and fk-wrong's wrong-gemm (correctness only, its baseline);
+#             $POOLING_STEPS (default "capture ab wrong") picks the parts
 . "$(dirname "$0")/hold_env.sh" i32 "$1"; shift
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
 
@@ -43,11 +44,14 @@ case $1 in
           done ;;
         pooling)
           for S in ${POOLING:-fk46-bge-m3 fk46-colbertv2 fk46-whisper}; do
-            $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
-              --out "$W/fk46"
-            $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S"
-            $RUN --plugins wrong-gemm --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
-              --out "$W/ab-wrong-gemm-$S"
+            case " ${POOLING_STEPS:-capture ab wrong} " in *" capture "*)
+              $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
+                --out "$W/fk46" ;; esac
+            case " ${POOLING_STEPS:-capture ab wrong} " in *" ab "*)
+              $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S" ;; esac
+            case " ${POOLING_STEPS:-capture ab wrong} " in *" wrong "*)
+              $RUN --plugins wrong-gemm --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
+                --out "$W/ab-wrong-gemm-$S" ;; esac
           done ;;
       esac
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"

@@ -193,7 +193,7 @@ case ${1:-} in
     (lane V-1 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke"
      lane V-1 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
     (lane V-2 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke"
-     lane V-2 32 vllm 1 STEPS="pooling" POOLING=fk46-whisper) &
+     lane V-2 32 vllm 1 STEPS="pooling" POOLING=fk46-whisper POOLING_STEPS="ab wrong") &  # captured in S36
     (lane V-3 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke"
      lane V-3 30 vllm 2 STEPS="capture" CAPTURE="fk46-mixtral fk46-mamba2") &
     (lane V-4 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke"
