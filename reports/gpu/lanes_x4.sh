@@ -202,7 +202,8 @@ case ${1:-} in
   s37-sglang)  # started once SGLang is staged while s37-vllm runs, one lane a GPU under fk's GPU lock (each engine
     # process or check has the GPU alone, so the adapter rounds' timings stay clean): issue 30's GDN slots checked in
     # SGLang on session 28's fk46-qwen3-next capture (Triton, passthrough, wrong-gdn); gemm checked on BGE-M3's shapes;
-    # paged_attention and gemm checked on the H100 capture of fk46-llama-3.1 (session 34's PASS was on H200s); the
+    # paged_attention and gemm checked on the H100 capture of fk46-llama-3.1 (session 34's PASS was on H200s), then
+    # that capture again (SGLang's first device time inside slot calls, now with CPU activity in its trace); the
     # Triton A/B and passthrough on fk46-llama-3.1 on an H100 (after session 28's attention change). Stage with KEEP=
     # "<S28>/i29/sglang/fk46/fk46-qwen3-next/sglang.json <S36>/i32/sglang/fk46/fk46-bge-m3/sglang.json
     # <S36>/i30/sglang/fk46/fk46-llama-3.1/sglang.json" (repo paths)
@@ -210,7 +211,7 @@ case ${1:-} in
     (lane S-G 30 sglang 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="check" \
        LINEAR_WORKLOAD="$S28/i29/sglang/fk46/fk46-qwen3-next/sglang.json") &
     (lane S-Q 29 sglang 1 STEPS="check" WORKLOAD="$S36/i32/sglang/fk46/fk46-bge-m3/sglang.json") &
-    (lane S-A 30 sglang 2 STEPS="check" WORKLOAD="$S36/i30/sglang/fk46/fk46-llama-3.1/sglang.json") &
+    (lane S-A 30 sglang 2 STEPS="check capture" WORKLOAD="$S36/i30/sglang/fk46/fk46-llama-3.1/sglang.json") &
     (lane S-L 30 sglang 3 STEPS="ab pass" SC=fk46-llama-3.1) &
     wait ;;
   s38-sglang)  # a later SGLang hold: issue 29's passthrough within the A/A floor on fk46-llama-3.1 and fk46-mixtral
