@@ -60,29 +60,25 @@ def blend(throughput: float | None, latency: float | None, w: float = THROUGHPUT
     return weighted_geomean([(throughput, w), (latency, 1.0 - w)])
 
 
+def timed_ratios(perf: dict):
+    """(kind, workload, ratio dict) per timed workload of a row's ``perf``: throughput's first of
+    ``metrics.THROUGHPUT_KEYS`` with a ratio, latency's ``latency_s``."""
+    for name, m in (perf or {}).get("throughput", {}).items():
+        key = next((k for k in THROUGHPUT_KEYS if m.get(k, {}).get("ratio") is not None), None)
+        if key:
+            yield "throughput", name, m[key]
+    for name, m in (perf or {}).get("latency", {}).items():
+        if m.get("latency_s", {}).get("ratio") is not None:
+            yield "latency", name, m["latency_s"]
+
+
 def speedups(perf: dict) -> dict:
     """{"throughput": {workload: speedup}, "latency": {workload: speedup}} from a row's ``perf`` ratios."""
     out: dict = {"throughput": {}, "latency": {}}
-    for name, m in (perf or {}).get("throughput", {}).items():
-        r = next((m[k].get("ratio") for k in THROUGHPUT_KEYS if m.get(k, {}).get("ratio") is not None), None)
-        if r is not None:
-            out["throughput"][name] = r
-    for name, m in (perf or {}).get("latency", {}).items():
-        r = m.get("latency_s", {}).get("ratio")
-        if r is not None:
-            out["latency"][name] = 1.0 / r if r else float("inf")
+    for kind, name, r in timed_ratios(perf):
+        ratio = r["ratio"]
+        out[kind][name] = ratio if kind == "throughput" else 1.0 / ratio if ratio else float("inf")
     return out
-
-
-def _ratio_dicts(perf: dict):
-    """(ratio dict, higher is better) per timed workload of a row's ``perf``, the metric ``speedups`` reads."""
-    for m in (perf or {}).get("throughput", {}).values():
-        key = next((k for k in THROUGHPUT_KEYS if m.get(k, {}).get("ratio") is not None), None)
-        if key:
-            yield m[key], True
-    for m in (perf or {}).get("latency", {}).values():
-        if m.get("latency_s", {}).get("ratio") is not None:
-            yield m["latency_s"], False
 
 
 def significance(results: dict, rows: list[dict]) -> dict | None:
@@ -95,13 +91,13 @@ def significance(results: dict, rows: list[dict]) -> dict | None:
     for row, agg in zip(results.get("scenarios", []), rows):
         if not agg["scored"]:
             continue
-        for r, higher_is_better in _ratio_dicts(row.get("perf")):
+        for kind, _, r in timed_ratios(row.get("perf")):
             iv = variation.interval(r, results)
             if iv is None:
                 continue
             out["workloads"] += 1
             if iv["lo"] > 1 or iv["hi"] < 1:
-                out["faster" if (iv["lo"] > 1) == higher_is_better else "slower"] += 1
+                out["faster" if (iv["lo"] > 1) == (kind == "throughput") else "slower"] += 1
     return out
 
 
