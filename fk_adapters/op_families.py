@@ -91,7 +91,7 @@ def kernel_profile(prof) -> dict:
               if _on_device(evt) and not getattr(evt, "is_user_annotation", False)]
     kernels, kernel_us = tally((name, end - start) for name, start, end in ranges)
     slots = slot_us(events)
-    return {"kernels": kernels, "kernel_us": kernel_us, **span_busy((start, end) for _, start, end in ranges),
+    return {"kernels": kernels, "kernel_us": kernel_us, **span_busy((start, end, name) for name, start, end in ranges),
             **({"slot_us": slots} if slots else {})}
 
 
@@ -156,22 +156,29 @@ def credit_slots(spans: Iterable[tuple], kernels: Iterable[tuple]) -> dict[str, 
     return out
 
 
-def span_busy(intervals: Iterable[tuple[float, float]]) -> dict:
+def span_busy(intervals: Iterable[tuple]) -> dict:
     """{"span_us": first kernel start to last kernel end, "busy_us": the union of the kernels' time ranges}, in
     microseconds ({} without kernels). Their difference is the time the device waited on the host within the step
-    (launches, Python, synchronisations): no kernel's device time shows it."""
-    spans = sorted(intervals)
+    (launches, Python, synchronisations): no kernel's device time shows it. Intervals (start, end, kernel name) add
+    "wait_us": {kernel name: the device's idle time just before its launches}, which sums to that difference: the
+    host work the device waited on before it could run that kernel."""
+    spans = sorted(intervals, key=lambda iv: (iv[0], iv[1]))
     if not spans:
         return {}
-    busy, (lo, hi) = 0.0, spans[0]
-    for start, end in spans[1:]:
-        if start > hi:
+    named = len(spans[0]) > 2
+    waits: dict[str, float] = {}
+    busy, lo, hi = 0.0, spans[0][0], spans[0][1]
+    for iv in spans[1:]:
+        if iv[0] > hi:
             busy += hi - lo
-            lo, hi = start, end
+            if named:
+                waits[iv[2]] = waits.get(iv[2], 0.0) + iv[0] - hi
+            lo, hi = iv[0], iv[1]
         else:
-            hi = max(hi, end)
+            hi = max(hi, iv[1])
     busy += hi - lo
-    return {"span_us": round(max(e for _, e in spans) - spans[0][0], 1), "busy_us": round(busy, 1)}
+    out = {"span_us": round(max(iv[1] for iv in spans) - spans[0][0], 1), "busy_us": round(busy, 1)}
+    return {**out, "wait_us": {k: round(v, 1) for k, v in waits.items()}} if named else out
 
 
 def merge_kernel_us(profiles: list[dict] | None, key: str = "kernel_us") -> dict[str, float]:

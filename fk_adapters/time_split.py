@@ -42,26 +42,40 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
            "only_baseline": _top(base, set(base) - set(cand)),
            "baseline_idle_us": _idle(base_profile), "candidate_idle_us": _idle(cand_profile)}
     out["movers"] = _movers(base, cand, tb + (out["baseline_idle_us"] or 0.0), out["baseline_idle_us"],
-                            out["candidate_idle_us"])
+                            out["candidate_idle_us"], (_waits(base_profile), _waits(cand_profile)))
     return out
 
 
 def _movers(base: dict[str, float], cand: dict[str, float], step_b: float, idle_b: float | None,
-            idle_c: float | None) -> dict:
-    """The kernels whose device time moved most (largest |Δ| first) and the share of the step's delta they name: the
-    step's delta is its device time's plus, where measured, the device's wait on the host (which no kernel names).
+            idle_c: float | None, waits: tuple[dict | None, dict | None] = (None, None)) -> dict:
+    """The kernels whose time moved most (largest |Δ| first) and the share of the step's delta they name: the step's
+    delta is its device time's plus, where measured, the device's wait on the host. Where both sides measured whose
+    launch the device waited for (``waits``), a kernel's Δ counts that wait too, so slower launches are named.
     No shares for a step that moved less than ``STILL`` of the baseline's ``step_b``: there is nothing to attribute."""
-    deltas = {n: cand.get(n, 0.0) - base.get(n, 0.0) for n in set(base) | set(cand)}
-    ranked = sorted((n for n in deltas if deltas[n]), key=lambda n: (-abs(deltas[n]), n))[:MOVERS]
+    wb, wc = waits if waits[0] is not None and waits[1] is not None else ({}, {})
+    names = set(base) | set(cand) | set(wb) | set(wc)
+    dev = {n: cand.get(n, 0.0) - base.get(n, 0.0) for n in names}
+    wait = {n: wc.get(n, 0.0) - wb.get(n, 0.0) for n in names}
+    ranked = sorted((n for n in names if dev[n] + wait[n]), key=lambda n: (-abs(dev[n] + wait[n]), n))[:MOVERS]
     idle = idle_c - idle_b if idle_b is not None and idle_c is not None else None
-    total = sum(deltas.values()) + (idle or 0.0)
+    total = sum(dev.values()) + (idle or 0.0)
     moved = bool(step_b) and abs(total) >= STILL * step_b
+    timed_waits = bool(wb or wc)
     return {"kernels": [{"kernel": n, "family": op_families.family(n), "baseline_us": round(base.get(n, 0.0), 1),
-                         "candidate_us": round(cand.get(n, 0.0), 1), "delta_us": round(deltas[n], 1)}
-                        for n in ranked],
+                         "candidate_us": round(cand.get(n, 0.0), 1), "delta_us": round(dev[n], 1),
+                         **({"wait_delta_us": round(wait[n], 1)} if timed_waits else {})} for n in ranked],
             "step_delta_us": round(total, 1), "idle_delta_us": None if idle is None else round(idle, 1),
-            "named_share": sum(deltas[n] for n in ranked) / total if moved else None,
-            "idle_share": idle / total if moved and idle is not None else None}
+            "named_share": sum(dev[n] + wait[n] for n in ranked) / total if moved else None,
+            "idle_share": idle / total if moved and idle is not None else None,
+            "named_wait_us": round(sum(wait[n] for n in ranked), 1) if timed_waits else None}
+
+
+def _waits(profiles: list[dict]) -> dict[str, float] | None:
+    """{kernel name: the device's idle time before its launches}, summed over the side's processes; None where a
+    profile predates the measure."""
+    if not profiles or not all("wait_us" in p for p in profiles):
+        return None
+    return op_families.merge_kernel_us(profiles, key="wait_us")
 
 
 def _idle(profiles: list[dict]) -> float | None:
@@ -102,13 +116,20 @@ def _mover_lines(m: dict | None) -> list[str]:
     """The kernels behind the step's delta, and how much of it they name (splits of an older fk have none)."""
     if not m or not m["kernels"]:
         return []
-    named = "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, {k['delta_us']:+.0f} µs)" for k in m["kernels"])
+    waits = m.get("named_wait_us") is not None
+
+    def delta(k):
+        return (f"{k['delta_us'] + k['wait_delta_us']:+.0f} µs: device {k['delta_us']:+.0f}, "
+                f"wait before its launches {k['wait_delta_us']:+.0f}" if waits else f"{k['delta_us']:+.0f} µs")
+    named = "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, {delta(k)})" for k in m["kernels"])
+    what = "time (device time and the device's wait before their launches)" if waits else "device time"
     if m["named_share"] is None:
-        return [f"Kernels whose device time moved most: {named}. The step moved by {m['step_delta_us']:+.0f} µs, "
+        return [f"Kernels whose {what} moved most: {named}. The step moved by {m['step_delta_us']:+.0f} µs, "
                 f"less than {100 * STILL:.0f}% of the baseline's: nothing to attribute.", ""]
     idle = ("" if m["idle_share"] is None else
-            f"; the device's wait on the host, {m['idle_delta_us']:+.0f} µs, is {100 * m['idle_share']:.0f}%")
-    return [f"Kernels whose device time moved most: {named}. These {len(m['kernels'])} kernels name "
+            f"; the device's wait on the host, {m['idle_delta_us']:+.0f} µs, is {100 * m['idle_share']:.0f}%"
+            + (f" ({m['named_wait_us']:+.0f} µs of it before these kernels' launches)" if waits else ""))
+    return [f"Kernels whose {what} moved most: {named}. These {len(m['kernels'])} kernels name "
             f"**{100 * m['named_share']:.0f}%** of the step's delta of {m['step_delta_us']:+.0f} µs{idle}.", ""]
 
 

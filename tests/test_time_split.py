@@ -80,3 +80,42 @@ def test_compare_shows_where_heads_candidate_moved_the_time():
         "gemm", 950.0, 820.0, -130.0)
     text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
     assert "Where the device time moved" in text and "| gemm" in text and "950 (800)" in text and "-130" in text
+
+
+def test_the_wait_before_each_launch_is_named_for_the_kernel_the_device_waited_for():
+    from fk_adapters import op_families
+
+    # two streams: "b" overlaps "a", so no wait; the gaps end at "c" (10 µs) and "a" again (5 µs)
+    timeline = [(0, 10, "a"), (5, 12, "b"), (22, 30, "c"), (35, 40, "a")]
+    got = op_families.span_busy(timeline)
+    assert got == {"span_us": 40.0, "busy_us": 25.0, "wait_us": {"c": 10.0, "a": 5.0}}
+    assert sum(got["wait_us"].values()) == got["span_us"] - got["busy_us"]
+    assert "wait_us" not in op_families.span_busy([(0, 10), (20, 30)])  # unnamed intervals: the old keys only
+
+
+def _timed(kernel_us, timeline):
+    from fk_adapters import op_families
+
+    prof = _profile(kernel_us)
+    prof[0].update(op_families.span_busy(timeline))
+    return prof
+
+
+def test_a_kernel_whose_launches_the_device_waits_for_is_named_with_that_wait():
+    """Same device time for the swapped gemm, but the device waits 300 µs more for the candidate's launches: the
+    step's delta is that wait, and it is named for the gemm kernel (device-only attribution names 0% of it)."""
+    base = _timed({"copy": 10.0, "nvjet_gemm": 800.0, "flash_fwd_kernel": 200.0},
+                  [(0, 10, "copy"), (10, 810, "nvjet_gemm"), (860, 1060, "flash_fwd_kernel")])
+    cand = _timed({"copy": 10.0, "fk_triton_gemm_kernel": 800.0, "flash_fwd_kernel": 200.0},
+                  [(0, 10, "copy"), (310, 1110, "fk_triton_gemm_kernel"), (1160, 1360, "flash_fwd_kernel")])
+    s = time_split.split(base, cand)
+    m = s["movers"]
+    assert m["step_delta_us"] == 300.0 and m["idle_delta_us"] == 300.0
+    gemm = next(k for k in m["kernels"] if k["kernel"] == "fk_triton_gemm_kernel")
+    assert (gemm["delta_us"], gemm["wait_delta_us"]) == (800.0, 300.0)
+    assert abs(m["named_share"] - 1.0) < 1e-9 and m["named_wait_us"] == 300.0
+    text = "\n".join(time_split.markdown("x", s))
+    assert "device +800, wait before its launches +300" in text
+    assert "(+300 µs of it before these kernels' launches)" in text
+    old = time_split.split(_profile(base[0]["kernel_us"]), cand)  # a side without the measure: device time only
+    assert "wait_delta_us" not in old["movers"]["kernels"][0] and old["movers"]["named_wait_us"] is None

@@ -127,7 +127,7 @@ def kernel_counts(trace_dir: str) -> list[dict]:
         events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
         ks = [evt for evt in events if evt.get("cat") == "kernel" and evt.get("ph") == "X"]
         kernels, kernel_us = op_families.tally((evt["name"], float(evt.get("dur", 0.0))) for evt in ks)
-        span = op_families.span_busy((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
+        span = op_families.span_busy((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e["name"])
                                      for e in ks if "ts" in e)
         rank = re.search(r"-TP-(\d+)", os.path.basename(path))
         slots = op_families.trace_slot_us(events)
