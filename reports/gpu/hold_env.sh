@@ -12,7 +12,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # TORCH_SYMM_MEM_DISABLE_MULTICAST). Never pass SGLang enable_symm_mem / enable_nccl_nvls: they set NCCL_NVLS_ENABLE=1.
 export VLLM_ALLREDUCE_USE_SYMM_MEM=0 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
 [ "$ENGINE" = sglang ] && export FK_WEIGHTS_PYTHONPATH=/tmp/fk-site/fk FK_TRANSFORMERS_PYTHONPATH=/tmp/fk-site/fk
-REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/$HOLD_ISSUE/$ENGINE; MODELS=/tmp/fk-models
+REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/$HOLD_ISSUE/$ENGINE; MODELS=${FK_HOLD_MODELS:-/tmp/fk-models}  # a lane that deletes its weights: its own
 mkdir -p "$W"
 FK="python3 -m fk_adapters.cli.main"
 

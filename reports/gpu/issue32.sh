@@ -17,7 +17,8 @@
 #   hosts     $HOSTS (default fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-sdxl fk46-flux.1-dev
 #             fk46-hunyuanvideo-1.5 fk46-lightgcn) in the
 #             transformers host: captured with --profile (coverage), the Triton A/B, fk-wrong's wrong-gemm and the
-#             passthrough against its baseline (correctness only), each scenario's weights deleted after it
+#             passthrough against its baseline (correctness only), each scenario's weights deleted after it;
+#             $HOST_STEPS (default "capture ab wrong", wrong including the passthrough) picks the parts
 #   pooling   $POOLING (default fk46-bge-m3 fk46-colbertv2: sentence and per-token embeddings; fk46-whisper: the
 #             transcription path, session 29) captured with --profile
 #             (coverage), then the Triton plugin A/B and fk-wrong's wrong-gemm (correctness only, its baseline);
@@ -33,14 +34,17 @@ case $1 in
       case $step in
         hosts)
           for S in ${HOSTS:-fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-sdxl fk46-flux.1-dev fk46-hunyuanvideo-1.5 fk46-lightgcn}; do
-            $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
-              --out "$W/fk46"
-            $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S"
-            for P in wrong-gemm passthrough; do
-              $RUN --plugins $P --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
-                --out "$W/ab-$P-$S"
-            done
-            rm -rf "${MODELS:?}"/*
+            case " ${HOST_STEPS:-capture ab wrong} " in *" capture "*)
+              $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
+                --out "$W/fk46" ;; esac
+            case " ${HOST_STEPS:-capture ab wrong} " in *" ab "*)
+              $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S" ;; esac
+            case " ${HOST_STEPS:-capture ab wrong} " in *" wrong "*)
+              for P in wrong-gemm passthrough; do
+                $RUN --plugins $P --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
+                  --out "$W/ab-$P-$S"
+              done ;; esac
+            rm -rf "${MODELS:?}"/*  # run each such lane with its own FK_HOLD_MODELS when other lanes share the machine
           done ;;
         pooling)
           for S in ${POOLING:-fk46-bge-m3 fk46-colbertv2 fk46-whisper}; do

@@ -214,8 +214,24 @@ case ${1:-} in
     (lane S-A 30 sglang 2 STEPS="check capture" WORKLOAD="$S36/i30/sglang/fk46/fk46-llama-3.1/sglang.json") &
     (lane S-L 30 sglang 3 STEPS="ab pass" SC=fk46-llama-3.1) &
     wait ;;
-  s38-sglang)  # a later SGLang hold: issue 29's passthrough within the A/A floor on fk46-llama-3.1 and fk46-mixtral
-    # (as s37-vllm's), issue 31's adapter cost on llama31-8b-decode at 5 rounds and the prefill scenario's passthrough
+  s38-transformers)  # first in the s38 hold, before SGLang stages (no engine to stage: the four extra-transformers*
+    # lists' parts, then `fk_gpu.sh transformers setup`): issue 32's 13 hosted architectures that never ran on a GPU,
+    # captured with --profile (what `fk scenarios --all` counts as running, and coverage.md), one lane a GPU, each
+    # with its own weights folder (the lane deletes its weights after each host; s38-sglang's lanes share
+    # /tmp/fk-models). s38-sglang's processes take each GPU in turn with these under fk's GPU lock
+    for i in 0 1 2 3; do
+      case $i in
+        0) H="fk46-flux.1-dev fk46-3dgs fk46-instantngp" ;;
+        1) H="fk46-hunyuanvideo-1.5 fk46-dp3 fk46-dlrmv2" ;;
+        2) H="fk46-sdxl fk46-pi0 fk46-pointtransformerv3" ;;
+        3) H="fk46-rwkv-7 fk46-gla fk46-retnet fk46-openfold3" ;;
+      esac
+      (lane T-$i 32 transformers $i STEPS="hosts" HOSTS="$H" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$i) &
+    done
+    wait ;;
+  s38-sglang)  # the next hold, after s38-transformers (stage SGLang while its captures run): issue 29's passthrough
+    # within the A/A floor on fk46-llama-3.1 and fk46-mixtral (as s37-vllm's, 3 rounds), then issue 31's adapter cost
+    # on llama31-8b-decode at 5 rounds and the prefill scenario's passthrough
     (lane S-1 31 sglang 0 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
     (lane S-2 31 sglang 1 STEPS="adapter" ADAPTER_SC=fk46-llama-3.1 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
     (lane S-3 31 sglang 2 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
@@ -242,5 +258,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|pack"; exit 2 ;;
 esac
