@@ -241,6 +241,15 @@ case ${1:-} in
     (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
     (lane S-P 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
     wait ;;
+  s39-vllm)  # a later vLLM hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
+    # its scenarios side by side on the four GPUs, alone on the machine, so its wall time is the bar's (25 minutes);
+    # its fk46-llama-3.1 A/B is the compiled Llama A/B whose "Where the device time went" must name 80% of the delta
+    # (the device's wait before each launch named since session 37). Then what s37-vllm left: Kimi-Linear's wrong-gdn
+    # and passthrough, fk46-mamba2 captured with the corrected "inside slot calls" share (bar 75%, by name 68.1%)
+    lane V-S 31 vllm 0,1,2,3 STEPS="suite" SUITE_GPUS="0 1 2 3"
+    (lane V-1 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
+    (lane V-3 30 vllm 2 STEPS="capture" CAPTURE=fk46-mamba2) &
+    wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
     (lane T-0 32 transformers 0 STEPS="hosts" HOSTS="fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-lightgcn \
@@ -258,5 +267,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-vllm|pack"; exit 2 ;;
 esac
