@@ -216,14 +216,15 @@ case ${1:-} in
     wait ;;
   s38-transformers)  # first in the s38 hold, before SGLang stages (no engine to stage: the four extra-transformers*
     # lists' parts, then `fk_gpu.sh transformers setup`): issue 32's 13 hosted architectures that never ran on a GPU,
-    # captured with --profile (what `fk scenarios --all` counts as running, and coverage.md), one lane a GPU, each
+    # captured with --profile (what `fk scenarios --all` counts as running, and coverage.md), then session 30's four
+    # (their device-time shares were spoiled by the value statistics, fixed since), one lane a GPU, each
     # with its own weights folder (the lane deletes its weights after each host; s38-sglang's lanes share
     # /tmp/fk-models). s38-sglang's processes take each GPU in turn with these under fk's GPU lock
     for i in 0 1 2 3; do
       case $i in
-        0) H="fk46-flux.1-dev fk46-3dgs fk46-instantngp" ;;
-        1) H="fk46-hunyuanvideo-1.5 fk46-dp3 fk46-dlrmv2" ;;
-        2) H="fk46-sdxl fk46-pi0 fk46-pointtransformerv3" ;;
+        0) H="fk46-flux.1-dev fk46-3dgs fk46-instantngp fk46-mobilenetv4" ;;
+        1) H="fk46-hunyuanvideo-1.5 fk46-dp3 fk46-dlrmv2 fk46-efficientnetv2 fk46-lightgcn" ;;
+        2) H="fk46-sdxl fk46-pi0 fk46-pointtransformerv3 fk46-yolov10" ;;
         3) H="fk46-rwkv-7 fk46-gla fk46-retnet fk46-openfold3" ;;
       esac
       (lane T-$i 32 transformers $i STEPS="hosts" HOSTS="$H" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$i) &
