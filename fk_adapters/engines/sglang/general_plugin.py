@@ -47,7 +47,7 @@ def _install(chosen: dict) -> dict:
 
     entered = install(chosen)
     _add_rpc_methods()
-    _dump_at_exit()
+    dump_at_exit()
     return entered
 
 
@@ -81,7 +81,7 @@ def _add_rpc_methods() -> None:
     Scheduler.fk_probe_reset = fk_probe_reset
 
 
-def _dump_at_exit() -> None:
+def dump_at_exit() -> None:
     run_dir = os.environ.get("FK_RUN_DIR")
     if run_dir:
         atexit.register(lambda: write_snapshot(os.path.join(run_dir, "probe", f"probe-exit-{os.getpid()}.json")))

@@ -48,8 +48,10 @@ def _batch_invariant() -> bool:
     return is_batch_invariant_mode_enabled()
 
 
-def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
-    """Register one AROUND hook per hooked method (and on its ``__init__`` to count layers).
+def install(chosen: dict[str, tuple[str, Kernel]], where: tuple[targets.Target, ...] = targets.TARGETS
+            ) -> dict[str, list[str]]:
+    """Register one AROUND hook per hooked method of ``where`` (SGLang's SRT targets unless given: the diffusion
+    runtime's are ``diffusion_targets.TARGETS``), and one on its ``__init__`` to count layers.
 
     Where the installed method's signature is not the one its adapter was written for, every call and
     layer stays stock (counted, with why); parameters the adapter does not know are noted on the path
@@ -70,7 +72,7 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     targets.ENGINE_OWN.clear()
     targets.ENGINE_OWN.update(install_common.engine_own_ops(chosen, NATIVES))
     counters: dict[str, list] = {}  # constructor path -> the layer counters of the targets counting there
-    return install_common.enter(chosen, wrapped, ((t, t.slots) for t in targets.TARGETS),
+    return install_common.enter(chosen, wrapped, ((t, t.slots) for t in where),
                                 lambda t, mine: _register(hook_registry, t, mine, counters))
 
 

@@ -14,7 +14,7 @@ from fk_adapters.engines import get
 from fk_adapters.engines.sglang import driver, linear_attention, targets
 from fk_adapters.kernel import Kernel
 from fk_adapters.tasks import SLOTS
-from tests.engines.sglang import attention_fakes, gemm_moe_fakes, linear_fakes
+from tests.engines.sglang import attention_fakes, gemm_moe_fakes, linear_fakes, plugin_fakes
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 LINEAR = set(linear_attention.GDN + linear_attention.SSD)  # in place on a state pool: test_sglang_linear_attention
@@ -541,17 +541,8 @@ def test_register_hooks_through_sglang_registry(make_plugin, monkeypatch, tmp_pa
     fake["sglang.srt.managers.scheduler"].Scheduler = Scheduler
     for name, mod in fake.items():
         monkeypatch.setitem(sys.modules, name, mod)
-    make_plugin("sglgood", """
-        from fk_adapters import Kernel, hookimpl
-
-        @hookimpl
-        def fk_kernels(engine, device):
-            return [Kernel(slot="silu_and_mul", factory=lambda native: native, cuda_graph_safe=True)]
-    """)
-    monkeypatch.setenv("FK_PLUGINS", "sglgood")
-    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    plugin_fakes.select_one_kernel(make_plugin, monkeypatch, tmp_path, "sglgood", "silu_and_mul")
     monkeypatch.setattr(general_plugin, "_loaded_in", None)
-    monkeypatch.setattr(general_plugin, "_dump_at_exit", lambda: None)
     general_plugin.register()
     assert registered == [("sglang.srt.layers.activation.SiluAndMul.forward_cuda", "around"),
                           ("sglang.srt.layers.activation.SiluAndMul.__init__", "around")]

@@ -1,5 +1,6 @@
-"""SGLang's diffusion runtime entries without SGLang: its DiT attention implementations mapped onto the sdpa slot
-([B, S, H, D] <-> [B, H, L, D]), what stays stock and why, and the SRT adapters it shares."""
+"""SGLang's diffusion runtime without SGLang: its DiT attention implementations mapped onto the sdpa slot
+([B, S, H, D] <-> [B, H, L, D]), what stays stock and why, the SRT adapters it shares, and the registration a spawned
+diffusion worker runs (hooks applied there, probe requests answered by its scheduler)."""
 from __future__ import annotations
 
 from types import SimpleNamespace as NS
@@ -103,3 +104,60 @@ def test_the_diffusion_linear_and_norm_share_srt_adapters_and_their_signatures()
     assert by_cls["RMSNorm"].params.names[:2] == ("x", "residual")
     assert all(t.cls.startswith("sglang.multimodal_gen.runtime.layers.") for t in diffusion_targets.TARGETS)
     assert {s for t in diffusion_targets.TARGETS for s in t.slots} <= set(SLOTS)
+
+
+def _fake_sglang(monkeypatch, registered, applied):
+    import sys
+    import types
+
+    names = ["sglang", "sglang.srt", "sglang.srt.plugins", "sglang.srt.plugins.hook_registry", "sglang.multimodal_gen",
+             "sglang.multimodal_gen.runtime", "sglang.multimodal_gen.runtime.pipelines_core",
+             "sglang.multimodal_gen.runtime.pipelines_core.schedule_batch"]
+    fake = {name: types.ModuleType(name) for name in names}
+    fake["sglang.srt.plugins.hook_registry"].HookType = NS(AROUND="around")
+    fake["sglang.srt.plugins.hook_registry"].HookRegistry = NS(
+        register=lambda target, hook, kind: registered.append((target, kind)), apply_hooks=lambda: applied.append(1))
+    fake["sglang.multimodal_gen.runtime.pipelines_core.schedule_batch"].OutputBatch = lambda: "done"
+    for name, mod in fake.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+def test_register_in_a_diffusion_worker_hooks_its_runtime_applies_them_and_answers_probe_requests(
+        make_plugin, monkeypatch, tmp_path):
+    """register() with a fake sglang, as the driver's top level runs it in a spawned worker: the diffusion runtime's
+    RMSNorm is hooked (never SRT's), the hooks are applied (no load_plugins() there), and the worker's scheduler
+    answers fk's probe requests by type."""
+    from fk_adapters.engines.sglang import diffusion, driver
+    from tests.engines.sglang import plugin_fakes
+
+    registered, applied = [], []
+    _fake_sglang(monkeypatch, registered, applied)
+    plugin_fakes.select_one_kernel(make_plugin, monkeypatch, tmp_path, "sgldiff", "rms_norm")
+    monkeypatch.setattr(diffusion, "_loaded_in", None)
+    diffusion.register()
+    diffusion.register()  # once per process
+    mg = "sglang.multimodal_gen.runtime.layers.layernorm.RMSNorm"
+    assert registered == [(f"{mg}.forward_cuda", "around"), (f"{mg}.__init__", "around"),
+                          (diffusion.SCHEDULER_INIT, "around")] and applied == [1]
+    (rec,) = probe.read_loads(str(tmp_path))
+    assert rec["installed"]["rms_norm"]["plugin"] == "sgldiff"
+
+    scheduler = NS(request_handlers={"Req": "generation"})
+    diffusion.scheduler_init_hook(lambda s, *a, **k: None, scheduler)
+    probe.calls["x"] += 3
+    dispatch = scheduler.request_handlers
+    assert dispatch[diffusion.FkProbeDumpReq]([diffusion.FkProbeDumpReq(str(tmp_path / "p"), "t")]) == "done"
+    (snap,) = driver.read_probes(str(tmp_path / "p"), "t")
+    assert snap["calls"]["x"] == 3
+    assert dispatch[diffusion.FkProbeResetReq]([diffusion.FkProbeResetReq()]) == "done" and not probe.calls["x"]
+
+
+def test_register_without_a_selected_plugin_leaves_sglang_stock(monkeypatch):
+    from fk_adapters.engines.sglang import diffusion
+
+    registered, applied = [], []
+    _fake_sglang(monkeypatch, registered, applied)
+    monkeypatch.delenv("FK_PLUGINS", raising=False)
+    monkeypatch.setattr(diffusion, "_loaded_in", None)
+    diffusion.register()
+    assert registered == [] and applied == []
