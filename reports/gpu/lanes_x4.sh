@@ -246,10 +246,13 @@ case ${1:-} in
     # its scenarios side by side on the four GPUs, alone on the machine, so its wall time is the bar's (25 minutes);
     # its fk46-llama-3.1 A/B is the compiled Llama A/B whose "Where the device time went" must name 80% of the delta
     # (the device's wait before each launch named since session 37). Then what s37-vllm left: Kimi-Linear's wrong-gdn
-    # and passthrough, fk46-mamba2 captured with the corrected "inside slot calls" share (bar 75%, by name 68.1%)
+    # and passthrough, fk46-mamba2 captured with the corrected "inside slot calls" share (bar 75%, by name 68.1%), and
+    # issue 31's decode passthrough again at 5 rounds (session 33's interval reached 2.6% past its 1.60% floor)
     lane V-S 31 vllm 0,1,2,3 STEPS="suite" SUITE_GPUS="0 1 2 3"
     (lane V-1 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
     (lane V-3 30 vllm 2 STEPS="capture" CAPTURE=fk46-mamba2) &
+    (lane V-5 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane V-6 31 vllm 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
