@@ -16,6 +16,9 @@ REPO=$(pwd); ROOT=/tmp/fk-work; W=$ROOT/$HOLD_ISSUE/$ENGINE; MODELS=${FK_HOLD_MO
 mkdir -p "$W"
 FK="python3 -m fk_adapters.cli.main"
 
+# `wants "$STEPS_VAR" step`: is step among the space-separated steps a lane asked for?
+wants() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
+
 # `pack`: this issue's work folder for ENGINE (no weights, no raw traces) into $OUT, which the device tool brings back
 hold_pack() {
   mkdir -p "${OUT:?}" && tar czf "$OUT/$HOLD_ISSUE-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \

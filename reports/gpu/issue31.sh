@@ -41,12 +41,14 @@ case $1 in
           echo "suite wall time: $(( $(date +%s) - t0 )) s" | tee "$W/suite-fk46-llm.time" ;;
         adapter)
           for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
-            case " ${ADAPTER_SIDES:-aa pass} " in *" aa "*)
+            if wants "${ADAPTER_SIDES:-aa pass}" aa; then
               $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} --out "$W/adapter-aa-$S" \
-                | tail -1 ;; esac
-            case " ${ADAPTER_SIDES:-aa pass} " in *" pass "*)
+                | tail -1
+            fi
+            if wants "${ADAPTER_SIDES:-aa pass}" pass; then
               $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} \
-                --out "$W/adapter-pass-$S" | tail -1 ;; esac
+                --out "$W/adapter-pass-$S" | tail -1
+            fi
           done ;;
         startup)
           for mp in "" --no-multiprocessing; do

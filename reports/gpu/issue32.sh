@@ -26,6 +26,21 @@
 . "$(dirname "$0")/hold_env.sh" i32 "$1"; shift
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
 
+per_scenario() {  # per_scenario SCENARIO STEPS WRONG_PLUGINS: of "capture ab wrong", the steps asked for
+  local S=$1
+  if wants "$2" capture; then
+    $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 --out "$W/fk46"
+  fi
+  if wants "$2" ab; then
+    $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S"
+  fi
+  if wants "$2" wrong; then  # against the A/B's baseline, correctness only
+    for P in $3; do
+      $RUN --plugins $P --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" --out "$W/ab-$P-$S"
+    done
+  fi
+}
+
 case $1 in
   runs)
     cd "$W" || exit 1
@@ -34,28 +49,12 @@ case $1 in
       case $step in
         hosts)
           for S in ${HOSTS:-fk46-pi0 fk46-mobilenetv4 fk46-efficientnetv2 fk46-yolov10 fk46-sdxl fk46-flux.1-dev fk46-hunyuanvideo-1.5 fk46-lightgcn}; do
-            case " ${HOST_STEPS:-capture ab wrong} " in *" capture "*)
-              $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
-                --out "$W/fk46" ;; esac
-            case " ${HOST_STEPS:-capture ab wrong} " in *" ab "*)
-              $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S" ;; esac
-            case " ${HOST_STEPS:-capture ab wrong} " in *" wrong "*)
-              for P in wrong-gemm passthrough; do
-                $RUN --plugins $P --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
-                  --out "$W/ab-$P-$S"
-              done ;; esac
+            per_scenario "$S" "${HOST_STEPS:-capture ab wrong}" "wrong-gemm passthrough"
             rm -rf "${MODELS:?}"/*  # run each such lane with its own FK_HOLD_MODELS when other lanes share the machine
           done ;;
         pooling)
           for S in ${POOLING:-fk46-bge-m3 fk46-colbertv2 fk46-whisper}; do
-            case " ${POOLING_STEPS:-capture ab wrong} " in *" capture "*)
-              $FK capture --engine "$ENGINE" --scenario "$S" --profile --smoke --model-cache $MODELS --timeout 900 \
-                --out "$W/fk46" ;; esac
-            case " ${POOLING_STEPS:-capture ab wrong} " in *" ab "*)
-              $RUN --plugins triton --scenario "$S" --smoke --interleave 0 --out "$W/ab-triton-$S" ;; esac
-            case " ${POOLING_STEPS:-capture ab wrong} " in *" wrong "*)
-              $RUN --plugins wrong-gemm --scenario "$S" --smoke --correctness-only --baseline-from "$W/ab-triton-$S" \
-                --out "$W/ab-wrong-gemm-$S" ;; esac
+            per_scenario "$S" "${POOLING_STEPS:-capture ab wrong}" wrong-gemm
           done ;;
       esac
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
