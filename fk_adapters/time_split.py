@@ -52,7 +52,8 @@ def _movers(base: dict[str, float], cand: dict[str, float], step_b: float, idle_
     delta is its device time's plus, where measured, the device's wait on the host. Where both sides measured whose
     launch the device waited for (``waits``), a kernel's Δ counts that wait too, so slower launches are named.
     No shares for a step that moved less than ``STILL`` of the baseline's ``step_b``: there is nothing to attribute."""
-    wb, wc = waits if waits[0] is not None and waits[1] is not None else ({}, {})
+    timed_waits = waits[0] is not None and waits[1] is not None
+    wb, wc = waits if timed_waits else ({}, {})
     names = set(base) | set(cand) | set(wb) | set(wc)
     dev = {n: cand.get(n, 0.0) - base.get(n, 0.0) for n in names}
     wait = {n: wc.get(n, 0.0) - wb.get(n, 0.0) for n in names}
@@ -60,7 +61,6 @@ def _movers(base: dict[str, float], cand: dict[str, float], step_b: float, idle_
     idle = idle_c - idle_b if idle_b is not None and idle_c is not None else None
     total = sum(dev.values()) + (idle or 0.0)
     moved = bool(step_b) and abs(total) >= STILL * step_b
-    timed_waits = bool(wb or wc)
     return {"kernels": [{"kernel": n, "family": op_families.family(n), "baseline_us": round(base.get(n, 0.0), 1),
                          "candidate_us": round(cand.get(n, 0.0), 1), "delta_us": round(dev[n], 1),
                          **({"wait_delta_us": round(wait[n], 1)} if timed_waits else {})} for n in ranked],

@@ -75,10 +75,9 @@ def _done():
 
 
 def _dump(reqs: list) -> object:
-    from fk_adapters.engines.sglang.general_plugin import write_snapshot
+    from fk_adapters.engines.sglang.general_plugin import write_probe
 
-    req = reqs[0]
-    write_snapshot(os.path.join(req.out_dir, f"probe-{req.tag}-{os.getpid()}.json"))
+    write_probe(reqs[0].out_dir, reqs[0].tag)
     return _done()
 
 

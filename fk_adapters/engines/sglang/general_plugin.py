@@ -59,13 +59,18 @@ def write_snapshot(path: str, **extra) -> None:
         json.dump({**probe.snapshot(), **extra}, f)
 
 
+def write_probe(out_dir: str, tag: str, **extra) -> None:
+    """This process's snapshot as ``out_dir/probe-<tag>-<pid>.json``, the name ``driver.read_probes`` reads."""
+    write_snapshot(os.path.join(out_dir, f"probe-{tag}-{os.getpid()}.json"), **extra)
+
+
 def fk_probe_dump(self, out_dir: str, tag: str = "probe") -> None:
     """This scheduler's snapshot; under tensor parallelism (``tp_size`` > 1) with its rank, judged per rank.
     SGLang 0.5.15 keeps a scheduler's ranks in ``self.ps`` (its ``ParallelState``)."""
     ps = getattr(self, "ps", None)
     tp_rank, tp_size = getattr(ps, "tp_rank", None), getattr(ps, "tp_size", 1) or 1
     ranked = {"rank": tp_rank, "world_size": tp_size} if tp_size > 1 and tp_rank is not None else {}
-    write_snapshot(os.path.join(out_dir, f"probe-{tag}-{os.getpid()}.json"), tp_rank=tp_rank, **ranked)
+    write_probe(out_dir, tag, tp_rank=tp_rank, **ranked)
 
 
 def fk_probe_reset(self) -> None:
