@@ -203,13 +203,27 @@ def write_with_transformers(config: dict, out_dir: str, seed: int, dtype: str, d
     _in_child(["built", config, out_dir, seed, dtype, device], env, device)
 
 
+WRITER_TIMEOUT_S = float(os.environ.get("FK_WEIGHTS_TIMEOUT", 1800))
+
+
 def _in_child(args: list, env: dict | None, device: str) -> None:
-    """Run a writer (``args``: its kind, then its arguments) in a child process of this module."""
+    """Run a writer (``args``: its kind, then its arguments) in a child process of this module, killed after
+    ``WRITER_TIMEOUT_S``; on a GPU it holds fk's GPU lock, as an engine run does (a writer beside a timed run spoils
+    its timings)."""
+    import contextlib
+
+    from fk_adapters import gpu_lock
+
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(args, f)
+    lock = gpu_lock.held(gpu_lock.lock_path(env or dict(os.environ))) if device == "cuda" else contextlib.nullcontext()
     try:
-        done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True, text=True,
-                              env=env)
+        with lock:
+            done = subprocess.run([sys.executable, "-m", "fk_adapters.weights", f.name], capture_output=True,
+                                  text=True, env=env, timeout=WRITER_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise WeightsError(f"writing the weights on {device} took over {WRITER_TIMEOUT_S:.0f} s (FK_WEIGHTS_TIMEOUT);"
+                           " the writer was stopped") from exc
     finally:
         os.unlink(f.name)
     if done.returncode:

@@ -51,6 +51,30 @@ def test_a_family_checkpoint_for_a_gpu_is_drawn_in_a_child_and_keyed_by_its_devi
     assert seen == [("family", "cuda")] and gpu_key != cpu_key  # CUDA's generator draws other bytes
 
 
+def test_a_gpu_writer_holds_the_gpu_lock_and_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
+    import fcntl
+    import subprocess
+
+    monkeypatch.setenv("FK_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    seen = []
+
+    def child(cmd, timeout, **_kw):  # the lock must be held while the writer runs
+        with open(tmp_path / "fk-gpu-2.lock", "a+") as f:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        seen.append(timeout)
+        raise subprocess.TimeoutExpired(cmd, timeout)
+
+    monkeypatch.setattr(weights.subprocess, "run", child)
+    monkeypatch.setattr(weights, "WRITER_TIMEOUT_S", 7.0)
+    with pytest.raises(weights.WeightsError, match="took over 7 s"):
+        weights._in_child(["family", {}, str(tmp_path), 0, "float32", "cuda"], None, "cuda")
+    assert seen == [7.0]
+    with open(tmp_path / "fk-gpu-2.lock", "a+") as f:  # released after the writer
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def test_unknown_architecture():
     with pytest.raises(weights.WeightsError):
         weights.parameter_shapes({"architectures": ["Foo"], "hidden_size": 8})

@@ -38,12 +38,18 @@ for step in "$@"; do
       if ls "$JIT"/jit.tgz.part* >/dev/null 2>&1; then
         cat "$JIT"/jit.tgz.part* | tar xzf - -C "$HOME" && echo "JIT caches restored from $JIT"
       fi
+      WHEELS=()
       for part0 in /tmp/fkstage/extra-"$ENGINE"*/*.whl.part00; do  # wheels the staged lock lacks (stage_extra.sh; every list of ENGINE*)
         [ -e "$part0" ] || continue
-        whl=${part0%.part00}; cat "$whl".part* > "$whl"
-        if log=$(python3 -m pip install -q --no-deps --no-index --no-compile --target "/tmp/fk-site/$ENGINE" "$whl" 2>&1)
-        then echo "installed $(basename "$whl")"; else echo "$log" | tail -3; fi
+        whl=${part0%.part00}; cat "$whl".part* > "$whl"; WHEELS+=("$whl")
       done
+      # one pip call: pip --target skips a top-level folder that already exists there, so wheels sharing a package
+      # (fla-core and flash-linear-attention both ship fla/) installed one at a time lose the second one's modules
+      if [ ${#WHEELS[@]} -gt 0 ]; then
+        if log=$(python3 -m pip install -q --no-deps --no-index --no-compile --target "/tmp/fk-site/$ENGINE" "${WHEELS[@]}" 2>&1)
+        then echo "installed ${#WHEELS[@]} extra wheels: $(for w in "${WHEELS[@]}"; do basename "$w"; done | tr '\n' ' ')"
+        else echo "$log" | tail -5; fi
+      fi
       SITES="/tmp/fk-site/$ENGINE"; [ "$ENGINE" = sglang ] && SITES="$SITES $FKSITE"
       for site in $SITES; do
         (cd "$REPO" && python3 -m pip install -q --no-deps --no-build-isolation --no-index --upgrade \

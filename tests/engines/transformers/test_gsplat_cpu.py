@@ -79,3 +79,14 @@ def test_the_tile_compositor_follows_gsplats_kernel_pixel_by_pixel(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_the_init_scales_are_the_exact_nearest_neighbour_distances():
+    import torch
+
+    from fk_adapters.engines.transformers.libraries.gsplat_loader import _knn_mean_dist
+
+    points = torch.rand((3000, 3), generator=torch.Generator().manual_seed(0)) * 6 - 3
+    d = torch.cdist(points, points, compute_mode="donot_use_mm_for_euclid_dist")
+    near = torch.topk(d, 4, dim=1, largest=False).values[:, 1:]
+    torch.testing.assert_close(_knn_mean_dist(points), torch.sqrt((near ** 2).mean(dim=-1)), rtol=1e-6, atol=0)

@@ -228,12 +228,17 @@ def _knn_mean_dist(points, k: int = 3):
     import torch
 
     n = points.shape[0]
-    rows = max(1, (1 << (29 if points.device.type == "cuda" else 24)) // n)
+    rows = max(1, (1 << (28 if points.device.type == "cuda" else 24)) // n)
     out = torch.empty(n, device=points.device, dtype=points.dtype)
+    cols = points.T.contiguous()
     for s in range(0, n, rows):
-        d = torch.cdist(points[s:s + rows], points, compute_mode="donot_use_mm_for_euclid_dist")
-        near = torch.topk(d, k + 1, dim=1, largest=False).values[:, 1:]
-        out[s:s + rows] = torch.sqrt((near ** 2).mean(dim=-1))
+        # squared distances one coordinate at a time: elementwise passes (cdist's direct CUDA kernel runs a block
+        # per pair: 20+ minutes for 1.1M points on an H100)
+        d2 = (points[s:s + rows, 0:1] - cols[0]).square_()
+        for c in range(1, points.shape[1]):
+            d2 += (points[s:s + rows, c:c + 1] - cols[c]).square_()
+        near2 = torch.topk(d2, k + 1, dim=1, largest=False).values[:, 1:]
+        out[s:s + rows] = torch.sqrt(near2.mean(dim=-1))
     return out
 
 

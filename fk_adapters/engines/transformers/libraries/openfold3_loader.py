@@ -86,8 +86,7 @@ def build_and_save(config: dict, out_dir: str, seed: int, dtype: str, device: st
     from fk_adapters.weights import spread_constants
 
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = _build(config)
+    model = _build(config)  # on the CPU whatever ``device``: OpenFold3's Fourier embedding draws from a CPU generator
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # fk: the init leaves OpenFold3's "final" and gating-output matrices zero
         for p in model.parameters():
