@@ -242,6 +242,33 @@ case ${1:-} in
     (lane S-D 31 sglang 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
     (lane S-P 31 sglang 1 STEPS="adapter" ADAPTER_SC=llama31-8b-4l-prefill ROUNDS=3) &
     wait ;;
+  s39-sglang)  # the next hold, SGLang staged first: issue 29's passthrough within the A/A floor on fk46-llama-3.1 and
+    # fk46-mixtral, 3 rounds, each side on its own GPU (s38's llama A/A shared GPU 0 with a weights writer and gave no
+    # floor; its mixtral pair ran out of hold). Each lane marks its GPU free for s39-transformers when it ends
+    for i in 0 1 2 3; do
+      case $i in
+        0) SC=fk46-llama-3.1 SIDE=aa ;; 1) SC=fk46-llama-3.1 SIDE=pass ;;
+        2) SC=fk46-mixtral SIDE=aa ;; 3) SC=fk46-mixtral SIDE=pass ;;
+      esac
+      (lane S-$i 31 sglang $i STEPS="adapter" ADAPTER_SC=$SC ADAPTER_SIDES=$SIDE ROUNDS=3 ADAPTER_ARGS="--smoke"
+       touch "$ROOT/gpu-$i.free") &
+    done
+    wait ;;
+  s39-transformers)  # started once `fk_gpu.sh transformers setup` is done, while s39-sglang runs: issue 32's hosts that
+    # s38 left (retnet and openfold3 cut off by the hold's end; 3dgs's writer, fixed, held back instantngp and
+    # mobilenetv4; dlrmv2, pointtransformerv3 and dp3 as far as the staged lists now reach), captured with --profile, a
+    # lane a GPU once s39-sglang's lane there has ended
+    for i in 0 1 2 3; do
+      case $i in
+        0) H="fk46-openfold3" ;;
+        1) H="fk46-retnet fk46-mobilenetv4" ;;
+        2) H="fk46-3dgs fk46-instantngp" ;;
+        3) H="fk46-dlrmv2 fk46-pointtransformerv3 fk46-dp3" ;;
+      esac
+      (until [ -e "$ROOT/gpu-$i.free" ]; do sleep 10; done
+       lane T-$i 32 transformers $i STEPS="hosts" HOSTS="$H" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$i) &
+    done
+    wait ;;
   s39-vllm)  # a later vLLM hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
     # its scenarios side by side on the four GPUs, alone on the machine, so its wall time is the bar's (25 minutes);
     # its fk46-llama-3.1 A/B is the compiled Llama A/B whose "Where the device time went" must name 80% of the delta
@@ -271,5 +298,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s39-vllm|pack"; exit 2 ;;
 esac
