@@ -170,9 +170,9 @@ def capture(cfg: CaptureConfig, sc: Scenario, echo=print) -> tuple[str, dict]:
     model_dir, weights = scenario_checkpoint(sc, cache_root, echo)
     name = cfg.engine.name
     run_dir = os.path.join(cfg.out_dir, sc.name, f"{name}-run")
-    res = run_job(cfg.engine.python, cfg.engine.driver, capture_job(sc, model_dir, cfg.quick, cfg.profile, name),
-                  run_dir, capture_env(cfg, sc, cache_root), cfg.timeout_s,
-                  echo=lambda m: echo(f"{sc.name} [{name}] {m}"),
+    job = capture_job(sc, model_dir, cfg.quick, cfg.profile, name)
+    res = run_job(cfg.engine.python, cfg.engine.driver_for(sc.family), job, run_dir, capture_env(cfg, sc, cache_root),
+                  cfg.timeout_s, echo=lambda m: echo(f"{sc.name} [{name}] {m}"),
                   watch_gpu=cfg.device == "cuda")  # the GPU lock; the watch is kept beside the run (gpu_share.json)
     echo(f"{sc.name} [{name}] {res['status']} in {res['wall_s']:.0f} s")
     if res["status"] != "ok":

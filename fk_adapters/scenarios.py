@@ -124,14 +124,15 @@ def _check(sc: Scenario) -> None:
 
 def _check_library(sc: Scenario, where: str) -> None:
     """A [model] of another library than transformers names that library's model ``class``, and only the
-    transformers host loads it."""
+    transformers host loads it (and SGLang's diffusion runtime a diffusers model, from the pipeline folder fk
+    writes)."""
     if sc.library == libraries.DEFAULT:
         return
     if sc.library not in libraries.NAMES:
         raise ScenarioError(f"{where}: [model] library {sc.library!r} not one of {', '.join(libraries.NAMES)}")
     if not isinstance(sc.model.get("class"), str):
         raise ScenarioError(f"{where}: [model] library = {sc.library!r} needs the model's class")
-    others = [h for h in sc.hosts if h != "transformers"]
+    others = [h for h in sc.hosts if h != "transformers" and not (h == "sglang" and sc.library == "diffusers")]
     if others:
         raise ScenarioError(f"{where}: a {sc.library} model is hosted by transformers only, not {', '.join(others)}")
 
@@ -227,8 +228,8 @@ def late_interaction(sc: Scenario) -> bool:
 
 # what each engine's driver serves (the transformers host: every family): token generation ("llm"), embeddings
 # (vLLM's pooling runner, SGLang's is_embedding engine), speech (vLLM's encoder-decoder transcription path: decoder
-# prompts with seeded audio)
-DRIVEN_FAMILIES = {"vllm": ("llm", "embedding", "audio"), "sglang": ("llm", "embedding")}
+# prompts with seeded audio), diffusion (SGLang's diffusion runtime on the pipeline folder fk writes)
+DRIVEN_FAMILIES = {"vllm": ("llm", "embedding", "audio"), "sglang": ("llm", "embedding", "diffusion")}
 
 
 def check_runnable(sc: Scenario, engine: str) -> None:
@@ -254,6 +255,14 @@ def check_runnable(sc: Scenario, engine: str) -> None:
         if engine == "sglang" and late_interaction(sc):
             raise ScenarioError(f"scenario {sc.name!r} is a late-interaction model (a vector per token): fk's sglang "
                                 "driver pools one vector per sequence")
+        return
+    if sc.family == "diffusion":  # [inputs] for one request; a pipeline folder fk can write for the [model] class
+        from fk_adapters.engines.transformers.libraries import diffusers_folder
+
+        if sc.model.get("class") not in diffusers_folder.PIPELINES or not all(
+                isinstance(sc.inputs.get(k), int) for k in ("height", "width")):
+            raise ScenarioError(f"scenario {sc.name!r} (diffusion) needs a [model] class fk writes a pipeline folder "
+                                f"for ({', '.join(diffusers_folder.PIPELINES)}) and [inputs] height and width")
         return
     if not sc.correctness:
         raise ScenarioError(f"scenario {sc.name!r} ({sc.family}) has no token workloads for {engine}")
@@ -346,6 +355,8 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
         return _transformers_job(sc, model_dir, quick)
     if sc.family == "embedding" and not sc.correctness:
         return _pooling_job(sc, model_dir, mode, quick)
+    if sc.family == "diffusion":
+        return _diffusion_job(sc, model_dir, mode, quick)
     rng = random.Random(sc.seed)
     vocab = sc.prompt_vocab
     c = sc.correctness
@@ -447,6 +458,15 @@ def _items_perf(sc: Scenario, quick: bool | int, batches: list[int]) -> dict:
 
 TRANSFORMERS_ITERS = 8  # forwards per timed throughput repeat of a non-LLM model (divided by --quick / --smoke)
 TRANSFORMERS_REQUESTS = 4  # correctness prompts of an LLM scenario that has no [correctness] table
+
+
+def _diffusion_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int) -> dict:
+    """A diffusion engine's job: the [model] table (the pipeline folder is written from it), [inputs] for each
+    request, the smallest batch for correctness and items/s per batch size, as the transformers host's."""
+    batches = _item_batches(sc)
+    return {"model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": mode, "family": sc.family,
+            "engine_args": dict(sc.engine), "model": dict(sc.model), "inputs": dict(sc.inputs),
+            "correctness_batch": batches[0], "perf": _items_perf(sc, quick, batches)}
 
 
 def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:

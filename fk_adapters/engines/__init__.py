@@ -56,6 +56,10 @@ class EngineSpec:
     natives_setup: str = ""  # module to import first, so the engine's kernels are registered
     no_float32: str = ""  # why it cannot run a float32 reference: HF transformers makes it instead
     env_candidate: dict = field(default_factory=dict)  # set for a run with fk plugins only
+    family_drivers: dict = field(default_factory=dict)  # a scenario family's own driver module, if not ``driver``
+
+    def driver_for(self, family: str) -> str:
+        return self.family_drivers.get(family, self.driver)
 
     def modes(self, mode: str, device: str) -> tuple[bool, bool]:
         """(ops traced by torch.compile, CUDA graphs captured) for an fk mode on a device."""
@@ -129,7 +133,8 @@ ENGINES = {
                          no_float32="sgl_kernel's rmsnorm takes no float32: 'failed to dispatch data type Float', "
                                     "SGLang 0.5.15 on an H100",
                          compiled_label="CUDA graphs (SGLang default: decode full, prefill breakable), "
-                                        "no torch.compile"),
+                                        "no torch.compile",
+                         family_drivers={"diffusion": "fk_adapters.engines.sglang.diffusion_driver"}),
     # HF transformers, for architectures only it implements. Always eager (fk's "compiled" included). On CPU
     # the GPUs are hidden, so a --device cpu run on a GPU host stays on the CPU (the driver uses cuda if it sees one).
     "transformers": EngineSpec(name="transformers", module="transformers",

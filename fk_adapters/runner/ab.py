@@ -177,7 +177,7 @@ def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugi
     env = _env(cfg, sc, plugins) if engine is cfg.engine else dict(engine.env(cfg.device), FK_PLUGINS="")
     if devices:
         env["CUDA_VISIBLE_DEVICES"] = devices
-    res = run_job(engine.python, engine.driver, job, run_dir, env, cfg.timeout_s,
+    res = run_job(engine.python, engine.driver_for(sc.family), job, run_dir, env, cfg.timeout_s,
                   echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
     res["loads"] = probe.read_loads(run_dir)
     if devices:
