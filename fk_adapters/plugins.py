@@ -172,9 +172,11 @@ def _load_isolated(ep: metadata.EntryPoint, strict: bool, engine: str, device: s
     return plugin
 
 
-def select_kernels(plugins: list[LoadedPlugin], engine: str,
-                   device: str) -> tuple[dict[str, tuple[str, Kernel]], list[str]]:
+def select_kernels(plugins: list[LoadedPlugin], engine: str, device: str,
+                   slots=None) -> tuple[dict[str, tuple[str, Kernel]], list[str]]:
     """Pick one kernel per slot: the first selected plugin that offers the slot for this engine and device wins.
+    ``slots``: the slots this process's entries reach, where not the catalog's ``entries`` for the engine (SGLang's
+    diffusion workers).
 
     Returns ({slot: (plugin name, kernel)}, notes on what was skipped and why).
     """
@@ -188,7 +190,9 @@ def select_kernels(plugins: list[LoadedPlugin], engine: str,
         for k in p.kernels:
             if engine not in k.engines:
                 notes.append(f"{p.name}:{k.slot} skipped: not for engine {engine}")
-            elif k.slot in SLOTS and engine not in SLOTS[k.slot].entries:
+            elif slots is not None and k.slot not in slots:
+                notes.append(f"{p.name}:{k.slot} skipped: no entry for the slot in this {engine} process")
+            elif slots is None and k.slot in SLOTS and engine not in SLOTS[k.slot].entries:
                 notes.append(f"{p.name}:{k.slot} skipped: the slot has no entry in {engine}")
             elif device not in k.devices:
                 notes.append(f"{p.name}:{k.slot} skipped: not for device {device}")

@@ -26,31 +26,32 @@ def engine_own(kernel: Kernel, natives: dict, slot: str) -> bool:
     return kernel.factory(natives[slot]) is natives[slot]
 
 
-def capture_slots(engine: str) -> list[str]:
-    """The catalog slots that enter ``engine``."""
+def capture_slots(engine: str, slots=None) -> list[str]:
+    """The catalog slots that enter ``engine`` (of ``slots``, where the process's entries are its own)."""
     from fk_adapters.tasks import SLOTS
 
-    return [name for name, slot in SLOTS.items() if engine in slot.entries]
+    return [name for name, slot in SLOTS.items() if (engine in slot.entries if slots is None else name in slots)]
 
 
 def _native(native):
     return native
 
 
-def capture_plugin(engine: str):
-    """The recorder, as a loaded plugin: the engine's own kernel in every slot it hosts."""
+def capture_plugin(engine: str, slots=None):
+    """The recorder, as a loaded plugin: the engine's own kernel in every slot it hosts (``capture_slots``)."""
     from fk_adapters import __version__
     from fk_adapters.plugins import LoadedPlugin
 
     kernels = [Kernel(slot=s, factory=_native, name=f"engine:{s}", engines=ENGINES, dtypes=DTYPES, devices=DEVICES,
-                      cuda_graph_safe=True, compile_safe=True) for s in capture_slots(engine)]
+                      cuda_graph_safe=True, compile_safe=True) for s in capture_slots(engine, slots)]
     return LoadedPlugin(name=CAPTURE_PLUGIN, dist="fk-adapters", version=__version__,
                         target=f"{__name__}:capture_plugin", kernels=kernels,
                         info={"backend": "engine's own kernels, call signatures recorded"})
 
 
-def load_and_install(engine: str, device: str, install, detail: dict) -> dict:
-    """Fill ``detail`` with the plugins, skip notes and installed slots; write the load record.
+def load_and_install(engine: str, device: str, install, detail: dict, slots=None) -> dict:
+    """Fill ``detail`` with the plugins, skip notes and installed slots; write the load record. ``slots``: the slots
+    this process's entries reach, where not the catalog's for the engine (``plugins.select_kernels``).
 
     ``install(chosen) -> {slot: [where it entered]}`` is the engine's own seam. A failure is
     recorded and raised: a selected plugin that cannot be installed must not look like a stock run
@@ -62,10 +63,10 @@ def load_and_install(engine: str, device: str, install, detail: dict) -> dict:
     try:
         if probe.capturing():
             detail["capture"] = True
-            plugins = [capture_plugin(engine)]
+            plugins = [capture_plugin(engine, slots)]
         else:
             plugins = load_plugins(allowlist_from_env(), strict=strict_from_env(), engine=engine, device=device)
-        chosen, notes = select_kernels(plugins, engine, device)
+        chosen, notes = select_kernels(plugins, engine, device, slots)
         detail["plugins"] = [p.describe() for p in plugins]
         detail["notes"] = notes
         detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": where}

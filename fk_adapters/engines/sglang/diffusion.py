@@ -42,8 +42,10 @@ def register() -> None:
         return
     _loaded_in = os.getpid()
     from fk_adapters.engines.loading import load_and_install
+    from fk_adapters.engines.sglang.diffusion_targets import TARGETS
 
-    detail = load_and_install(ENGINE, "cuda", _install, {})
+    # the slots this runtime's entries reach: sdpa too, which SRT has none for (the catalog's "not_entered")
+    detail = load_and_install(ENGINE, "cuda", _install, {}, slots={s for t in TARGETS for s in t.slots})
     log.info("fk-adapters: hooked %s in a diffusion worker", {s: v["plugin"] for s, v in detail["installed"].items()})
 
 

@@ -161,3 +161,34 @@ def test_register_without_a_selected_plugin_leaves_sglang_stock(monkeypatch):
     monkeypatch.setattr(diffusion, "_loaded_in", None)
     diffusion.register()
     assert registered == [] and applied == []
+
+
+def test_a_diffusion_worker_selects_an_sdpa_kernel_that_srt_never_takes(make_plugin, monkeypatch, tmp_path):
+    """The sdpa slot has no entry in SRT (the catalog's ``not_entered``), but the diffusion runtime's attention is
+    one: a worker selects the kernel and hooks both attention implementations; an SRT process still skips it."""
+    from fk_adapters import plugins
+    from fk_adapters.engines.sglang import diffusion, general_plugin
+
+    registered, applied = [], []
+    _fake_sglang(monkeypatch, registered, applied)
+    make_plugin("sgldiffattn", """
+        from fk_adapters import Kernel, hookimpl
+        from fk_adapters.tasks import SLOTS
+
+        @hookimpl
+        def fk_kernels(engine, device):  # its own function: SGLang has no native sdpa for a factory to wrap
+            return [Kernel(slot="sdpa", fn=SLOTS["sdpa"].reference, cuda_graph_safe=True)]
+    """)
+    monkeypatch.setenv("FK_PLUGINS", "sgldiffattn")
+    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    monkeypatch.setattr(general_plugin, "dump_at_exit", lambda: None)
+    monkeypatch.setattr(diffusion, "_loaded_in", None)
+    diffusion.register()
+    hooked = {t for t, _ in registered}
+    assert {f"sglang.multimodal_gen.runtime.layers.attention.backends.{c}.forward"
+            for c in ("flash_attn.FlashAttentionImpl", "sdpa.SDPAImpl")} <= hooked
+    (rec,) = probe.read_loads(str(tmp_path))
+    assert rec["installed"]["sdpa"]["plugin"] == "sgldiffattn"
+    loaded = plugins.load_plugins(["sgldiffattn"], engine="sglang", device="cuda")
+    chosen, notes = plugins.select_kernels(loaded, "sglang", "cuda")
+    assert "sdpa" not in chosen and any("sdpa skipped: the slot has no entry in sglang" in n for n in notes)
