@@ -105,6 +105,19 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens, query_start_loc,
                             causal=True, window_size=(window_left, 0), softcap=softcap, out=out)
 
 
+def sdpa(q, k, v, attn_mask, is_causal, scale):
+    """FlashAttention 3 on a dense batch, as the diffusion runtime's FlashAttentionImpl calls it for its DiT
+    attention on a Hopper GPU (``[B, S, H, D]`` views, no sequence lengths); no mask (its calls pass none)."""
+    from sglang.jit_kernel.flash_attention import flash_attn_varlen_func
+
+    if attn_mask is not None:
+        raise ValueError("SGLang's diffusion attention takes no mask")
+    q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    out = flash_attn_varlen_func(q=q, k=k, v=v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=q.shape[1],
+                                 max_seqlen_k=k.shape[1], softmax_scale=scale, causal=is_causal, ver=3)
+    return out.transpose(1, 2)
+
+
 SSD_CHUNK = 256  # Mamba2's chunk size (the scan's result does not depend on it)
 
 
@@ -215,4 +228,4 @@ def ssm_state_update(x, dt, A, B, C, D, dt_bias, state, state_indices, out):
 
 NATIVES = {f.__name__: f for f in (rms_norm, fused_add_rms_norm, silu_and_mul, gelu_and_mul, rotary_embedding,
                                    gemm, fused_moe, paged_attention, gated_delta_rule, gated_delta_rule_decode,
-                                   ssd_chunk_scan, ssm_state_update, all_reduce)}
+                                   ssd_chunk_scan, ssm_state_update, all_reduce, sdpa)}

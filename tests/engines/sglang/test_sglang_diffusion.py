@@ -15,7 +15,7 @@ from fk_adapters.tasks import SLOTS
 
 @pytest.fixture(autouse=True)
 def _clean_probe():
-    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers, probe.traced):
+    for c in (probe.calls, probe.constructed, probe.not_routed, probe.stock_layers, probe.traced, probe.native_path):
         c.clear()
 
 
@@ -95,6 +95,18 @@ def test_no_kernel_chosen_for_sdpa_leaves_every_call_stock_uncounted():
     q, k, v = _qkv()
     assert targets.make_hook(target, {})(_stock, NS(causal=False, softmax_scale=0.2), q, k, v) == "stock"
     assert not probe.not_routed
+
+
+def test_the_passthrough_leaves_each_attention_call_on_its_own_kernel_counted(monkeypatch):
+    """A passthrough (the engine's own kernel: FA3 here, torch's SDPA in the CLIP encoder) routes nothing: each
+    routable call stays on its implementation's own path and is counted there."""
+    monkeypatch.setitem(targets.ENGINE_OWN, "sdpa", "passthrough:sdpa")
+    q, k, v = _qkv()
+    for cls_name in ("FlashAttentionImpl", "SDPAImpl"):
+        hook, seen = _hook(cls_name)
+        assert hook(_stock, NS(causal=False, softmax_scale=0.2, dropout=0.0), q, k, v, None) == "stock"
+        assert seen == []
+    assert probe.native_path["passthrough:sdpa"] == 2
 
 
 def test_the_diffusion_linear_and_norm_share_srt_adapters_and_their_signatures():

@@ -24,7 +24,8 @@ def test_a_speech_scenario_gets_decoder_prompts_that_start_as_whispers_and_its_c
 @pytest.mark.parametrize("engine", ["sglang"])
 def test_an_engine_whose_driver_serves_no_speech_refuses_it(engine):
     sc = scenarios.load("fk46-whisper")
-    with pytest.raises(scenarios.ScenarioError, match="audio model: fk.s sglang driver runs llm, embedding, diffusion models"):
+    with pytest.raises(scenarios.ScenarioError,
+                       match="audio model: fk.s sglang driver runs llm, embedding, diffusion models"):
         scenarios.check_runnable(sc, engine)
 
 
