@@ -23,6 +23,9 @@
 #             transcription path, session 29) captured with --profile
 #             (coverage), then the Triton plugin A/B and fk-wrong's wrong-gemm (correctness only, its baseline);
 #             $POOLING_STEPS (default "capture ab wrong") picks the parts
+#   diffusion (engine sglang) $DIFFUSION (default fk46-sdxl fk46-flux.1-dev) on SGLang's diffusion runtime (needs
+#             extra-sglang-diffusion.txt staged): an A/B of each of $DIFFUSION_PLUGINS (default "passthrough
+#             triton"), one round, --smoke, the later plugins against the first one's baseline
 . "$(dirname "$0")/hold_env.sh" i32 "$1"; shift
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
 
@@ -55,6 +58,14 @@ case $1 in
         pooling)
           for S in ${POOLING:-fk46-bge-m3 fk46-colbertv2 fk46-whisper}; do
             per_scenario "$S" "${POOLING_STEPS:-capture ab wrong}" wrong-gemm
+          done ;;
+        diffusion)
+          for S in ${DIFFUSION:-fk46-sdxl fk46-flux.1-dev}; do
+            BASE=""  # the plugins after the first against its baseline run
+            for P in ${DIFFUSION_PLUGINS:-passthrough triton}; do
+              $RUN --plugins $P --scenario "$S" --smoke --interleave 0 --out "$W/diffusion-$P-$S" $BASE
+              BASE="--baseline-from $W/diffusion-$P-$S"
+            done
           done ;;
       esac
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"

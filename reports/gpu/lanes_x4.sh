@@ -266,7 +266,9 @@ case ${1:-} in
         3) H="fk46-dlrmv2 fk46-pointtransformerv3 fk46-dp3" ;;
       esac
       (until [ -e "$ROOT/gpu-$i.free" ]; do sleep 10; done
-       lane T-$i 32 transformers $i STEPS="hosts" HOSTS="$H" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$i) &
+       lane T-$i 32 transformers $i STEPS="hosts" HOSTS="$H" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$i
+       # then, on GPU 1, SGLang's diffusion runtime's first run (issue 32 item 4; extra-sglang-diffusion.txt staged)
+       [ $i = 1 ] && lane S-D 32 sglang 1 STEPS="diffusion" FK_HOLD_MODELS=/tmp/fk-models-sd) &
     done
     wait ;;
   s39-vllm)  # a later vLLM hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
