@@ -154,7 +154,10 @@ class SGLangDiffusionDriver(skeleton.Driver):
             return []  # stock run: no fk request handlers in the worker
         from sglang.multimodal_gen.runtime.scheduler_client import sync_scheduler_client
 
-        sync_scheduler_client.forward(diffusion.FkProbeDumpReq(out_dir=self.probe_dir, tag=tag))
+        done = sync_scheduler_client.forward(diffusion.FkProbeDumpReq(out_dir=self.probe_dir, tag=tag))
+        if getattr(done, "error", None):  # e.g. "Unknown request type": the worker has no fk handlers
+            phase(f"no probe from the diffusion worker ({done.error})")
+            return []
         return read_probes(self.probe_dir, tag)
 
     def items(self, b: int, profile: bool = False):

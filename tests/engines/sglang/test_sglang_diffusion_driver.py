@@ -124,3 +124,18 @@ def test_a_job_runs_through_the_protocol_on_a_stand_in_generator(tmp_path, monke
     start = _Generator.calls[0][1]
     assert start["model_path"] == str(tmp_path / "run" / "pipeline") and start["backend"] == "diffusers"
     assert os.path.exists(tmp_path / "run" / "pipeline" / "model_index.json")
+
+
+def test_a_worker_without_fks_handlers_gives_no_probe_and_says_why(monkeypatch, tmp_path, capsys):
+    unknown = types.SimpleNamespace(error="Unknown request type: FkProbeDumpReq")
+    client = types.SimpleNamespace(forward=lambda req: unknown)
+    names = ["sglang", "sglang.multimodal_gen", "sglang.multimodal_gen.runtime",
+             "sglang.multimodal_gen.runtime.scheduler_client"]
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    sys.modules[names[-1]].sync_scheduler_client = client
+    monkeypatch.setenv("FK_PLUGINS", "passthrough")
+    driver = dd.SGLangDiffusionDriver()
+    driver.probe_dir = str(tmp_path)
+    assert driver.probe("final") == []
+    assert "no probe from the diffusion worker (Unknown request type" in capsys.readouterr().out
