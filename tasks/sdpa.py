@@ -101,5 +101,8 @@ SDPA = Slot(
                          "model switched to it; dropout, output_attentions, a position bias, a paged cache or a "
                          "value head size unlike the query's stay stock",),
     },
-    not_entered={"vllm": _NOT_IN_LLM_ENGINES, "sglang": _NOT_IN_LLM_ENGINES},
+    not_entered={"vllm": _NOT_IN_LLM_ENGINES,
+                 "sglang": _NOT_IN_LLM_ENGINES + "; in SGLang's diffusion runtime (sglang.multimodal_gen) it enters "
+                           "FlashAttentionImpl.forward and SDPAImpl.forward, in its diffusion workers only "
+                           "(fk_adapters/engines/sglang/diffusion_targets.py)"},
 )
