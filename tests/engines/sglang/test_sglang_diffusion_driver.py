@@ -117,6 +117,9 @@ def test_a_job_runs_through_the_protocol_on_a_stand_in_generator(tmp_path, monke
     sizes = {c[1]["num_outputs_per_prompt"]: c[1]["diffusers_kwargs"]["latents"].shape[0]
              for c in _Generator.calls if c[0] == "generate"}
     assert sizes == {1: 1, 2: 2}  # one request of b items, fk's latents for each
+    batch1 = [c[1] for c in _Generator.calls if c[0] == "generate" and c[1]["num_outputs_per_prompt"] == 1
+              and not c[1].get("profile")]
+    assert len(batch1) > 2 and len({id(kw) for kw in batch1}) == 1  # drawn once, not inside each timed call
     (prof,) = res["profile"]
     assert prof["kernels"] == {"fk_triton_gemm_kernel": 1}  # the profiled request's trace only, not the warm-up's
     kinds = [c[0] for c in _Generator.calls]
