@@ -463,10 +463,15 @@ TRANSFORMERS_REQUESTS = 4  # correctness prompts of an LLM scenario that has no 
 def _diffusion_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int) -> dict:
     """A diffusion engine's job: the [model] table (the pipeline folder is written from it), [inputs] for each
     request, the smallest batch for correctness and items/s per batch size, as the transformers host's."""
-    batches = _item_batches(sc)
     return {"model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": mode, "family": sc.family,
             "engine_args": dict(sc.engine), "model": dict(sc.model), "inputs": dict(sc.inputs),
-            "correctness_batch": batches[0], "perf": _items_perf(sc, quick, batches)}
+            **_items_workloads(sc, quick)}
+
+
+def _items_workloads(sc: Scenario, quick: bool | int) -> dict:
+    """A model whose item is not a token: its correctness batch (the smallest [inputs] batch) and items/s perf."""
+    batches = _item_batches(sc)
+    return {"correctness_batch": batches[0], "perf": _items_perf(sc, quick, batches)}
 
 
 def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:
@@ -480,9 +485,7 @@ def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:
     job = {"engine": "transformers", "model_dir": model_dir, "dtype": sc.dtype, "seed": sc.seed, "mode": "eager",
            "library": sc.library, "architectures": archs, "family": sc.family, "inputs": dict(sc.inputs)}
     if sc.family != "llm":
-        job["correctness_batch"] = batches[0]
-        job["perf"] = _items_perf(sc, quick, batches)
-        return job
+        return dict(job, **_items_workloads(sc, quick))
     perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1)}
     if sc.correctness:
         tokens = build_job(sc, model_dir, "eager", quick)
