@@ -48,6 +48,11 @@ lane() {  # lane NAME ISSUE ENGINE DEVICES [VAR=value ...]: runs issueNN.sh ENGI
   env CUDA_VISIBLE_DEVICES="$devices" "$@" bash "$HERE/issue$issue.sh" "$engine" runs >> "$log" 2>&1
 }
 
+capture_lane() {  # capture_lane GPU "HOSTS": issue 32's transformers hosts captured (--profile) on one GPU, its own
+  # weights folder (the lane deletes its weights after each host)
+  lane T-$1 32 transformers $1 STEPS="hosts" HOSTS="$2" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$1
+}
+
 case ${1:-} in
   vllm)
     S28=$REPO/reports/gpu/s28-h100x4
@@ -227,7 +232,7 @@ case ${1:-} in
         2) H="fk46-sdxl fk46-pi0 fk46-pointtransformerv3 fk46-yolov10" ;;
         3) H="fk46-rwkv-7 fk46-gla fk46-retnet fk46-openfold3" ;;
       esac
-      (lane T-$i 32 transformers $i STEPS="hosts" HOSTS="$H" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$i) &
+      (capture_lane $i "$H") &
     done
     wait ;;
   s38-sglang)  # the next hold, after s38-transformers (stage SGLang while its captures run): issue 29's passthrough
@@ -266,7 +271,7 @@ case ${1:-} in
         3) H="fk46-dlrmv2 fk46-pointtransformerv3 fk46-dp3" ;;
       esac
       (until [ -e "$ROOT/gpu-$i.free" ]; do sleep 10; done
-       lane T-$i 32 transformers $i STEPS="hosts" HOSTS="$H" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$i
+       capture_lane $i "$H"
        # then, on GPU 1, SGLang's diffusion runtime's first run (issue 32 item 4; extra-sglang-diffusion.txt staged)
        [ $i = 1 ] && lane S-D 32 sglang 1 STEPS="diffusion" FK_HOLD_MODELS=/tmp/fk-models-sd) &
     done
