@@ -333,7 +333,10 @@ def scenario_checkpoint(sc, cache_root: str, echo=lambda _msg: None) -> tuple[st
     echo(f"{sc.name}: writing seeded weights")
     t0 = time.perf_counter()
     model_dir = os.path.abspath(os.path.join(cache_root, f"{sc.name}-{sc.dtype}"))
-    key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype, _writer_device(sc))
+    try:
+        key = write_checkpoint(sc.model, model_dir, sc.seed, sc.dtype, _writer_device(sc))
+    except ImportError as exc:  # the model's library lacks a dependency here: this scenario fails, not the run
+        raise WeightsError(f"{_library(sc.model)} does not import: {import_failure(exc)}") from exc
     draft = (sc.extra.get("speculative") or {}).get("model")
     if draft:
         from fk_adapters import draft_weights
@@ -345,6 +348,15 @@ def scenario_checkpoint(sc, cache_root: str, echo=lambda _msg: None) -> tuple[st
         key = hashlib.sha256(f"{key}+{draft_key}".encode()).hexdigest()[:16]
     echo(f"{sc.name}: seeded weights ready in {time.perf_counter() - t0:.0f} s")
     return model_dir, key
+
+
+def import_failure(exc: ImportError) -> str:
+    """``exc``'s message and the file whose import statement raised it (a library's own missing dependency)."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    outside = [f for f in frames if "importlib" not in f.filename]
+    return f"{exc}" + (f" (imported by {outside[-1].filename}:{outside[-1].lineno})" if outside else "")
 
 
 def _writer_device(sc) -> str:

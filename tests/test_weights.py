@@ -250,3 +250,16 @@ def test_checkpoint_key_fixes_rename_tensors_and_the_shard_index(tmp_path):
         assert sorted(f.keys()) == sorted(want)
     assert sorted(json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]) == sorted(want)
     assert weights.rename_checkpoint_keys(str(tmp_path), ()) == 0
+
+
+def test_a_library_missing_a_dependency_is_a_weights_error_naming_who_imports_it(tmp_path, monkeypatch):
+    (tmp_path / "fk_lib_stand_in.py").write_text("import fk_no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def write_checkpoint(*_args):
+        import fk_lib_stand_in  # noqa: F401
+
+    monkeypatch.setattr(weights, "write_checkpoint", write_checkpoint)
+    with pytest.raises(weights.WeightsError, match=r"nerfstudio does not import: No module named "
+                       r"'fk_no_such_dependency' \(imported by .*fk_lib_stand_in.py:1\)"):
+        weights.scenario_checkpoint(scenarios.load("tiny-instantngp"), str(tmp_path))

@@ -83,7 +83,9 @@ def request_kwargs(job: dict, pipeline: str, b: int, profile: bool = False) -> d
     kw = {"prompt": "fk", "negative_prompt": "", "seed": job["seed"], "num_outputs_per_prompt": b,
           "num_inference_steps": int(spec.get("steps", 4)), "guidance_scale": float(spec.get("guidance_scale", 1.0)),
           "height": int(spec["height"]), "width": int(spec["width"]), "num_frames": int(spec.get("num_frames", 1)),
-          "save_output": False, "return_frames": False}
+          "save_output": False, "return_frames": False,
+          # named, so SGLang names no file by hashing the request as JSON (it holds fk's tensors)
+          "output_file_name": "fk"}
     if pipeline not in NATIVE:
         kw["diffusers_kwargs"] = fallback_kwargs(pipeline, seeded_inputs(job, b))
     if profile:
