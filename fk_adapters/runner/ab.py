@@ -18,7 +18,7 @@ from fk_adapters.engines import EngineSpec
 from fk_adapters.results import Kind, ScenarioStatus, SlotEvidence, stamp, verdict
 from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
 from fk_adapters.scenarios import Scenario, build_job, prompt_batches
-from fk_adapters.weights import scenario_checkpoint
+from fk_adapters.weights import WeightsError, scenario_checkpoint
 
 S, E = ScenarioStatus, SlotEvidence
 
@@ -320,7 +320,10 @@ def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
 
 
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
-    model_dir, weights_key, weights_s = _seeded_weights(cfg, sc, echo)
+    try:
+        model_dir, weights_key, weights_s = _seeded_weights(cfg, sc, echo)
+    except WeightsError as exc:  # no engine ran; a suite's other scenarios still run
+        return _no_weights(cfg, sc, str(exc))
     job = scenario_job(cfg, sc, model_dir)
     runs, bad = _engine_runs(cfg, sc, job, echo)
     base, cand = runs["baseline"][0], runs["candidate"][0]
@@ -374,6 +377,14 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if notes:
         row["notes"] = row.get("notes", []) + notes
     return row
+
+
+def _no_weights(cfg: RunConfig, sc: Scenario, why: str) -> dict:
+    """The row of a scenario whose seeded weights could not be written: RUNTIME_ERROR, neither side run."""
+    side = {"status": "not run", "error": f"no seeded weights: {why}"}
+    return {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": None,
+            "weights_error": why, "baseline": side, "candidate": dict(side), "status": S.RUNTIME_ERROR,
+            "failures": [f"seeded weights: {why}"], "timeout_s": cfg.timeout_s}
 
 
 def _failed(side: str, res: dict) -> str:
@@ -616,7 +627,10 @@ def finished_rows(cfg: RunConfig, path: str, echo=print) -> dict:
         echo(f"running again {len(retry)} scenario(s) that timed out under another time limit ("
              + ", ".join(f"{n}: {'?' if t is None else f'{t:.0f}'} s" for n, t in retry.items())
              + f"; now {cfg.timeout_s:.0f} s)")
-    return {n: r for n, r in rows.items() if n not in retry}
+    unwritten = [n for n, r in rows.items() if r.get("weights_error")]
+    if unwritten:
+        echo(f"running again {len(unwritten)} scenario(s) whose seeded weights failed ({', '.join(unwritten)})")
+    return {n: r for n, r in rows.items() if n not in retry and n not in unwritten}
 
 
 def _key_diff(old: dict, new: dict) -> str:

@@ -276,7 +276,7 @@ case ${1:-} in
        [ $i = 1 ] && lane S-D 32 sglang 1 STEPS="diffusion" FK_HOLD_MODELS=/tmp/fk-models-sd) &
     done
     wait ;;
-  s39-vllm)  # a later vLLM hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
+  s40-vllm)  # the next vLLM hold (planned as s39-vllm; s39 ran SGLang): issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
     # its scenarios side by side on the four GPUs, alone on the machine, so its wall time is the bar's (25 minutes);
     # its fk46-llama-3.1 A/B is the compiled Llama A/B whose "Where the device time went" must name 80% of the delta
     # (the device's wait before each launch named since session 37). Then what s37-vllm left: Kimi-Linear's wrong-gdn
@@ -305,5 +305,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s39-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|pack"; exit 2 ;;
 esac

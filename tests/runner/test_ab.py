@@ -307,3 +307,30 @@ def test_a_failing_scenario_stops_the_other_lanes_after_their_current_one(tmp_pa
     with pytest.raises(RuntimeError, match="engine exploded"):
         ab.run_suite(cfg, [SimpleNamespace(name=f"s{i}") for i in range(6)], "0.0", echo=lambda m: None)
     assert len(ran) <= 3  # s0, s1 on the other GPU, at most one more taken before s0 failed
+
+
+def test_a_scenario_whose_weights_fail_is_its_own_runtime_error_and_runs_again_on_resume(crash, monkeypatch, tmp_path):
+    from fk_adapters import report, weights
+
+    def checkpoint(sc, root, echo):
+        if sc.name == "tiny-qwen2":
+            raise weights.WeightsError("nerfstudio does not import: No module named 'msgspec'")
+        return str(tmp_path / "m"), "key"
+
+    calls, lines = [], []
+    monkeypatch.setattr(ab, "scenario_checkpoint", checkpoint)
+    monkeypatch.setattr(ab, "run_job", _ok_engine(calls))
+    cfg = _local(tmp_path, allow_uncovered=True)
+    suite = [scenarios.load("tiny-qwen2"), scenarios.load("tiny-llama")]
+    res = ab.run_suite(cfg, suite, "0", echo=lines.append)
+    bad, good = res["scenarios"]
+    assert bad["status"] == "RUNTIME_ERROR" and bad["failures"] == ["seeded weights: nerfstudio does not import: "
+                                                                    "No module named 'msgspec'"]
+    assert bad["candidate"]["status"] == "not run" and "evidence" not in bad
+    assert good["status"] == "PASSED" and calls == ["baseline", "candidate"]  # the next scenario still ran
+    assert res["verdict"] == "FAIL" and "msgspec" in report.render(res)
+    monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root, echo: (str(tmp_path / "m"), "key"))
+    calls.clear()
+    res = ab.run_suite(cfg, suite, "0", echo=lines.append)  # resumed: only the one without weights runs again
+    assert calls == ["baseline", "candidate"] and [r["status"] for r in res["scenarios"]] == ["PASSED", "PASSED"]
+    assert any("whose seeded weights failed (tiny-qwen2)" in m for m in lines)
