@@ -21,17 +21,17 @@ def lock_path(env: dict) -> str:
 
 
 @contextlib.contextmanager
-def held(path: str, say=print):
+def held(path: str, say=print, what: str = "the GPU", who: str = "another fk engine run"):
     """Hold the lock at ``path``; when another process has it, ``say`` who and wait."""
     with open(path, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            say(f"waiting for the GPU: another fk engine run holds {path} ({f.read().strip() or 'unknown'})")
+            say(f"waiting for {what}: {who} holds {path} ({f.read().strip() or 'unknown'})")
             t0 = time.perf_counter()
             fcntl.flock(f, fcntl.LOCK_EX)
-            say(f"got the GPU after {time.perf_counter() - t0:.0f} s")
+            say(f"got {what} after {time.perf_counter() - t0:.0f} s")
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}\n")

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from fk_adapters import gpu_lock
+
 FAMILIES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
             "GemmaForCausalLM": "gemma"}
 
@@ -73,19 +75,24 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
                         else [device] if device != "cpu" else [])  # the bytes depend on these
     key = hashlib.sha256(json.dumps([cfg, *made_by], sort_keys=True).encode()).hexdigest()[:16]
     stamp = os.path.join(out_dir, "fk-weights.json")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f).get("key") == key:
-                return key
     os.makedirs(out_dir, exist_ok=True)
-    if generic:
-        write_with_transformers(config, out_dir, seed, dtype, device)
-    elif device == "cuda":  # in a child, as the generic writer: this process never holds a CUDA context
-        _in_child(["family", cfg, out_dir, seed, dtype, device], None, device)
-    else:
-        write_family(cfg, out_dir, seed, dtype, device)
-    with open(stamp, "w") as f:
-        json.dump({"key": key, "seed": seed, "dtype": dtype, **({"writer": _library(config)} if generic else {})}, f)
+    # one writer a folder: two fk runs sharing a model cache (side by side on a 4-GPU machine) would otherwise both
+    # write it, and the first to finish could load a file the other is rewriting
+    with gpu_lock.held(out_dir.rstrip(os.sep) + ".lock", say=lambda m: print(m, file=sys.stderr),
+                       what="the seeded weights", who="another fk process writing them"):
+        if os.path.exists(stamp):
+            with open(stamp) as f:
+                if json.load(f).get("key") == key:
+                    return key
+        if generic:
+            write_with_transformers(config, out_dir, seed, dtype, device)
+        elif device == "cuda":  # in a child, as the generic writer: this process never holds a CUDA context
+            _in_child(["family", cfg, out_dir, seed, dtype, device], None, device)
+        else:
+            write_family(cfg, out_dir, seed, dtype, device)
+        with open(stamp, "w") as f:
+            json.dump({"key": key, "seed": seed, "dtype": dtype, **({"writer": _library(config)} if generic else {})},
+                      f)
     return key
 
 
@@ -211,8 +218,6 @@ def _in_child(args: list, env: dict | None, device: str) -> None:
     ``WRITER_TIMEOUT_S``; on a GPU it holds fk's GPU lock, as an engine run does (a writer beside a timed run spoils
     its timings)."""
     import contextlib
-
-    from fk_adapters import gpu_lock
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(args, f)

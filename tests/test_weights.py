@@ -1,5 +1,6 @@
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -73,6 +74,29 @@ def test_a_gpu_writer_holds_the_gpu_lock_and_is_stopped_at_its_time_limit(tmp_pa
     assert seen == [7.0]
     with open(tmp_path / "fk-gpu-2.lock", "a+") as f:  # released after the writer
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_two_runs_writing_one_model_folder_take_turns_and_the_second_reuses_the_first(tmp_path, monkeypatch):
+    import threading
+
+    config = {"architectures": ["LlamaForCausalLM"], "hidden_size": 32}
+    out, wrote, inside = str(tmp_path / "m"), [], threading.Lock()
+
+    def write_family(cfg, out_dir, seed, dtype, device="cpu"):
+        assert inside.acquire(blocking=False), "two writers in one folder at once"
+        wrote.append(out_dir)
+        time.sleep(0.3)
+        inside.release()
+
+    monkeypatch.setattr(weights, "write_family", write_family)
+    keys = []
+    runs = [threading.Thread(target=lambda: keys.append(weights.write_checkpoint(config, out, 0, "float32")))
+            for _ in range(2)]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    assert wrote == [out] and len(keys) == 2 and len(set(keys)) == 1  # one wrote, the other found its stamp
 
 
 def test_unknown_architecture():

@@ -13,7 +13,9 @@
 #   check     the Triton and passthrough gemm / fused_moe against the engine's own kernels on those shapes
 #             ($WORKLOAD: another capture's file)
 #   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, $AB_INTERLEAVE rounds: default
-#             2; 0: one engine process a side)
+#             2; 0: one engine process a side); AB_MODE=eager: vLLM's eager mode (no torch.compile, no CUDA graphs)
+#   quant     the Triton plugin on tiny-mixtral-fp8 (the engine quantizes the layers on load): gemm and fused_moe
+#             must stay stock, counted as left stock with the reason, the unquantized lm_head routed
 #   pass      the passthrough, correctness only, against ab's baseline runs (ab must have run in this hold)
 #   wrong     fk-wrong's $WRONG (default wrong-moe, then wrong-gemm), correctness only, against ab's baseline runs
 #             where ab ran in this hold (else its own): each must FAIL
@@ -45,7 +47,10 @@ case $1 in
             --workload "${WORKLOAD:-$W/fk46/$SC/$ENGINE.json}" --max-shapes ${MAX_SHAPES:-10} --timeout 600 --out "$W/check" ;;
         ab)
           $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered \
-            --out "$W/ab-triton-$SC" ;;
+            ${AB_MODE:+--mode $AB_MODE} --out "$W/ab-triton-$SC${AB_MODE:+-$AB_MODE}" ;;
+        quant)
+          $RUN --plugins triton --scenario tiny-mixtral-fp8 --quick --interleave 0 --allow-uncovered \
+            --out "$W/quant-triton-tiny-mixtral-fp8" ;;
         pass)
           $RUN --plugins passthrough --scenario $SC --smoke --correctness-only --baseline-from "$W/ab-triton-$SC" \
             --allow-uncovered --out "$W/ab-passthrough-$SC" ;;

@@ -276,7 +276,24 @@ case ${1:-} in
        [ $i = 1 ] && lane S-D 32 sglang 1 STEPS="diffusion" FK_HOLD_MODELS=/tmp/fk-models-sd) &
     done
     wait ;;
-  s40-vllm)  # the next vLLM hold (planned as s39-vllm; s39 ran SGLang): issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
+  s40-vllm)  # the next hold (stage vLLM with KEEP="reports/gpu/s37-h100x4/i30/vllm/fk46/fk46-mixtral/vllm.json"): what
+    # issue 29 still lacks in vLLM, then issue 30's and 31's leftovers. GPU 0: gemm and fused_moe checked on an H100
+    # capture (session 27's check read session 26's H200 capture), the Triton A/B in eager mode, tiny-mixtral-fp8
+    # (quantized layers left stock, with the reason), then Kimi-Linear's wrong-gdn and passthrough. GPUs 2 and 3:
+    # fk46-mixtral's A/A and passthrough again, 3 rounds (session 37's floor was 46%, one noisy latency round); then
+    # the decode A/A at 5 rounds (GPU 3). GPU 1: the fk46-mamba2 capture with the corrected share, then the decode
+    # passthrough at 5 rounds
+    S37=$REPO/reports/gpu/s37-h100x4
+    (lane V-0 29 vllm 0 STEPS="check ab quant" SC=fk46-mixtral WORKLOAD="$S37/i30/vllm/fk46/fk46-mixtral/vllm.json" \
+       AB_MODE=eager AB_INTERLEAVE=0
+     lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
+    (lane V-1 30 vllm 1 STEPS="capture" CAPTURE=fk46-mamba2
+     lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+    (lane V-2 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke"
+     lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    wait ;;
+  s41-vllm)  # a later vLLM hold (planned as s39-vllm): issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
     # its scenarios side by side on the four GPUs, alone on the machine, so its wall time is the bar's (25 minutes);
     # its fk46-llama-3.1 A/B is the compiled Llama A/B whose "Where the device time went" must name 80% of the delta
     # (the device's wait before each launch named since session 37). Then what s37-vllm left: Kimi-Linear's wrong-gdn
@@ -305,5 +322,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s41-vllm|pack"; exit 2 ;;
 esac
