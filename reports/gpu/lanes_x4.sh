@@ -277,32 +277,30 @@ case ${1:-} in
     done
     wait ;;
   s40-vllm)  # the next hold (stage vLLM with KEEP="reports/gpu/s37-h100x4/i30/vllm/fk46/fk46-mixtral/vllm.json"): what
-    # issue 29 still lacks in vLLM, then issue 30's and 31's leftovers. GPU 0: gemm and fused_moe checked on an H100
-    # capture (session 27's check read session 26's H200 capture), the Triton A/B in eager mode, tiny-mixtral-fp8
-    # (quantized layers left stock, with the reason), then Kimi-Linear's wrong-gdn and passthrough. GPUs 2 and 3:
-    # fk46-mixtral's A/A and passthrough again, 3 rounds (session 37's floor was 46%, one noisy latency round); then
-    # the decode A/A at 5 rounds (GPU 3). GPU 1: the fk46-mamba2 capture with the corrected share, then the decode
-    # passthrough at 5 rounds
+    # issues 29 and 30 still lack in vLLM. GPU 0 (issue 29): gemm and fused_moe checked on an H100 capture (session
+    # 27's check read session 26's H200 capture), the Triton A/B in eager mode, tiny-mixtral-fp8 (quantized layers
+    # left stock, with the reason). GPUs 1 and 2 (issue 30): fk46-qwen3-next's passthrough and A/A, 3 rounds, --smoke,
+    # side by side (session 35's passthrough was correctness only, with no A/A). GPU 3 (issue 30): fk46-mamba2
+    # captured with the corrected "inside slot calls" share (bar 75%), then Kimi-Linear's wrong-gdn and passthrough.
+    # Left for s41: fk46-mamba2's A/A and passthrough, issue 31's suite and decode pair
     S37=$REPO/reports/gpu/s37-h100x4
     (lane V-0 29 vllm 0 STEPS="check ab quant" SC=fk46-mixtral WORKLOAD="$S37/i30/vllm/fk46/fk46-mixtral/vllm.json" \
-       AB_MODE=eager AB_INTERLEAVE=0
-     lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
-    (lane V-1 30 vllm 1 STEPS="capture" CAPTURE=fk46-mamba2
-     lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
-    (lane V-2 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
-    (lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke"
-     lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+       AB_MODE=eager AB_INTERLEAVE=0) &
+    (lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-2 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-3 30 vllm 3 STEPS="capture" CAPTURE=fk46-mamba2
+     lane V-3 30 vllm 3 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
     wait ;;
-  s41-vllm)  # a later vLLM hold (planned as s39-vllm): issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
+  s41-vllm)  # a later vLLM hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
     # its scenarios side by side on the four GPUs, alone on the machine, so its wall time is the bar's (25 minutes);
     # its fk46-llama-3.1 A/B is the compiled Llama A/B whose "Where the device time went" must name 80% of the delta
-    # (the device's wait before each launch named since session 37). Then what s37-vllm left: Kimi-Linear's wrong-gdn
-    # and passthrough, fk46-mamba2 captured with the corrected "inside slot calls" share (bar 75%, by name 68.1%), and
-    # issue 31's decode passthrough again at 5 rounds (session 33's interval reached 2.6% past its 1.60% floor)
+    # (the device's wait before each launch named since session 37). Then issue 30's fk46-mamba2 A/A and passthrough
+    # (3 rounds, --smoke) and issue 31's decode pair at 5 rounds (session 33's interval reached 2.6% past its 1.60%
+    # floor)
     lane V-S 31 vllm 0,1,2,3 STEPS="suite" SUITE_GPUS="0 1 2 3"
-    (lane V-1 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
-    (lane V-3 30 vllm 2 STEPS="capture" CAPTURE=fk46-mamba2) &
-    (lane V-5 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane V-1 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-2 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-5 31 vllm 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane V-6 31 vllm 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
