@@ -663,7 +663,9 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
             echo(f"[{i}/{n}] {sc.name} ({cfg.engine.name}): {rows[sc.name]['status']} (kept from the earlier run)")
     lanes = [replace(cfg, gpus=(d,)) for d in cfg.gpus] if spreads_scenarios(cfg) else [cfg]
     if len(lanes) > 1:
-        echo(f"{len(todo)} scenario(s) side by side on GPUs {', '.join(cfg.gpus)}, one at a time on each")
+        todo.sort(key=lambda item: -size_estimate(item[1]))  # the largest first: the lanes then end together
+        echo(f"{len(todo)} scenario(s) side by side on GPUs {', '.join(cfg.gpus)}, one at a time on each, "
+             "the largest models (by a rough parameter count) first")
 
     def publish() -> None:  # after every scenario: an interrupted suite keeps what finished, as a FAIL
         results["scenarios"] = [rows[sc.name] for sc in scenarios if sc.name in rows]
@@ -727,6 +729,18 @@ def _finished_line(tag: str, row: dict, took: float, ran: int, left: int) -> str
     return (f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
             + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
             + f" [{_duration(took)} so far{eta}]")
+
+
+def size_estimate(sc) -> int:
+    """About how many parameters a scenario's [model] table builds (its language model's, for a VLM): an order in
+    which to start a suite's scenarios, not a figure to report."""
+    m = getattr(sc, "model", None) or {}
+    m = m.get("text_config") or m
+    hidden = m.get("hidden_size") or m.get("d_model") or 0
+    layers = m.get("num_hidden_layers") or m.get("num_layers") or 0
+    inter = m.get("moe_intermediate_size") or m.get("intermediate_size") or 4 * hidden
+    experts = m.get("num_local_experts") or m.get("n_routed_experts") or m.get("num_experts") or 1
+    return int(layers * hidden * (4 * hidden + 3 * inter * experts))
 
 
 def spreads_scenarios(cfg: RunConfig) -> bool:

@@ -283,8 +283,11 @@ def test_gpus_without_rounds_spread_a_suites_scenarios_one_a_gpu(tmp_path, monke
     names = [f"s{i}" for i in range(5)]
     cfg = _cfg(out_dir=str(tmp_path), gpus=("0", "1"), allow_uncovered=True)
     assert ab.spreads_scenarios(cfg) and not ab.spreads_scenarios(_cfg(gpus=("0", "1"), interleave=3))
-    res = ab.run_suite(cfg, [SimpleNamespace(name=n) for n in names], "0.0", echo=lambda m: None)
+    suite = [SimpleNamespace(name=n, model={"hidden_size": 64 * (i + 1), "num_hidden_layers": 2})
+             for i, n in enumerate(names)]
+    res = ab.run_suite(cfg, suite, "0.0", echo=lambda m: None)
     assert sorted(n for n, _ in ran) == names  # each scenario once
+    assert [n for n, _ in ran][:2] == ["s4", "s3"]  # the largest models started first
     assert {g for _, g in ran} == {("0",), ("1",)}  # both GPUs took scenarios, one set each
     assert [r["scenario"] for r in res["scenarios"]] == names and res["verdict"] == "PASS"  # suite order kept
     assert all(r["devices"] == dict(ran)[r["scenario"]][0] and "side by side on GPUs 0, 1" in r["notes"][-1]
