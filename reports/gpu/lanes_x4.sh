@@ -291,17 +291,22 @@ case ${1:-} in
     (lane V-3 30 vllm 3 STEPS="capture" CAPTURE=fk46-mamba2
      lane V-3 30 vllm 3 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
     wait ;;
-  s41-vllm)  # a later vLLM hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, compiled, one round) with
-    # its scenarios side by side on the four GPUs, alone on the machine, so its wall time is the bar's (25 minutes);
-    # its fk46-llama-3.1 A/B is the compiled Llama A/B whose "Where the device time went" must name 80% of the delta
-    # (the device's wait before each launch named since session 37). Then issue 30's fk46-mamba2 A/A and passthrough
-    # (3 rounds, --smoke) and issue 31's decode pair at 5 rounds (session 33's interval reached 2.6% past its 1.60%
-    # floor)
-    lane V-S 31 vllm 0,1,2,3 STEPS="suite" SUITE_GPUS="0 1 2 3"
-    (lane V-1 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
-    (lane V-2 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
-    (lane V-5 31 vllm 2 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
-    (lane V-6 31 vllm 3 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+  s41-sglang)  # a later SGLang hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, SGLang's default
+    # graphs, one round) with its scenarios side by side on the four GPUs, largest first, alone on the machine: its
+    # wall time is the bar's. SGLang serves 10 of the suite's scenarios; their committed smoke A/Bs add up to about 101
+    # GPU-minutes, about 25 minutes on four GPUs, so nothing else runs in this hold (vLLM's 14, about 145 GPU-minutes,
+    # fit no hold)
+    lane S-S 31 sglang 0,1,2,3 STEPS="suite" SUITE_GPUS="0 1 2 3" ;;
+  s42-vllm)  # a later vLLM hold: issue 31's compiled Llama Triton A/B with its profiled step (the bar: 80% of the delta
+    # named; session 35's one named 1%, before the profile's warm-up) and the decode A/A and passthrough at 5 rounds
+    # (session 33's interval reached 2.6% past its 1.60% floor), side by side; issue 30's fk46-mamba2 A/A and
+    # passthrough (3 rounds, --smoke) after the Llama A/B
+    (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
+    (lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
+    (lane V-2 31 vllm 2 STEPS="split" SC=fk46-llama-3.1 AB_INTERLEAVE=0
+     lane V-2 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-3 31 vllm 3 STEPS="checkc" CAPTURE=fk46-llama-3.1
+     lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
@@ -320,5 +325,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s41-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
