@@ -280,9 +280,29 @@ def _time_split_lines(rows: list[dict]) -> list[str]:
              "One profiled step of each side (the same requests; CUDA kernels sorted into op families by "
              "`fk_adapters/op_families.py`): device time only (not the host's), of a small batch, not the timed "
              "phases above.", ""]
+    perf = {r["scenario"]: r.get("perf") for r in rows}
     for name, s in split:
         lines += time_split.markdown(name, s)
+        lines += _step_against_timed(s, perf.get(name))
     return lines
+
+
+def _step_against_timed(s: dict, perf: dict | None) -> list[str]:
+    """The profiled step's speedup (its device time plus the device's wait on the host) beside the timed workloads'
+    ones: a step whose speedup lies outside theirs does not explain their delta."""
+    from fk_adapters.aggregates import speedups
+
+    if s.get("baseline_idle_us") is None or s.get("candidate_idle_us") is None:
+        return []
+    step = (s["baseline_us"] + s["baseline_idle_us"]) / (s["candidate_us"] + s["candidate_idle_us"])
+    timed = [v for kind in speedups(perf).values() for v in kind.values()]
+    if not timed:
+        return []
+    lo, hi = min(timed), max(timed)
+    where = "inside" if lo <= step <= hi else "outside"
+    return [f"The profiled step's speedup (stock / candidate time, its kernels' and the waits between them) is "
+            f"{step:.3f}; the timed workloads' speedups span {lo:.3f}-{hi:.3f}: the step lies {where} them"
+            + ("." if where == "inside" else ", so its attribution does not explain the timed delta."), ""]
 
 
 def _noise_floor_lines(nf: dict) -> list[str]:

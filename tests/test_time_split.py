@@ -119,3 +119,21 @@ def test_a_kernel_whose_launches_the_device_waits_for_is_named_with_that_wait():
     assert "(+300 µs of it before these kernels' launches)" in text
     old = time_split.split(_profile(base[0]["kernel_us"]), cand)  # a side without the measure: device time only
     assert "wait_delta_us" not in old["movers"]["kernels"][0] and old["movers"]["named_wait_us"] is None
+
+
+def test_the_report_sets_the_profiled_steps_speedup_beside_the_timed_ones():
+    from fk_adapters import op_families, report
+
+    base, cand = _profile({"k": 30.0}), _profile({"k": 30.0})
+    base[0].update(op_families.span_busy([(0, 10), (10, 20), (20, 30)]))
+    cand[0].update(op_families.span_busy([(0, 10), (40, 50), (90, 100)]))  # 100 µs against 30: speedup 0.3
+    perf = {"throughput": {"balanced": {"tokens_per_s": {"ratio": 0.95}}},
+            "latency": {"batch1": {"latency_s": {"ratio": 1.25}}}}  # speedups 0.95 and 0.8
+    row = {"scenario": "x", "time_split": time_split.split(base, cand), "perf": perf}
+    text = "\n".join(report._time_split_lines([row]))
+    assert "speedup (stock / candidate time, its kernels' and the waits between them) is 0.300" in text
+    assert "span 0.800-0.950: the step lies outside them, so its attribution does not explain" in text
+    perf["latency"]["batch1"]["latency_s"]["ratio"] = 1 / 0.3
+    assert "span 0.300-0.950: the step lies inside them." in "\n".join(report._time_split_lines([row]))
+    old = dict(row, time_split=time_split.split(_profile({"k": 30.0}), _profile({"k": 30.0})))  # no waits measured
+    assert "speedup" not in "\n".join(report._time_split_lines([old]))
