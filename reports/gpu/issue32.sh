@@ -60,7 +60,7 @@ case $1 in
             per_scenario "$S" "${POOLING_STEPS:-capture ab wrong}" wrong-gemm
           done ;;
         diffusion)
-          for S in ${DIFFUSION:-fk46-sdxl fk46-flux.1-dev}; do
+          for S in ${DIFFUSION:-fk46-flux.1-dev fk46-sdxl}; do  # FLUX first: no slot enters the fallback (SDXL)
             BASE=""  # the plugins after the first against its baseline run
             for P in ${DIFFUSION_PLUGINS:-passthrough triton}; do
               $RUN --plugins $P --scenario "$S" --smoke --interleave 0 --out "$W/diffusion-$P-$S" $BASE

@@ -6,8 +6,8 @@
 own pipeline, SDXL and HunyuanVideo-1.5 on its diffusers fallback, which is fed fk's seeded embeddings and latents
 (the inputs of the transformers host's loop). Each worker is a spawned process that imports this module again
 before it builds the pipeline, so ``diffusion.register()`` below installs fk there. The probe comes back through
-fk's scheduler requests, kernel names from SGLang's profiler traces. ``docs/design/sglang-diffusion.md``: the seams;
-nothing here has run on a GPU yet.
+fk's scheduler requests, kernel names from SGLang's profiler traces. ``docs/design/sglang-diffusion.md``: the seams,
+the first GPU run and what a run of SGLang's diffusion path on a CPU showed (section 7).
 """
 from __future__ import annotations
 
@@ -26,16 +26,18 @@ diffusion.register()  # in the driver and, on their re-import of this module, in
 
 NATIVE = {"FluxPipeline": "FLUX.1-dev"}  # pipelines SGLang serves itself: the id its registry knows each by
 PROFILER_DIR_VAR = "SGLANG_DIFFUSION_TORCH_PROFILER_DIR"
+PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}  # SGLang's names of the job's dtype
 
 
 def server_kwargs(folder: str, pipeline: str, job: dict) -> dict:
     """``DiffGenerator.from_pretrained`` arguments: one GPU, no offload, no torch.compile, no warm-up, and the
     backend named, so that a pipeline SGLang fails to resolve is an error, not a silent diffusers fallback."""
+    p = PRECISION[job["dtype"]]  # SGLang loads a pipeline in bf16 unless told: fk46-sdxl's fp16 inputs then fail
     kw = {"model_path": folder, "num_gpus": 1, "performance_mode": "manual", "dit_cpu_offload": False,
           "text_encoder_cpu_offload": False, "vae_cpu_offload": False, "dit_layerwise_offload": False,
-          "enable_torch_compile": False, "warmup": False}
-    if pipeline in NATIVE:
-        kw.update(backend="sglang", model_id=NATIVE[pipeline])
+          "enable_torch_compile": False, "warmup": False, "dit_precision": p}
+    if pipeline in NATIVE:  # the fallback takes one dtype; its config check refuses per-encoder precisions
+        kw.update(backend="sglang", model_id=NATIVE[pipeline], vae_precision=p, text_encoder_precisions=[p, p])
     else:
         kw["backend"] = "diffusers"
     kw.update(job.get("engine_args", {}).get("sglang", {}) or {})
@@ -80,16 +82,19 @@ def fallback_kwargs(pipeline: str, x: dict) -> dict:
 def request_kwargs(job: dict, pipeline: str, b: int, profile: bool = False) -> dict:
     """``DiffGenerator.generate`` sampling arguments for ``b`` items of the job's [inputs]."""
     spec = job["inputs"]
-    kw = {"prompt": "fk", "negative_prompt": "", "seed": job["seed"], "num_outputs_per_prompt": b,
+    if b != 1:  # SGLang 0.5.15 runs the expanded requests as a group, which fails (component_manager.py:189)
+        raise ValueError(f"SGLang's diffusion runtime serves one item a request here, not {b}")
+    kw = {"prompt": "fk", "seed": job["seed"], "num_outputs_per_prompt": b,
           "num_inference_steps": int(spec.get("steps", 4)), "guidance_scale": float(spec.get("guidance_scale", 1.0)),
           "height": int(spec["height"]), "width": int(spec["width"]), "num_frames": int(spec.get("num_frames", 1)),
           "save_output": False, "return_frames": False,
           # named, so SGLang names no file by hashing the request as JSON (it holds fk's tensors)
           "output_file_name": "fk"}
-    if pipeline not in NATIVE:
-        kw["diffusers_kwargs"] = fallback_kwargs(pipeline, seeded_inputs(job, b))
+    if pipeline not in NATIVE:  # FLUX gets no negative prompt: with one SGLang runs true CFG, twice the work
+        kw.update(negative_prompt="", diffusers_kwargs=fallback_kwargs(pipeline, seeded_inputs(job, b)))
     if profile:
-        kw["profile"] = True
+        # SGLang's profiler steps only in its own denoising stage: the fallback's diffusers call needs all stages
+        kw.update(profile=True, **({} if pipeline in NATIVE else {"profile_all_stages": True}))
     return kw
 
 
@@ -99,8 +104,8 @@ def stacked(results) -> object:
     import torch
 
     results = results if isinstance(results, list) else [results]
-    if not results or any(r is None or r.samples is None for r in results):
-        raise RuntimeError("SGLang's diffusion runtime returned no samples")
+    if not results or any(r is None or r.samples is None for r in results):  # generate logs a worker's error
+        raise RuntimeError("SGLang's diffusion runtime returned no samples (the worker's error is in engine.log)")
     return torch.stack([r.samples.detach().float().cpu() if torch.is_tensor(r.samples)
                         else torch.as_tensor(np.asarray(r.samples)).float() for r in results])
 

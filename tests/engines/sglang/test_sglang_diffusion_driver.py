@@ -28,14 +28,27 @@ def _job(tmp_path, name: str) -> dict:
 
 
 def test_flux_is_served_by_sglangs_own_pipeline_and_the_rest_by_its_diffusers_fallback():
-    flux = dd.server_kwargs("/p", "FluxPipeline", {})
+    flux = dd.server_kwargs("/p", "FluxPipeline", {"dtype": "bfloat16"})
     assert (flux["backend"], flux["model_id"]) == ("sglang", "FLUX.1-dev")  # a registry miss is an error, not a
-    sdxl = dd.server_kwargs("/p", "StableDiffusionXLPipeline", {"engine_args": {"sglang": {"num_gpus": 2}}})
+    assert (flux["dit_precision"], flux["vae_precision"], flux["text_encoder_precisions"]) == ("bf16", "bf16",
+                                                                                               ["bf16", "bf16"])
+    sdxl = dd.server_kwargs("/p", "StableDiffusionXLPipeline",
+                            {"dtype": "float16", "engine_args": {"sglang": {"num_gpus": 2}}})
     assert sdxl["backend"] == "diffusers" and "model_id" not in sdxl and sdxl["num_gpus"] == 2  # silent fallback
+    # the fallback loads the whole pipeline at dit_precision (SGLang's default bf16 failed on fk46-sdxl's fp16
+    # inputs); its config check refuses per-encoder precisions
+    assert sdxl["dit_precision"] == "fp16" and "text_encoder_precisions" not in sdxl
     for kw in (flux, sdxl):
         assert not (kw["enable_torch_compile"] or kw["warmup"] or kw["dit_cpu_offload"] or kw["vae_cpu_offload"])
     with pytest.raises(ValueError, match="no diffusers fallback"):
         dd.fallback_kwargs("FluxPipeline", {})
+
+
+def test_flux_asks_for_no_negative_prompt_which_would_turn_on_true_cfg():
+    job = {"seed": 7, "inputs": {"steps": 4, "guidance_scale": 3.5, "height": 64, "width": 64}}
+    kw = dd.request_kwargs(job, "FluxPipeline", 1, profile=True)
+    assert "negative_prompt" not in kw and "diffusers_kwargs" not in kw  # SGLang's own FLUX: its own encoders
+    assert kw["profile"] and "profile_all_stages" not in kw  # its denoising stage steps the profiler itself
 
 
 @needs_diffusers
@@ -54,6 +67,9 @@ def test_the_fallback_pipeline_takes_fks_seeded_inputs_and_steps_as_the_hosts_lo
     assert set(mine) == set(x) and all(torch.equal(mine[k], x[k]) for k in x)  # drawn as the host draws them
     kw = dd.request_kwargs(job, pipeline, 1)
     assert kw["num_outputs_per_prompt"] == 1 and kw["seed"] == job["seed"] and not kw["save_output"]
+    assert dd.request_kwargs(job, pipeline, 1, profile=True)["profile_all_stages"]  # else SGLang records no step
+    with pytest.raises(ValueError, match="one item a request"):  # SGLang 0.5.15 fails on grouped requests
+        dd.request_kwargs(job, pipeline, 2)
     folder = tmp_path / "pipe"
     assert diffusers_folder.write_pipeline_folder(job["model_dir"], str(folder), job["model"], job["seed"],
                                                   job["dtype"], job["inputs"]["guidance_scale"]) == pipeline
@@ -111,14 +127,15 @@ def test_a_job_runs_through_the_protocol_on_a_stand_in_generator(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     _Generator.calls = []
     job = dict(_job(tmp_path, "tiny-sdxl"), profile={"requests": 1})
+    job["perf"] = dict(job["perf"], batches=[1])  # one item a request (request_kwargs)
     res = dd.run(job)
     assert res["status"] == "ok" and res["pipeline"] == "StableDiffusionXLPipeline"
     assert res["outputs"] == {"samples": [1, 3, 8, 8]} and os.path.exists(res["outputs_file"])
     assert res["probe"] == [] and res["runtime"]["backend"] == "diffusers"
-    assert list(res["perf"]["throughput"]) == ["batch1", "batch2"]
+    assert list(res["perf"]["throughput"]) == ["batch1"]
     sizes = {c[1]["num_outputs_per_prompt"]: c[1]["diffusers_kwargs"]["latents"].shape[0]
              for c in _Generator.calls if c[0] == "generate"}
-    assert sizes == {1: 1, 2: 2}  # one request of b items, fk's latents for each
+    assert sizes == {1: 1}  # one request of one item, fk's latents for it
     batch1 = [c[1] for c in _Generator.calls if c[0] == "generate" and c[1]["num_outputs_per_prompt"] == 1
               and not c[1].get("profile")]
     assert len(batch1) > 2 and len({id(kw) for kw in batch1}) == 1  # drawn once, not inside each timed call
