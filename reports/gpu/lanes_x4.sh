@@ -282,7 +282,7 @@ case ${1:-} in
     # left stock, with the reason). GPUs 1 and 2 (issue 30): fk46-qwen3-next's passthrough and A/A, 3 rounds, --smoke,
     # side by side (session 35's passthrough was correctness only, with no A/A). GPU 3 (issue 30): fk46-mamba2
     # captured with the corrected "inside slot calls" share (bar 75%), then Kimi-Linear's wrong-gdn and passthrough.
-    # Left for s41: fk46-mamba2's A/A and passthrough, issue 31's suite and decode pair
+    # Left for later holds: issue 31's suite (s41-sglang); fk46-mamba2's A/A and passthrough and the decode pair (s42-vllm)
     S37=$REPO/reports/gpu/s37-h100x4
     (lane V-0 29 vllm 0 STEPS="check ab quant" SC=fk46-mixtral WORKLOAD="$S37/i30/vllm/fk46/fk46-mixtral/vllm.json" \
        AB_MODE=eager AB_INTERLEAVE=0) &
