@@ -291,6 +291,14 @@ case ${1:-} in
     (lane V-3 30 vllm 3 STEPS="capture" CAPTURE=fk46-mamba2
      lane V-3 30 vllm 3 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
     wait ;;
+  s40b-vllm)  # session 40's 4-GPU hold went back mid-run (idle between polls); on 2 GPUs, what fits its last 16 minutes:
+    # issue 29's quantized layers left stock (tiny-mixtral-fp8) and the eager Triton A/B on fk46-mixtral; issue 30's
+    # fk46-mamba2 capture
+    S37=$REPO/reports/gpu/s37-h100x4
+    (lane V-0 29 vllm 0 STEPS="quant ab" SC=fk46-mixtral WORKLOAD="$S37/i30/vllm/fk46/fk46-mixtral/vllm.json" \
+       AB_MODE=eager AB_INTERLEAVE=0) &
+    (lane V-3 30 vllm 1 STEPS="capture" CAPTURE=fk46-mamba2) &
+    wait ;;
   s41-sglang)  # a later SGLang hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, SGLang's default
     # graphs, one round) with its scenarios side by side on the four GPUs, largest first, alone on the machine: its
     # wall time is the bar's. SGLang serves 10 of the suite's scenarios; their committed smoke A/Bs add up to about 101
@@ -325,5 +333,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
