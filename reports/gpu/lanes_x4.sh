@@ -11,7 +11,7 @@
 #   (last SGLang part) bash reports/gpu/fk_gpu.sh sglang setup; setsid nohup bash reports/gpu/lanes_x4.sh sglang > /dev/null 2>&1 < /dev/null &
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
 # A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s,
-# with everything on it (session 30 lost 18 minutes of results so). Poll with `sleep 200; bash reports/gpu/lanes_x4.sh
+# with everything on it (session 30 lost 18 minutes of results so; session 40 its whole 4-GPU hold). Poll with `sleep 200; bash reports/gpu/lanes_x4.sh
 # pack`: each poll brings back what is done so far. Never batch another tool's long call with a poll.
 # transformers (no engine to stage: reports/gpu/extra-transformers.txt's parts, then `fk_gpu.sh transformers setup`):
 #   T-A  GPU 2     first of all: issue 32's newly hosted architectures (Pi0, MobileNetV4, EfficientNetV2, SDXL, FLUX.1-dev, HunyuanVideo-1.5,
@@ -299,6 +299,17 @@ case ${1:-} in
        AB_MODE=eager AB_INTERLEAVE=0) &
     (lane V-3 30 vllm 1 STEPS="capture" CAPTURE=fk46-mamba2) &
     wait ;;
+  s41-vllm)  # the next vLLM hold (stage vLLM with KEEP=""): what session 40's lost hold did not run. GPU 0: issue 29's
+    # FP8 scenario again (its MoE layers now counted left stock), then fk46-mamba2's passthrough; GPUs 1 and 2: issue
+    # 30's fk46-qwen3-next passthrough and A/A, 3 rounds, --smoke, side by side; GPU 3: Kimi-Linear's wrong-gdn and
+    # passthrough, then fk46-mamba2's A/A (its pair on GPU 0)
+    (lane V-0 29 vllm 0 STEPS="quant"
+     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-2 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-3 30 vllm 3 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass"
+     lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    wait ;;
   s41-sglang)  # a later SGLang hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, SGLang's default
     # graphs, one round) with its scenarios side by side on the four GPUs, largest first, alone on the machine: its
     # wall time is the bar's. SGLang serves 10 of the suite's scenarios; their committed smoke A/Bs add up to about 101
@@ -307,14 +318,11 @@ case ${1:-} in
     lane S-S 31 sglang 0,1,2,3 STEPS="suite" SUITE_GPUS="0 1 2 3" ;;
   s42-vllm)  # a later vLLM hold: issue 31's compiled Llama Triton A/B with its profiled step (the bar: 80% of the delta
     # named; session 35's one named 1%, before the profile's warm-up) and the decode A/A and passthrough at 5 rounds
-    # (session 33's interval reached 2.6% past its 1.60% floor), side by side; issue 30's fk46-mamba2 A/A and
-    # passthrough (3 rounds, --smoke) after the Llama A/B
+    # (session 33's interval reached 2.6% past its 1.60% floor), side by side (fk46-mamba2's pair moved to s41-vllm)
     (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
-    (lane V-2 31 vllm 2 STEPS="split" SC=fk46-llama-3.1 AB_INTERLEAVE=0
-     lane V-2 31 vllm 2 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
-    (lane V-3 31 vllm 3 STEPS="checkc" CAPTURE=fk46-llama-3.1
-     lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke") &
+    (lane V-2 31 vllm 2 STEPS="split" SC=fk46-llama-3.1 AB_INTERLEAVE=0) &
+    (lane V-3 31 vllm 3 STEPS="checkc" CAPTURE=fk46-llama-3.1) &
     wait ;;
   s34-transformers)  # issue 32's GPU captures, a 4-GPU hold with no engine (stage extra-transformers.txt, -science,
     # -recsys and -fla first; `fk_gpu.sh transformers setup`): capture, Triton A/B, wrong-gemm, passthrough per host
@@ -333,5 +341,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
