@@ -143,6 +143,23 @@ def test_flux_runs_a_real_prompt_through_its_tiny_encoders_and_one_step_as_fks_l
     torch.testing.assert_close(out, _fk_step(sc, pipe.transformer, pipe.scheduler, x))
 
 
+def test_flux_clip_is_saved_under_text_model_as_a_real_checkpoint_and_loads_every_weight(folders):
+    """SGLang's CLIP loader matches a real checkpoint's names (``text_model.*``): with transformers' own names it
+    loads none and runs HF's model instead, out of SGLang's layers (docs/design/sglang-diffusion.md)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import CLIPTextModel
+
+    _, _, folder = folders["tiny-flux"]
+    saved = load_file(str(folder / "text_encoder" / "model.safetensors"))
+    assert saved and all(k.startswith("text_model.") for k in saved)
+    model, info = CLIPTextModel.from_pretrained(str(folder / "text_encoder"), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    state = model.state_dict()  # transformers 5's CLIPTextModel holds the text model's modules at its top level
+    loaded = {k.removeprefix("text_model."): v for k, v in saved.items()}
+    assert set(loaded) == set(state) and all(torch.equal(state[k], loaded[k]) for k in state)
+
+
 def test_flux_tokenizers_load_as_sglang_loads_them_and_pad_to_77_and_512(folders):
     from transformers import AutoTokenizer
 
