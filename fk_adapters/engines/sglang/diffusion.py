@@ -4,7 +4,8 @@ The workers are spawned processes that never call SGLang's ``load_plugins()``. A
 ``register()`` at its module's top level, which every spawned worker imports again (as ``__mp_main__``) before it
 builds the pipeline. With no fk plugin selected it returns at once and SGLang stays stock. Otherwise it hooks the
 diffusion runtime's targets (``diffusion_targets``) through SGLang's HookRegistry and applies them (nothing else
-will in a worker), and adds two request types to each worker's scheduler for the probe: the driver sends
+will in a worker), hooks the diffusers fallback's pipeline loading to route the kernels into its denoiser
+(``diffusion_fallback``), and adds two request types to each worker's scheduler for the probe: the driver sends
 ``FkProbeDumpReq`` / ``FkProbeResetReq`` as it sends generation requests, the analogue of SRT's
 ``collective_rpc("fk_probe_dump")``.
 """
@@ -52,11 +53,12 @@ def register() -> None:
 def _install(chosen: dict) -> dict:
     from sglang.srt.plugins import hook_registry
 
-    from fk_adapters.engines.sglang import diffusion_targets, general_plugin
+    from fk_adapters.engines.sglang import diffusion_fallback, diffusion_targets, general_plugin
     from fk_adapters.engines.sglang.install import install
 
     entered = install(chosen, diffusion_targets.TARGETS)
     hook_registry.HookRegistry.register(SCHEDULER_INIT, scheduler_init_hook, hook_registry.HookType.AROUND)
+    entered = diffusion_fallback.register(hook_registry, chosen, entered)
     hook_registry.HookRegistry.apply_hooks()
     general_plugin.dump_at_exit()
     return entered

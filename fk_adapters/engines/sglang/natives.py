@@ -18,7 +18,8 @@ _FAST_ROPE_HEAD_SIZES = (64, 128, 256, 512)  # forward_cuda's apply_rope path; o
 def rms_norm(x, weight, eps):
     from sgl_kernel import rmsnorm
 
-    return rmsnorm(x, weight, eps)
+    # the kernel takes 2-D rows; the slot takes [..., H] (a diffusers model's 4-D per-head q / k norms)
+    return rmsnorm(x.reshape(-1, x.shape[-1]), weight, eps).reshape(x.shape)
 
 
 def fused_add_rms_norm(x, residual, weight, eps):

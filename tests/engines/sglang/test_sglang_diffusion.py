@@ -118,17 +118,21 @@ def test_the_diffusion_linear_and_norm_share_srt_adapters_and_their_signatures()
     assert {s for t in diffusion_targets.TARGETS for s in t.slots} <= set(SLOTS)
 
 
-def _fake_sglang(monkeypatch, registered, applied):
+def _fake_sglang(monkeypatch, registered, applied, hooks=None):
     import sys
     import types
+
+    def register(target, hook, kind):
+        registered.append((target, kind))
+        if hooks is not None:
+            hooks[target] = hook
 
     names = ["sglang", "sglang.srt", "sglang.srt.plugins", "sglang.srt.plugins.hook_registry", "sglang.multimodal_gen",
              "sglang.multimodal_gen.runtime", "sglang.multimodal_gen.runtime.pipelines_core",
              "sglang.multimodal_gen.runtime.pipelines_core.schedule_batch"]
     fake = {name: types.ModuleType(name) for name in names}
     fake["sglang.srt.plugins.hook_registry"].HookType = NS(AROUND="around")
-    fake["sglang.srt.plugins.hook_registry"].HookRegistry = NS(
-        register=lambda target, hook, kind: registered.append((target, kind)), apply_hooks=lambda: applied.append(1))
+    fake["sglang.srt.plugins.hook_registry"].HookRegistry = NS(register=register, apply_hooks=lambda: applied.append(1))
     fake["sglang.multimodal_gen.runtime.pipelines_core.schedule_batch"].OutputBatch = lambda: "done"
     for name, mod in fake.items():
         monkeypatch.setitem(sys.modules, name, mod)
@@ -137,9 +141,9 @@ def _fake_sglang(monkeypatch, registered, applied):
 def test_register_in_a_diffusion_worker_hooks_its_runtime_applies_them_and_answers_probe_requests(
         make_plugin, monkeypatch, tmp_path):
     """register() with a fake sglang, as the driver's top level runs it in a spawned worker: the diffusion runtime's
-    RMSNorm is hooked (never SRT's), the hooks are applied (no load_plugins() there), and the worker's scheduler
-    answers fk's probe requests by type."""
-    from fk_adapters.engines.sglang import diffusion, driver
+    RMSNorm is hooked (never SRT's) and so is the diffusers fallback's pipeline loading, the hooks are applied (no
+    load_plugins() there), and the worker's scheduler answers fk's probe requests by type."""
+    from fk_adapters.engines.sglang import diffusion, diffusion_fallback, driver
     from tests.engines.sglang import plugin_fakes
 
     registered, applied = [], []
@@ -150,9 +154,10 @@ def test_register_in_a_diffusion_worker_hooks_its_runtime_applies_them_and_answe
     diffusion.register()  # once per process
     mg = "sglang.multimodal_gen.runtime.layers.layernorm.RMSNorm"
     assert registered == [(f"{mg}.forward_cuda", "around"), (f"{mg}.__init__", "around"),
-                          (diffusion.SCHEDULER_INIT, "around")] and applied == [1]
+                          (diffusion.SCHEDULER_INIT, "around"), (diffusion_fallback.LOAD, "around")] and applied == [1]
     (rec,) = probe.read_loads(str(tmp_path))
     assert rec["installed"]["rms_norm"]["plugin"] == "sgldiff"
+    assert rec["installed"]["rms_norm"]["entered"][-1] == diffusion_fallback.WHERE
 
     scheduler = NS(request_handlers={"Req": "generation"})
     diffusion.scheduler_init_hook(lambda s, *a, **k: None, scheduler)
@@ -179,7 +184,7 @@ def test_a_diffusion_worker_selects_an_sdpa_kernel_that_srt_never_takes(make_plu
     """The sdpa slot has no entry in SRT (the catalog's ``not_entered``), but the diffusion runtime's attention is
     one: a worker selects the kernel and hooks both attention implementations; an SRT process still skips it."""
     from fk_adapters import plugins
-    from fk_adapters.engines.sglang import diffusion, general_plugin
+    from fk_adapters.engines.sglang import diffusion, diffusion_fallback, general_plugin
 
     registered, applied = [], []
     _fake_sglang(monkeypatch, registered, applied)
@@ -199,8 +204,67 @@ def test_a_diffusion_worker_selects_an_sdpa_kernel_that_srt_never_takes(make_plu
     hooked = {t for t, _ in registered}
     assert {f"sglang.multimodal_gen.runtime.layers.attention.backends.{c}.forward"
             for c in ("flash_attn.FlashAttentionImpl", "sdpa.SDPAImpl")} <= hooked
+    assert diffusion_fallback.LOAD not in hooked  # diffusers' attention is not transformers' registry: no fallback
     (rec,) = probe.read_loads(str(tmp_path))
     assert rec["installed"]["sdpa"]["plugin"] == "sgldiffattn"
     loaded = plugins.load_plugins(["sgldiffattn"], engine="sglang", device="cuda")
     chosen, notes = plugins.select_kernels(loaded, "sglang", "cuda")
     assert "sdpa" not in chosen and any("sdpa skipped: the slot has no entry in sglang" in n for n in notes)
+
+
+class _LoraLinear(torch.nn.Linear):
+    """A subclass of nn.Linear with its own forward: the transformers host leaves it stock, counted."""
+
+
+def _diffusers_pipe():
+    """A stand-in for the diffusers pipeline SGLang's fallback loads: a denoiser of two linears and a subclass of
+    one, and a VAE and text encoder that fk's requests never run."""
+    torch.manual_seed(0)
+    unet = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8), _LoraLinear(8, 8))
+    return NS(unet=unet, vae=torch.nn.Linear(8, 8), text_encoder=torch.nn.Linear(8, 8))
+
+
+@pytest.mark.parametrize("selected", [True, False])
+def test_the_diffusers_fallbacks_denoiser_is_routed_only_with_a_plugin_selected(
+        selected, make_plugin, monkeypatch, tmp_path):
+    """The fallback serves diffusers' own modules, which no SGLang layer hook reaches: with a gemm kernel selected
+    the hook on its pipeline loading routes the denoiser's nn.Linear modules (the transformers host's check), counts
+    the rest stock and leaves the other components alone; with none selected nothing is hooked."""
+    from fk_adapters.engines.sglang import diffusion, diffusion_fallback
+    from tests.engines.sglang import plugin_fakes
+
+    registered, applied, hooks = [], [], {}
+    _fake_sglang(monkeypatch, registered, applied, hooks)
+    if selected:
+        plugin_fakes.select_one_kernel(make_plugin, monkeypatch, tmp_path, "sgldifffb", "gemm")
+    else:
+        monkeypatch.delenv("FK_PLUGINS", raising=False)
+    monkeypatch.setattr(diffusion, "_loaded_in", None)
+    diffusion.register()
+    pipe = _diffusers_pipe()
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    want = pipe.unet(x)
+    stock_load = lambda self, model_path, server_args: pipe  # noqa: E731 - what SGLang's method returns
+    load = hooks.get(diffusion_fallback.LOAD)
+    assert (load(stock_load, "DiffusersPipeline", "folder", "args") if load else stock_load(0, 0, 0)) is pipe
+    torch.testing.assert_close(pipe.unet(x), want)
+    routed = [m for m in (*pipe.unet, pipe.vae, pipe.text_encoder) if "forward" in vars(m)]
+    if not selected:
+        assert load is None and not routed and not probe.constructed and not probe.calls
+        return
+    assert routed == [pipe.unet[0], pipe.unet[2]]
+    assert probe.constructed == {"gemm": 2} and probe.calls == {"sgldifffb:gemm": 2}
+    assert any(k.startswith("gemm (_LoraLinear: a subclass of nn.Linear") for k in probe.not_routed)
+    (rec,) = probe.read_loads(str(tmp_path))
+    assert rec["installed"]["gemm"]["entered"][-1] == diffusion_fallback.WHERE
+
+
+def test_the_fallback_routes_every_denoiser_and_lists_the_classes_entered():
+    from fk_adapters.engines.sglang import diffusion_fallback
+    from fk_adapters.kernel import Kernel
+
+    pipe = NS(transformer=torch.nn.Linear(4, 4), transformer_2=torch.nn.LayerNorm(4), unet=None)
+    kernel = Kernel(slot="gemm", fn=SLOTS["gemm"].reference, cuda_graph_safe=True)
+    entered = diffusion_fallback.route(pipe, {"gemm": ("sgldifffb2", kernel)})
+    assert entered == {"gemm": ["transformer: Linear"]} and probe.constructed == {"gemm": 1}
+    assert "forward" not in vars(pipe.transformer_2)  # layer_norm was not chosen

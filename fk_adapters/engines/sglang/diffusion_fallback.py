@@ -1,0 +1,65 @@
+"""fk's kernels in SGLang's diffusers fallback (``docs/design/sglang-diffusion.md`` section 7).
+
+SGLang 0.5.15 serves a pipeline it has no model of (SDXL, HunyuanVideo-1.5) with diffusers' own code
+(``DiffusersPipeline``), which none of its hooked layers enters. An AROUND hook on the method that loads that pipeline
+(``LOAD``) calls it, then routes the selected kernels into the pipeline's denoiser with the transformers host's
+module routing (``engines/transformers/install.py``): the pipeline is then on its device in its dtype, and a module
+enters a slot only after its forward agrees with the slot's math on a seeded input; the rest stay stock, counted.
+
+Only the denoiser: fk's requests feed the text embeddings and take latents, so the text encoders and the VAE never
+run. Only the slots routed module by module: diffusers' attention is not transformers' attention registry (sdpa).
+"""
+from __future__ import annotations
+
+import logging
+
+from fk_adapters.engines import install_common
+
+log = logging.getLogger("fk_adapters.sglang")
+LOAD = "sglang.multimodal_gen.runtime.pipelines.diffusers_pipeline.DiffusersPipeline._load_diffusers_pipeline"
+DENOISERS = ("unet", "transformer", "transformer_2")  # the pipeline components that denoise
+WHERE = install_common.where(LOAD, "diffusers fallback: the transformers host's module routing of its denoiser")
+
+
+def routed(chosen: dict) -> dict:
+    """The chosen kernels whose slots the transformers host routes module by module."""
+    from fk_adapters.engines.transformers import attention, recurrent
+    from fk_adapters.engines.transformers.natives import NATIVES
+
+    return {s: v for s, v in chosen.items() if s in NATIVES and s not in (*recurrent.SLOTS, attention.SLOT)}
+
+
+def register(hook_registry, chosen: dict, entered: dict) -> dict:
+    """Hook ``LOAD`` when a chosen slot can enter the fallback; returns ``entered`` with ``WHERE`` listed for those
+    slots (the hooks are applied by the caller)."""
+    mine = routed(chosen)
+    if not mine:
+        return entered
+    hook_registry.HookRegistry.register(LOAD, load_hook(mine), hook_registry.HookType.AROUND)
+    return {s: [*where, WHERE] if s in mine else where for s, where in entered.items()}
+
+
+def load_hook(chosen: dict):
+    """The AROUND hook of ``LOAD``: load the pipeline as SGLang does, then route ``chosen`` into its denoiser."""
+    def hook(original, pipeline, *args, **kwargs):
+        pipe = original(pipeline, *args, **kwargs)
+        route(pipe, chosen)
+        return pipe
+
+    return hook
+
+
+def route(pipe, chosen: dict) -> dict[str, list[str]]:
+    """Route ``chosen`` into every denoiser of the diffusers pipeline ``pipe``: {slot: ["component: class", ...]}."""
+    from torch import nn
+
+    from fk_adapters.engines.transformers.install import install
+
+    entered: dict[str, list[str]] = {s: [] for s in chosen}
+    for name in DENOISERS:
+        model = getattr(pipe, name, None)
+        if isinstance(model, nn.Module):
+            for slot, classes in install(model, chosen).items():
+                entered[slot] += [f"{name}: {c}" for c in classes]
+    log.info("fk-adapters: routed into the diffusers fallback's %s: %s", type(pipe).__name__, entered)
+    return entered
