@@ -20,9 +20,10 @@ import types
 
 from fk_adapters.engines import skeleton
 from fk_adapters.engines.driver_common import OUTPUTS_FILE, main, measure_items, phase, save_outputs
-from fk_adapters.engines.sglang import diffusion
+from fk_adapters.engines.sglang import diffusion, diffusion_fallback
 
 diffusion.register()  # in the driver and, on their re-import of this module, in every spawned worker
+diffusion_fallback.keep_raw_latents()  # there too, plugin or not
 
 NATIVE = {"FluxPipeline": "FLUX.1-dev"}  # pipelines SGLang serves itself: the id its registry knows each by
 PROFILER_DIR_VAR = "SGLANG_DIFFUSION_TORCH_PROFILER_DIR"
@@ -129,7 +130,8 @@ class SGLangDiffusionDriver(skeleton.Driver):
         self.probe_dir, self.trace_dir = (os.path.join(self.run_dir, d) for d in ("probe", "profile"))
         for d in (self.probe_dir, self.trace_dir):
             os.makedirs(d, exist_ok=True)
-        os.environ[PROFILER_DIR_VAR] = self.trace_dir  # the spawned worker inherits it
+        os.environ[PROFILER_DIR_VAR] = self.trace_dir  # the spawned worker inherits it, and the next
+        os.environ[diffusion_fallback.RAW_LATENTS] = "1"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         phase("writing the pipeline folder")
         self.folder = os.path.join(self.run_dir, "pipeline")

@@ -12,6 +12,7 @@ run. Only the slots routed module by module: diffusers' attention is not transfo
 from __future__ import annotations
 
 import logging
+import os
 
 from fk_adapters.engines import install_common
 
@@ -19,6 +20,7 @@ log = logging.getLogger("fk_adapters.sglang")
 LOAD = "sglang.multimodal_gen.runtime.pipelines.diffusers_pipeline.DiffusersPipeline._load_diffusers_pipeline"
 DENOISERS = ("unet", "transformer", "transformer_2")  # the pipeline components that denoise
 WHERE = install_common.where(LOAD, "diffusers fallback: the transformers host's module routing of its denoiser")
+RAW_LATENTS = "FK_SGLANG_RAW_LATENTS"  # set by fk's diffusion driver; its spawned workers inherit it
 
 
 def routed(chosen: dict) -> dict:
@@ -63,3 +65,19 @@ def route(pipe, chosen: dict) -> dict[str, list[str]]:
                 entered[slot] += [f"{name}: {c}" for c in classes]
     log.info("fk-adapters: routed into the diffusers fallback's %s: %s", type(pipe).__name__, entered)
     return entered
+
+
+def keep_raw_latents() -> None:
+    """In a process of fk's diffusion driver (``RAW_LATENTS`` set), baseline or candidate alike: the fallback hands
+    back its latents as float32, as fk asks for them (``output_type="latent"``). Its own post-processing treats every
+    output as an image: rescaled to [0, 1] and clamped (most of a latent's values end at 0 or 1), NaN and inf replaced
+    (a kernel's NaN would read 0.5), a video's axes swapped. Set at run time in fk's processes only; no file changes."""
+    if os.environ.get(RAW_LATENTS) != "1":
+        return
+    from sglang.multimodal_gen.runtime.pipelines.diffusers_pipeline import DiffusersExecutionStage
+
+    DiffusersExecutionStage._postprocess_output = _as_float
+
+
+def _as_float(stage, output):
+    return output.cpu().float()

@@ -268,3 +268,32 @@ def test_the_fallback_routes_every_denoiser_and_lists_the_classes_entered():
     entered = diffusion_fallback.route(pipe, {"gemm": ("sgldifffb2", kernel)})
     assert entered == {"gemm": ["transformer: Linear"]} and probe.constructed == {"gemm": 1}
     assert "forward" not in vars(pipe.transformer_2)  # layer_norm was not chosen
+
+
+@pytest.mark.parametrize("in_fk_driver", [True, False])
+def test_the_fallback_hands_back_raw_latents_in_fks_driver_processes_only(monkeypatch, in_fk_driver):
+    """SGLang's fallback would rescale a latent to [0, 1], clamp it and turn a kernel's NaN into 0.5; in fk's driver
+    and its workers (plugin or not) the latents come back as they are, in float32."""
+    import sys
+    import types
+
+    import torch
+
+    from fk_adapters.engines.sglang import diffusion_fallback
+
+    def postprocess(self, output):
+        return torch.nan_to_num(output.float(), nan=0.5).clamp(0, 1)
+
+    stage = type("DiffusersExecutionStage", (), {"_postprocess_output": postprocess})
+    mod = types.ModuleType("sglang.multimodal_gen.runtime.pipelines.diffusers_pipeline")
+    mod.DiffusersExecutionStage = stage
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    monkeypatch.setenv(diffusion_fallback.RAW_LATENTS, "1") if in_fk_driver else monkeypatch.delenv(
+        diffusion_fallback.RAW_LATENTS, raising=False)
+    diffusion_fallback.keep_raw_latents()
+    latent = torch.tensor([-3.0, 0.25, 4.0, float("nan")], dtype=torch.bfloat16)
+    out = stage()._postprocess_output(latent)
+    if in_fk_driver:
+        assert out.dtype == torch.float32 and torch.equal(out[:3], latent[:3].float()) and out[3].isnan()
+    else:
+        assert out.tolist() == [0.0, 0.25, 1.0, 0.5]
