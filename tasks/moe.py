@@ -117,7 +117,7 @@ FUSED_MOE = Slot(
     entries={
         "vllm": ("CustomOp 'unquantized_fused_moe' (UnquantizedFusedMoEMethod, vllm.model_executor.layers.fused_moe) "
                  "through CustomOp.register_oot, its forward after routing (non-monolithic paths; monolithic ones "
-                 "stay stock)",),
+                 "stay stock); quantized MoE layers counted left stock at RoutedExperts.__init__",),
         "sglang": ("UnquantizedFusedMoEMethod.forward_cuda (sglang.srt.layers.quantization.unquant), AROUND hook, "
                    "on the Triton runner backend with standard top-k output (triton_kernels, FlashInfer, DeepGEMM, "
                    "aiter backends and expert parallel stay stock); routed_scaling_factor passed to the slot",),

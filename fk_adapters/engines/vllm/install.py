@@ -96,12 +96,29 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     own_seams = ("paged_attention", collective.SLOT)
     entered = install_common.enter(chosen, {s: op for s, op in wrapped.items() if s not in own_seams}, hosts,
                                    lambda host, mine: _register(*host, mine, chosen))
+    if entered.get("fused_moe"):
+        _count_quantized_moe()
     if "paged_attention" in wrapped:
         entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen, own)]
     if collective.SLOT in wrapped:
         entered[collective.SLOT] = [collective.install(wrapped[collective.SLOT], chosen, engine_modes, log,
                                                          own.get(collective.SLOT, ""))]
     return entered
+
+
+def _count_quantized_moe() -> None:
+    """Register the ``RoutedExperts`` that counts quantized MoE layers as left stock (``layers.quantized_moe_counter``),
+    unless a class is registered in its place already (then they go uncounted, and the log says so)."""
+    from vllm.model_executor.custom_op import PluggableLayer, op_registry_oot
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    if RoutedExperts.__name__ in op_registry_oot:
+        log.warning("RoutedExperts already has an out-of-tree replacement: quantized MoE layers are not counted")
+        return
+    PluggableLayer.register_oot(_decorated_layer_cls=layers.quantized_moe_counter(RoutedExperts,
+                                                                                   UnquantizedFusedMoEMethod),
+                                name=RoutedExperts.__name__)
 
 
 def _register_attention(op, chosen: dict, own: dict) -> str:

@@ -258,5 +258,20 @@ def moe_method_class(base, ops: dict):
     return FkMoEMethod
 
 
+def quantized_moe_counter(base, unquantized):
+    """A ``RoutedExperts`` (vLLM's expert-weights layer, built by ``FusedMoE``) that counts each layer whose quant
+    method is not ``unquantized`` as a fused_moe layer left stock: such a layer never builds the method fk's MoE
+    seam replaces, so nothing else would count it. Counts only: the layer is the engine's own."""
+
+    class FkRoutedExperts(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            method = self.quant_method
+            if not isinstance(method, unquantized):
+                probe.layer_built(("fused_moe",), f"quant_method {type(method).__name__}")
+
+    return FkRoutedExperts
+
+
 def _bias(layer, name: str):
     return getattr(layer, name, None)

@@ -123,3 +123,25 @@ def test_a_call_with_an_expert_map_runs_stock_counted():
     layer.expert_map = torch.arange(4)
     assert call(method, layer) == "stock" and not seen
     assert probe.not_routed == {"fused_moe (call: expert_map (expert parallel))": 1}
+
+
+class RoutedExperts(torch.nn.Module):
+    """vLLM's expert-weights layer as the counter sees it: it builds its own quant method."""
+
+    def __init__(self, method):
+        super().__init__()
+        self.quant_method = method
+
+
+class Fp8MoEMethod:
+    pass
+
+
+def test_a_quantized_moe_layer_is_counted_left_stock_with_its_method_and_an_unquantized_one_is_not():
+    counter = layers.quantized_moe_counter(RoutedExperts, Method)
+    counter(Fp8MoEMethod())
+    counter(Fp8MoEMethod())
+    counter(Method())  # the unquantized method counts itself (its replacement), not here
+    assert probe.stock_layers == {"fused_moe": 2}
+    assert probe.not_routed == {"fused_moe (quant_method Fp8MoEMethod)": 2}
+    assert not probe.constructed
