@@ -24,9 +24,11 @@ workload, the candidate/baseline ratio of its own run; the compared quantity is
 
 Verdict per delta (``stats.significant``) against margin = max(noise floor, threshold): "slower" (a regression)
 only when the whole interval lies beyond 1 - margin (throughput) / 1 + margin (latency); "faster" the other way;
-otherwise "no change". A delta is judged only when the variation between engine processes is accounted for: both
-files ran at least ``variation.MIN_ROUNDS`` interleaved rounds, or a noise floor is given; otherwise it is "not
-judged" and the comparison INCOMPLETE. The noise floor comes from ``--noise-floor`` or an A/A results file
+otherwise "no change". A delta with no interval (a single repeat in BASE or HEAD) is its point, a quotient of two
+single-pair ratios each as far off as the margin allows: it must clear the margin compounded (``compounded``).
+A delta is judged only when the variation between engine processes is accounted for: both files ran at least
+``variation.MIN_ROUNDS`` interleaved rounds, or a noise floor is given; otherwise it is "not judged" and the
+comparison INCOMPLETE. The noise floor comes from ``--noise-floor`` or an A/A results file
 (``noise_floor_from_aa``: the largest distance from 1 reached by any of its ratio intervals, ``stats.noise_floor``);
 without one, the threshold alone is the margin (said in the output). With an A/A file, a workload the A/A run
 measured is held to that workload's own A/A reach (``margins``): a noisy batch-1 latency does not widen the margin
@@ -295,6 +297,14 @@ def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
     return by, default
 
 
+def compounded(margin: float) -> float:
+    """The margin a delta with no interval (single repeats) must clear: it is the quotient of two single-pair ratios,
+    each of which may be off by ``margin`` (the floor's reach for one pair of engine processes), so it may be off by
+    up to (1 + margin) / (1 - margin) (a floor of 99% or more: nothing clears it)."""
+    m = min(margin, 0.99)
+    return (1 + m) / (1 - m) - 1
+
+
 NOT_JUDGED = D.NOT_JUDGED
 
 
@@ -313,6 +323,8 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True) -> tuple[lis
             continue
         delta = None if unclean else delta_interval(br, hr)
         margin = margin_of(h_row["scenario"], kind, workload, hm)
+        if delta and delta.get("note") == stats.NO_INTERVAL:
+            margin = compounded(margin)
         row = {"scenario": h_row["scenario"], "kind": kind, "workload": workload, "metric": hm,
                "higher_is_better": hib, "base": side_interval(br), "head": side_interval(hr), "delta": delta,
                "margin": margin}
@@ -428,8 +440,9 @@ def _limitations(base: RunResults, head: RunResults, perf: list[dict], methods: 
             "from the repeat-by-repeat ratio ranges, not a bootstrap confidence interval; it is wider, so fewer "
             "deltas are called significant")
     if any(r["delta"] and r["delta"].get("note") == stats.NO_INTERVAL for r in perf):
-        out.append("some workloads have a single repeat (n<2): no interval, their verdict rests on the "
-                   "point estimate against the margin")
+        out.append("some workloads have a single repeat (n<2): no interval; their point estimate, a quotient of two "
+                   "single-pair ratios, must clear the margin compounded over both, (1 + m) / (1 - m) - 1 (the margin "
+                   "column shows it)")
     if any(r["delta"] and r["delta"]["method"] == "bootstrap"
            and not (r["delta"]["paired_base"] and r["delta"]["paired_head"]) for r in perf):
         out.append("some repeats were not interleaved (no \"paired\" flag): their sides were resampled "

@@ -287,3 +287,26 @@ def test_a_scenario_whose_base_measured_nothing_is_incomplete_not_a_pass():
     assert compare.to_markdown(cmp).startswith("**INCOMPLETE**")
     ok = compare.compare(results(row("s1")), results(row("s1")))  # measured on both sides
     assert ok["verdict"] == "PASS" and not ok["uncompared"]
+
+
+def test_a_do_nothing_plugins_single_repeats_never_read_faster_against_an_aa_of_single_repeats():
+    """Session 40's CPU check: an A/A of one repeat read 0.706 (throughput) and 1.050 (latency), the passthrough
+    1.071 and 0.978; their quotients (1.517, 0.931) cleared the A/A's own reach (29.4%, 5%) though nothing ran
+    faster. A point is a quotient of two single-pair ratios: it must clear the margin compounded over both."""
+    aa, passthrough = row(), row()
+    aa["perf"] = {"throughput": {"w": {"tokens_per_s": perf_entry([897.2], [633.6])}},
+                  "latency": {"b1": {"latency_s": perf_entry([1.0], [1.05])}}}
+    passthrough["perf"] = {"throughput": {"w": {"tokens_per_s": perf_entry([573.9], [614.8])}},
+                           "latency": {"b1": {"latency_s": perf_entry([1.0], [0.978])}}}
+    floor = {"value": 0.294, "source": "aa", "intervals": [
+        {"scenario": "s1", "kind": "throughput", "workload": "w", "metric": "tokens_per_s", "half_width": 0.294},
+        {"scenario": "s1", "kind": "latency", "workload": "b1", "metric": "latency_s", "half_width": 0.05}]}
+    cmp = compare.compare(results(aa), results(passthrough), noise_floor=floor)
+    by = {r["kind"]: r for r in cmp["perf"]}
+    assert by["throughput"]["delta"]["ratio"] == pytest.approx(1.517, abs=1e-3)
+    assert by["latency"]["delta"]["ratio"] == pytest.approx(0.931, abs=1e-3)
+    assert {r["verdict"] for r in cmp["perf"]} == {"no change"}
+    assert by["latency"]["margin"] == pytest.approx(1.05 / 0.95 - 1)
+    # a point far beyond the compounded margin still counts: a plugin 40% slower at batch 1
+    passthrough["perf"]["latency"]["b1"]["latency_s"] = perf_entry([1.0], [1.47])
+    assert compare.compare(results(aa), results(passthrough), noise_floor=floor)["perf"][1]["verdict"] == "slower"
