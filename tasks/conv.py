@@ -106,5 +106,9 @@ CONV2D = Slot(
                          "'zeros', per instance, when its own forward agrees with the slot (patch embeddings, "
                          "ResNet / ConvNeXt convs); padding 'valid' and a symmetric 'same' as ints",),
     },
-    not_entered={"vllm": _NOT_IN_LLM_ENGINES, "sglang": _NOT_IN_LLM_ENGINES},
+    not_entered={"vllm": _NOT_IN_LLM_ENGINES,
+                 "sglang": _NOT_IN_LLM_ENGINES + "; in SGLang's diffusion runtime (sglang.multimodal_gen) it enters "
+                           "the diffusers fallback's denoiser (SDXL's UNet, HunyuanVideo-1.5) by the transformers "
+                           "host's module routing, in its diffusion workers only "
+                           "(fk_adapters/engines/sglang/diffusion_fallback.py)"},
 )

@@ -114,7 +114,10 @@ LAYER_NORM = Slot(
     },
     not_entered={
         "vllm": "its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock",
-        "sglang": "its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock",
+        "sglang": ("its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock; "
+                   "in SGLang's diffusion runtime (sglang.multimodal_gen) it enters the diffusers fallback's denoiser "
+                   "(SDXL's UNet, HunyuanVideo-1.5) by the transformers host's module routing, in its diffusion "
+                   "workers only (fk_adapters/engines/sglang/diffusion_fallback.py)"),
     },
 )
 

@@ -43,20 +43,32 @@ def register() -> None:
         return
     _loaded_in = os.getpid()
     from fk_adapters.engines.loading import load_and_install
-    from fk_adapters.engines.sglang.diffusion_targets import TARGETS
+    from fk_adapters.engines.sglang import diffusion_fallback
 
-    # the slots this runtime's entries reach: sdpa too, which SRT has none for (the catalog's "not_entered")
-    detail = load_and_install(ENGINE, "cuda", _install, {}, slots={s for t in TARGETS for s in t.slots})
+    # the slots this runtime's entries reach (sdpa too, which SRT has none for: the catalog's "not_entered"), and
+    # those the diffusers fallback routes into its denoiser module by module (conv2d, layer_norm, ...)
+    detail = load_and_install(ENGINE, "cuda", _install, {}, slots=runtime_slots() | diffusion_fallback.slots())
     log.info("fk-adapters: hooked %s in a diffusion worker", {s: v["plugin"] for s, v in detail["installed"].items()})
 
 
+def runtime_slots() -> set[str]:
+    """The slots the diffusion runtime's own layers host (``diffusion_targets.TARGETS``)."""
+    from fk_adapters.engines.sglang.diffusion_targets import TARGETS
+
+    return {s for t in TARGETS for s in t.slots}
+
+
 def _install(chosen: dict) -> dict:
+    """SGLang's install of the runtime's slots (over SGLang's natives), then the fallback's hook; every chosen slot
+    listed in ``chosen``'s order, the fallback's alone (conv2d, layer_norm) entered there only."""
     from sglang.srt.plugins import hook_registry
 
     from fk_adapters.engines.sglang import diffusion_fallback, diffusion_targets, general_plugin
     from fk_adapters.engines.sglang.install import install
 
-    entered = install(chosen, diffusion_targets.TARGETS)
+    own = runtime_slots()
+    entered = install({s: v for s, v in chosen.items() if s in own}, diffusion_targets.TARGETS)
+    entered = {s: entered.get(s, []) for s in chosen}
     hook_registry.HookRegistry.register(SCHEDULER_INIT, scheduler_init_hook, hook_registry.HookType.AROUND)
     entered = diffusion_fallback.register(hook_registry, chosen, entered)
     hook_registry.HookRegistry.apply_hooks()

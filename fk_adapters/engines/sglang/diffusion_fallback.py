@@ -7,7 +7,10 @@ module routing (``engines/transformers/install.py``): the pipeline is then on it
 enters a slot only after its forward agrees with the slot's math on a seeded input; the rest stay stock, counted.
 
 Only the denoiser: fk's requests feed the text embeddings and take latents, so the text encoders and the VAE never
-run. Only the slots routed module by module: diffusers' attention is not transformers' attention registry (sdpa).
+run. Only the slots routed module by module (``slots()``: conv2d, layer_norm, gemm, ...), which a diffusion worker
+selects beside its runtime's own (``diffusion.register``): diffusers' attention is not transformers' attention
+registry (sdpa). The transformers host wraps them over its own natives (torch's ops), so a passthrough computes what
+the stock modules do; a chosen slot no module of the denoiser takes is entered nowhere (0 layers: the report's n/a).
 """
 from __future__ import annotations
 
@@ -23,12 +26,18 @@ WHERE = install_common.where(LOAD, "diffusers fallback: the transformers host's 
 RAW_LATENTS = "FK_SGLANG_RAW_LATENTS"  # set by fk's diffusion driver; its spawned workers inherit it
 
 
-def routed(chosen: dict) -> dict:
-    """The chosen kernels whose slots the transformers host routes module by module."""
+def slots() -> set[str]:
+    """The slots the transformers host routes module by module (its natives less its scan and attention slots)."""
     from fk_adapters.engines.transformers import attention, recurrent
     from fk_adapters.engines.transformers.natives import NATIVES
 
-    return {s: v for s, v in chosen.items() if s in NATIVES and s not in (*recurrent.SLOTS, attention.SLOT)}
+    return set(NATIVES) - {*recurrent.SLOTS, attention.SLOT}
+
+
+def routed(chosen: dict) -> dict:
+    """The chosen kernels whose slots the transformers host routes module by module."""
+    mine = slots()
+    return {s: v for s, v in chosen.items() if s in mine}
 
 
 def register(hook_registry, chosen: dict, entered: dict) -> dict:

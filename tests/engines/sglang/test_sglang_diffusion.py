@@ -270,6 +270,120 @@ def test_the_fallback_routes_every_denoiser_and_lists_the_classes_entered():
     assert "forward" not in vars(pipe.transformer_2)  # layer_norm was not chosen
 
 
+class _StandInUNet(torch.nn.Module):
+    """SDXL's UNet in miniature: convolutions around a group norm (no slot), a transformer block's LayerNorm and a
+    GEGLU projection (diffusers' ``proj`` linear, chunked)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv_in, self.norm = torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.GroupNorm(2, 8)
+        self.norm1, self.proj = torch.nn.LayerNorm(8), torch.nn.Linear(8, 16)
+        self.conv_out = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        h = self.norm(self.conv_in(x))
+        t = h.flatten(2).transpose(1, 2)
+        a, gate = self.proj(self.norm1(t)).chunk(2, dim=-1)
+        return self.conv_out((t + a * torch.nn.functional.gelu(gate)).transpose(1, 2).reshape(h.shape))
+
+
+def _register_recording_passthrough(make_plugin, monkeypatch, tmp_path, name: str, slot: str) -> tuple[list, dict]:
+    """register() in a fake-sglang diffusion worker with plugin ``name``: a passthrough for ``slot`` that records the
+    native its factory is given (``fkplug_<name>.GIVEN``). Returns ([(hooked path, kind)], {path: hook})."""
+    from fk_adapters.engines.sglang import diffusion, general_plugin
+
+    registered, applied, hooks = [], [], {}
+    _fake_sglang(monkeypatch, registered, applied, hooks)
+    make_plugin(name, f"""
+        from fk_adapters import Kernel, hookimpl
+
+        GIVEN = []
+
+        def _same(native):
+            GIVEN.append(native)
+            return native
+
+        @hookimpl
+        def fk_kernels(engine, device):
+            return [Kernel(slot="{slot}", factory=_same, cuda_graph_safe=True)]
+    """)
+    monkeypatch.setenv("FK_PLUGINS", name)
+    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    monkeypatch.setattr(general_plugin, "dump_at_exit", lambda: None)
+    monkeypatch.setattr(diffusion, "_loaded_in", None)
+    diffusion.register()
+    assert applied == [1]
+    return registered, hooks
+
+
+@pytest.mark.parametrize("slot,modules", [("conv2d", ("conv_in", "conv_out")), ("layer_norm", ("norm1",))])
+def test_a_diffusion_worker_selects_a_conv2d_or_layer_norm_kernel_for_the_fallbacks_unet(
+        slot, modules, make_plugin, monkeypatch, tmp_path):
+    """conv2d and layer_norm have no entry in SGLang's runtimes, but the fallback routes them into diffusers' UNet
+    module by module: a diffusion worker selects the kernel (an SRT process still skips it), hooks no SGLang layer
+    for it, and the passthrough gets the transformers host's native (torch's op): the UNet's outputs stay bit for bit
+    stock while its nn.Conv2d / nn.LayerNorm modules run the plugin's op."""
+    import sys
+
+    from fk_adapters import plugins
+    from fk_adapters.engines.sglang import diffusion, diffusion_fallback
+    from fk_adapters.engines.transformers.natives import NATIVES
+
+    name = f"sgldiff{slot.replace('_', '')}"
+    registered, hooks = _register_recording_passthrough(make_plugin, monkeypatch, tmp_path, name, slot)
+    assert registered == [(diffusion.SCHEDULER_INIT, "around"), (diffusion_fallback.LOAD, "around")]
+    (rec,) = probe.read_loads(str(tmp_path))
+    assert rec["installed"][slot] == {"plugin": name, "kernel": rec["installed"][slot]["kernel"],
+                                      "entered": [diffusion_fallback.WHERE]}
+    pipe = NS(unet=_StandInUNet(), vae=torch.nn.Conv2d(4, 4, 1), text_encoder=torch.nn.LayerNorm(8))
+    x = torch.randn(2, 4, 6, 6, generator=torch.Generator().manual_seed(1))
+    want = pipe.unet(x)
+    assert hooks[diffusion_fallback.LOAD](lambda self, path, args: pipe, "DiffusersPipeline", "folder", "args") is pipe
+    assert set(sys.modules[f"fkplug_{name}"].GIVEN) == {NATIVES[slot]}  # torch's op, never an SGLang native
+    assert torch.equal(pipe.unet(x), want)
+    routed = [n for n, m in pipe.unet.named_children() if "forward" in vars(m)]
+    assert routed == list(modules) and not any("forward" in vars(m) for m in (pipe.vae, pipe.text_encoder))
+    assert probe.constructed == {slot: len(modules)} and probe.calls == {f"{name}:{slot}": len(modules)}
+    chosen, notes = plugins.select_kernels(plugins.load_plugins([name], engine="sglang", device="cuda"), "sglang",
+                                           "cuda")
+    assert slot not in chosen and any(f"{slot} skipped: the slot has no entry in sglang" in n for n in notes)
+
+
+def test_a_fallback_slot_no_module_of_the_denoiser_takes_is_reported_not_applicable(
+        make_plugin, monkeypatch, tmp_path):
+    """conv2d chosen for a denoiser without an nn.Conv2d (a DiT of linears): the load record lists where it could
+    enter, no layer is built for it, and the evidence calls it n/a, never exercised."""
+    from fk_adapters import evidence
+    from fk_adapters.engines.sglang import diffusion_fallback
+    from fk_adapters.results import SlotEvidence
+
+    _, hooks = _register_recording_passthrough(make_plugin, monkeypatch, tmp_path, "sgldiffdit", "conv2d")
+    pipe = NS(transformer=torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 8)))
+    hooks[diffusion_fallback.LOAD](lambda self, path, args: pipe, "DiffusersPipeline", "folder", "args")
+    pipe.transformer(torch.randn(3, 8))
+    ev = evidence.judge({"probe": [probe.snapshot()]}, probe.read_loads(str(tmp_path)), "eager")
+    assert ev["slots"]["conv2d"]["entered"] == [diffusion_fallback.WHERE]
+    assert ev["slots"]["conv2d"]["layers"] == 0 and ev["slots"]["conv2d"]["status"] == SlotEvidence.NOT_APPLICABLE
+
+
+def test_a_slot_both_the_runtime_and_the_fallback_host_enters_both(make_plugin, monkeypatch, tmp_path):
+    """gemm, which the runtime's linear method and the fallback both host, still enters both, the runtime's first.
+    One op per plugin and slot in a process: SGLang's install wraps it first, over SGLang's native."""
+    import sys
+
+    from fk_adapters.engines.sglang import diffusion_fallback, natives as sglang_natives
+
+    _, hooks = _register_recording_passthrough(make_plugin, monkeypatch, tmp_path, "sgldiffgemm", "gemm")
+    assert set(sys.modules["fkplug_sgldiffgemm"].GIVEN) == {sglang_natives.NATIVES["gemm"]}
+    (rec,) = probe.read_loads(str(tmp_path))
+    entered = rec["installed"]["gemm"]["entered"]
+    assert len(entered) == 2 and "UnquantizedLinearMethod" in entered[0] and entered[1] == diffusion_fallback.WHERE
+    pipe = NS(unet=_StandInUNet())
+    hooks[diffusion_fallback.LOAD](lambda self, path, args: pipe, "DiffusersPipeline", "folder", "args")
+    assert "forward" in vars(pipe.unet.proj) and probe.constructed == {"gemm": 1}
+
+
 @pytest.mark.parametrize("in_fk_driver", [True, False])
 def test_the_fallback_hands_back_raw_latents_in_fks_driver_processes_only(monkeypatch, in_fk_driver):
     """SGLang's fallback would rescale a latent to [0, 1], clamp it and turn a kernel's NaN into 0.5; in fk's driver
