@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from fk_adapters.tasks.slot import Slot, acc, nbytes
+from fk_adapters.tasks.slot import SGLANG_DIFFUSERS_FALLBACK, Slot, acc, nbytes
 
 # A ViT patch embedding (stride = kernel), a 3x3 ResNet conv with padding in channels-last, a ConvNeXt 7x7 depthwise
 # conv, a strided dilated grouped conv with a non-square kernel and bias, a 1x1 projection.
@@ -107,8 +107,5 @@ CONV2D = Slot(
                          "ResNet / ConvNeXt convs); padding 'valid' and a symmetric 'same' as ints",),
     },
     not_entered={"vllm": _NOT_IN_LLM_ENGINES,
-                 "sglang": _NOT_IN_LLM_ENGINES + "; in SGLang's diffusion runtime (sglang.multimodal_gen) it enters "
-                           "the diffusers fallback's denoiser (SDXL's UNet, HunyuanVideo-1.5) by the transformers "
-                           "host's module routing, in its diffusion workers only "
-                           "(fk_adapters/engines/sglang/diffusion_fallback.py)"},
+                 "sglang": f"{_NOT_IN_LLM_ENGINES}; {SGLANG_DIFFUSERS_FALLBACK}"},
 )

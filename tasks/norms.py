@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from fk_adapters.tasks.slot import Slot, acc, nbytes as _nbytes
+from fk_adapters.tasks.slot import SGLANG_DIFFUSERS_FALLBACK, Slot, acc, nbytes as _nbytes
 
 NORM_CASES = ({"tokens": 1, "hidden": 128}, {"tokens": 7, "hidden": 256}, {"tokens": 33, "hidden": 4096})
 
@@ -115,9 +115,7 @@ LAYER_NORM = Slot(
     not_entered={
         "vllm": "its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock",
         "sglang": ("its decoder LLMs normalize with RMSNorm; LayerNorm layers (encoders, vision towers) stay stock; "
-                   "in SGLang's diffusion runtime (sglang.multimodal_gen) it enters the diffusers fallback's denoiser "
-                   "(SDXL's UNet, HunyuanVideo-1.5) by the transformers host's module routing, in its diffusion "
-                   "workers only (fk_adapters/engines/sglang/diffusion_fallback.py)"),
+                   + SGLANG_DIFFUSERS_FALLBACK),
     },
 )
 

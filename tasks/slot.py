@@ -5,6 +5,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+# where a slot the transformers host routes module by module enters SGLang besides its LLM runtime (a not_entered note)
+SGLANG_DIFFUSERS_FALLBACK = ("in SGLang's diffusion runtime (sglang.multimodal_gen) it enters the diffusers fallback's "
+                             "denoiser (SDXL's UNet, HunyuanVideo-1.5) by the transformers host's module routing, in "
+                             "its diffusion workers only (fk_adapters/engines/sglang/diffusion_fallback.py)")
+
 
 @dataclass(frozen=True)
 class Slot:

@@ -130,7 +130,7 @@ class SGLangDiffusionDriver(skeleton.Driver):
         self.probe_dir, self.trace_dir = (os.path.join(self.run_dir, d) for d in ("probe", "profile"))
         for d in (self.probe_dir, self.trace_dir):
             os.makedirs(d, exist_ok=True)
-        os.environ[PROFILER_DIR_VAR] = self.trace_dir  # the spawned worker inherits it, and the next
+        os.environ[PROFILER_DIR_VAR] = self.trace_dir  # the spawned worker inherits both
         os.environ[diffusion_fallback.RAW_LATENTS] = "1"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         phase("writing the pipeline folder")

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 
+from fk_adapters import weights
 from fk_adapters.engines.transformers.libraries import LibraryError, state_dict
 from fk_adapters.engines.transformers.libraries.diffusers_loader import SCHEDULER_DIR
 
@@ -100,20 +101,6 @@ def _save(model, out_dir: str, name: str, dtype: str) -> None:
     torch.nn.Module.to(model, getattr(torch, dtype)).save_pretrained(os.path.join(out_dir, name))
 
 
-def _prefix_keys(folder: str, prefix: str) -> None:
-    """Give every tensor of ``folder``'s safetensors files the ``prefix`` a real checkpoint's names carry (transformers
-    saves CLIP's without ``text_model.``; SGLang's CLIP loader then finds none of its parameters and runs HF's model,
-    out of its own layers). transformers loads either form alike."""
-    from safetensors.torch import load_file, save_file
-
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".safetensors"):
-            path = os.path.join(folder, name)
-            state = load_file(path)
-            save_file({k if k.startswith(prefix) else prefix + k: v for k, v in state.items()}, path,
-                      metadata={"format": "pt"})
-
-
 def _heads(width: int, head: int = 64) -> int:
     """Attention heads of ``head`` channels where the width allows, else two (or one)."""
     return width // head if width % head == 0 else 2 if width % 2 == 0 else 1
@@ -191,7 +178,9 @@ def _flux(config: dict, out_dir: str, seed: int, dtype: str, _guidance: float) -
                           hidden_act="quick_gelu", bos_token_id=clip_tok.bos_token_id,
                           eos_token_id=clip_tok.eos_token_id, pad_token_id=clip_tok.pad_token_id)
     _save(_seeded(lambda: CLIPTextModel(clip), seed + 1), out_dir, "text_encoder", dtype)
-    _prefix_keys(os.path.join(out_dir, "text_encoder"), "text_model.")
+    # a real checkpoint's names: transformers saves CLIP's without text_model., and SGLang's CLIP loader then finds
+    # none of its parameters and runs HF's model, out of its own layers (transformers loads either form alike)
+    weights.rename_checkpoint_keys(os.path.join(out_dir, "text_encoder"), ((r"^(?!text_model\.)", "text_model."),))
     _t5(out_dir, "text_encoder_2", int(config["joint_attention_dim"]), t5_vocab, seed + 2, dtype)
     _autoencoder_kl(out_dir, int(config["in_channels"]) // 4, seed + 3, dtype, scaling_factor=0.3611,
                     shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False)
