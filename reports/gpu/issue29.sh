@@ -15,7 +15,8 @@
 #   ab        the Triton plugin A/B on fk46-mixtral (--smoke, compiled + CUDA graphs, $AB_INTERLEAVE rounds: default
 #             2; 0: one engine process a side); AB_MODE=eager: vLLM's eager mode (no torch.compile, no CUDA graphs)
 #   quant     the Triton plugin on tiny-mixtral-fp8 (the engine quantizes the layers on load): gemm and fused_moe
-#             must stay stock, counted as left stock with the reason, the unquantized lm_head routed
+#             must stay stock, counted as left stock with the reason, the unquantized lm_head routed ($QUANT_ARGS:
+#             more `fk run` options, e.g. "--mode eager --correctness-only"; $QUANT_TAG: the out folder's suffix)
 #   pass      the passthrough, correctness only, against ab's baseline runs (ab must have run in this hold)
 #   wrong     fk-wrong's $WRONG (default wrong-moe, then wrong-gemm), correctness only, against ab's baseline runs
 #             where ab ran in this hold (else its own): each must FAIL
@@ -49,8 +50,8 @@ case $1 in
           $RUN --plugins triton --scenario $SC --smoke --interleave ${AB_INTERLEAVE:-2} --allow-uncovered \
             ${AB_MODE:+--mode $AB_MODE} --out "$W/ab-triton-$SC${AB_MODE:+-$AB_MODE}" ;;
         quant)
-          $RUN --plugins triton --scenario tiny-mixtral-fp8 --quick --interleave 0 --allow-uncovered \
-            --out "$W/quant-triton-tiny-mixtral-fp8" ;;
+          $RUN --plugins triton --scenario tiny-mixtral-fp8 --quick --interleave 0 --allow-uncovered ${QUANT_ARGS:-} \
+            --out "$W/quant-triton-tiny-mixtral-fp8${QUANT_TAG:+-$QUANT_TAG}" ;;
         pass)
           $RUN --plugins passthrough --scenario $SC --smoke --correctness-only --baseline-from "$W/ab-triton-$SC" \
             --allow-uncovered --out "$W/ab-passthrough-$SC" ;;

@@ -46,7 +46,8 @@ case $1 in
                 | tail -1
             fi
             if wants "${ADAPTER_SIDES:-aa pass}" pass; then
-              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} \
+              REF=(); [ -f "$W/adapter-aa-$S/results.json" ] && REF=(--reference-from "$W/adapter-aa-$S")
+              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} "${REF[@]}" \
                 --out "$W/adapter-pass-$S" | tail -1
             fi
           done ;;

@@ -310,6 +310,11 @@ case ${1:-} in
     (lane V-3 30 vllm 3 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass"
      lane V-3 31 vllm 3 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke") &
     wait ;;
+  s41-h200)  # one H200 (no multi-GPU kind lent): issue 29's FP8 scenario again, eager and correctness only (its MoE
+    # layers now counted left stock; session 40 ran it compiled), then issue 30's fk46-qwen3-next A/A and passthrough,
+    # 3 interleaved rounds each, --smoke, the passthrough reusing the A/A's float32 reference
+    lane V-0 29 vllm 0 STEPS="quant" QUANT_ARGS="--mode eager --correctness-only" QUANT_TAG=eager
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ROUNDS=3 ADAPTER_ARGS="--smoke" ;;
   s41-sglang)  # a later SGLang hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, SGLang's default
     # graphs, one round) with its scenarios side by side on the four GPUs, largest first, alone on the machine: its
     # wall time is the bar's. SGLang serves 10 of the suite's scenarios; their committed smoke A/Bs add up to about 101
@@ -341,5 +346,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
