@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 
 IMPORT, START = "python + engine import", "engine start"
+# Of a scenario's span (weights to verdict), what no engine process holds: waiting for the GPU lock, and fk's own work
+# between processes (judging, profiles read, result files, a process's exit).
+WAIT, OUTSIDE = "waiting for the GPU", "fk outside processes"
 KINDS = (IMPORT, START, "correctness", "timed runs", "profile")
 # What vLLM logs about its start (seen in vLLM 0.26's logs under reports/gpu): parts of "engine start".
 START_PARTS = {"loading weights": re.compile(r"Loading weights took ([\d.]+) seconds"),
@@ -58,6 +61,10 @@ def scenario(row: dict) -> dict | None:
     out = {"weights": row.get("weights_s", 0.0), "processes": len(procs)}
     for k in (*KINDS, "total"):
         out[k] = round(sum(p["phases"].get(k, 0.0) for p in procs), 1)
+    out[WAIT] = round(sum(p.get("gpu_wait_s", 0.0) for p in procs), 1)
+    outside = row.get("span_s", 0.0) - out["weights"] - out["total"] - out[WAIT]
+    if "span_s" in row and outside >= 0:  # < 0: processes ran side by side (--gpus), their sum is no span
+        out[OUTSIDE] = round(outside, 1)
     for p in procs:
         for k, v in (p["phases"].get("start_parts") or {}).items():
             out.setdefault("start_parts", {})[k] = round(out.get("start_parts", {}).get(k, 0.0) + v, 1)
@@ -72,12 +79,15 @@ def markdown(rows: list[dict], run_wall_s: float | None) -> list[str]:
     if not split:
         return []
     table = [[name, s["processes"], f"{s['weights']:.0f}", *(f"{s[k]:.0f}" for k in KINDS), f"{s['total']:.0f}",
+              f"{s.get(WAIT, 0):.0f}", f"{s[OUTSIDE]:.0f}" if OUTSIDE in s else "-",
               ", ".join(f"{k} {v:.0f}" for k, v in (s.get("start_parts") or {}).items()) or "-"]
              for name, s in split]
     total = f" The whole run took {run_wall_s / 60:.1f} min." if run_wall_s else ""
     return ["", "## Where the wall time went", "",
             "Seconds per scenario, summed over the engine processes it started (both sides, every round, the float32 "
             "reference; runs reused from another folder cost nothing here): each process's phases as its progress "
-            f"lines arrived, and what the engine logged of its start.{total}", "",
-            tabulate(table, headers=["scenario", "processes", "seeded weights", *KINDS, "processes' total",
-                                     "of the start (engine log)"], tablefmt="github")]
+            f"lines arrived, and what the engine logged of its start; beside them, the waits for fk's GPU lock and "
+            f"the rest of the scenario's span that no engine process held (fk judging, reading profiles, writing "
+            f"files; '-' where processes ran side by side).{total}", "",
+            tabulate(table, headers=["scenario", "processes", "seeded weights", *KINDS, "processes' total", WAIT,
+                                     OUTSIDE, "of the start (engine log)"], tablefmt="github")]

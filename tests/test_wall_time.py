@@ -46,3 +46,26 @@ def test_interleaved_rounds_count_every_process():
 def test_rows_from_before_phases_were_timed_render_nothing():
     assert wall_time.scenario({"scenario": "old", "baseline": {"wall_s": 3}}) is None
     assert wall_time.markdown([{"scenario": "old"}], None) == []
+
+
+def test_the_span_no_process_held_is_split_into_gpu_waits_and_fks_own_time():
+    row = {"scenario": "s", "weights_s": 10.0, "span_s": 300.0, "baseline": dict(_side(100.0), gpu_wait_s=30.0),
+           "candidate": _side(104.5)}
+    s = wall_time.scenario(row)
+    assert s[wall_time.WAIT] == 30.0 and s[wall_time.OUTSIDE] == 55.5
+    header, _, line = wall_time.markdown([row], 300.0)[-1].split("\n")
+    cells = dict(zip(_cells(header), _cells(line)))
+    assert cells[wall_time.WAIT] == "30" and cells[wall_time.OUTSIDE] == "56"
+
+
+def test_processes_side_by_side_have_no_outside_share():
+    row = {"scenario": "s", "weights_s": 0.0, "span_s": 150.0,
+           "rounds": {"runs": [[_side(100.0)] * 2, [_side(100.0)] * 2]}}
+    s = wall_time.scenario(row)
+    assert wall_time.OUTSIDE not in s and s["total"] == 400.0
+    header, _, line = wall_time.markdown([row], 150.0)[-1].split("\n")
+    assert dict(zip(_cells(header), _cells(line)))[wall_time.OUTSIDE] == "-"
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip("|").split("|")]

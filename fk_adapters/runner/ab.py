@@ -141,7 +141,7 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
 
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
-            "reused_age_s", "runtime", "gpu_share", "kept_from_partial", "phases")
+            "reused_age_s", "runtime", "gpu_share", "gpu_wait_s", "kept_from_partial", "phases")
     out = {k: res[k] for k in keep if k in res}
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
@@ -681,8 +681,10 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
                 i, sc = todo.pop(0)
             tag = f"[{i}/{n}] {sc.name} ({cfg.engine.name})"
             echo(tag + (f" on GPU {lane_cfg.gpus[0]}" if len(lanes) > 1 else ""))
+            began = time.monotonic()
             try:
                 row = run_scenario(lane_cfg, sc, echo)
+                row["span_s"] = round(time.monotonic() - began, 1)
             except BaseException:
                 with lock:
                     todo.clear()  # the other lanes stop after their current scenario; the error is raised

@@ -22,7 +22,7 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
 
     ``watch_gpu``: a CUDA run: wait for the machine's GPU lock (``gpu_lock``: one fk engine process at a time) and
     watch the GPU for other processes while the engine runs (``gpu_share.Watcher``); what it saw is the result's
-    "gpu_share", also written to gpu_share.json in ``run_dir``."""
+    "gpu_share", also written to gpu_share.json in ``run_dir``; the wait for the lock, its "gpu_wait_s"."""
     run_dir = os.path.abspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     job_path, result_path, log_path = (os.path.join(run_dir, n) for n in ("job.json", "result.json", "engine.log"))
@@ -33,8 +33,13 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
             os.remove(stale)
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", FK_RUN_DIR=run_dir, **env)
     say = echo or (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    asked = time.perf_counter()
     with gpu_lock.held(gpu_lock.lock_path(full_env), say) if watch_gpu else contextlib.nullcontext():
-        return _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, echo, watch_gpu, run_dir)
+        waited = time.perf_counter() - asked
+        res = _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, echo, watch_gpu, run_dir)
+    if watch_gpu:
+        res["gpu_wait_s"] = round(waited, 1)
+    return res
 
 
 def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, echo, watch_gpu, run_dir) -> dict:

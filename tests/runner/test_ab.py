@@ -290,6 +290,7 @@ def test_gpus_without_rounds_spread_a_suites_scenarios_one_a_gpu(tmp_path, monke
     assert [n for n, _ in ran][:2] == ["s4", "s3"]  # the largest models started first
     assert {g for _, g in ran} == {("0",), ("1",)}  # both GPUs took scenarios, one set each
     assert [r["scenario"] for r in res["scenarios"]] == names and res["verdict"] == "PASS"  # suite order kept
+    assert all(0 < r["span_s"] < 5 for r in res["scenarios"])  # each scenario's own span, for its wall time
     assert all(r["devices"] == dict(ran)[r["scenario"]][0] and "side by side on GPUs 0, 1" in r["notes"][-1]
                for r in res["scenarios"])
     assert json.loads((tmp_path / "results.json").read_text())["scenarios"] == res["scenarios"]

@@ -68,11 +68,12 @@ def test_a_cuda_run_waits_for_another_fk_run_on_the_same_gpu(driver, tmp_path, m
     t0 = time.perf_counter()
     res = driver({"sleep": 0.0, "ok": True}, "waited", watch_gpu=True, echo=said.append)
     other.join()
-    assert res["status"] == "ok" and time.perf_counter() - t0 >= 0.4
+    assert res["status"] == "ok" and time.perf_counter() - t0 >= 0.4 and res["gpu_wait_s"] >= 0.3
     assert any(m.startswith("waiting for the GPU: another fk engine run holds") for m in said)
     assert gpu_lock.lock_path({"CUDA_VISIBLE_DEVICES": "1"}) != path  # other devices: another lock
     said.clear()
-    assert driver({"sleep": 0.0, "ok": True}, "cpu", echo=said.append)["status"] == "ok" and not said  # no lock
+    cpu = driver({"sleep": 0.0, "ok": True}, "cpu", echo=said.append)
+    assert cpu["status"] == "ok" and not said and "gpu_wait_s" not in cpu  # no lock
 
 
 # Lines of the float32 reference runs that vLLM 0.26 could not start on an H100 (session 9)
