@@ -83,6 +83,10 @@ def markdown(rows: list[dict], run_wall_s: float | None) -> list[str]:
               ", ".join(f"{k} {v:.0f}" for k, v in (s.get("start_parts") or {}).items()) or "-"]
              for name, s in split]
     total = f" The whole run took {run_wall_s / 60:.1f} min." if run_wall_s else ""
+    spans = [r["span_s"] for r in rows if "span_s" in r]
+    if run_wall_s and len(spans) == len(rows) and 0 <= run_wall_s - sum(spans):  # the scenarios one after another
+        total += f" {run_wall_s - sum(spans):.0f} s of it outside the scenarios (fk's set-up, the report and plots " \
+                 "written after each)."
     return ["", "## Where the wall time went", "",
             "Seconds per scenario, summed over the engine processes it started (both sides, every round, the float32 "
             "reference; runs reused from another folder cost nothing here): each process's phases as its progress "

@@ -56,6 +56,7 @@ def test_the_span_no_process_held_is_split_into_gpu_waits_and_fks_own_time():
     header, _, line = wall_time.markdown([row], 300.0)[-1].split("\n")
     cells = dict(zip(_cells(header), _cells(line)))
     assert cells[wall_time.WAIT] == "30" and cells[wall_time.OUTSIDE] == "56"
+    assert "5.3 min. 20 s of it outside the scenarios" in "\n".join(wall_time.markdown([row], 320.0))
 
 
 def test_processes_side_by_side_have_no_outside_share():
