@@ -33,6 +33,10 @@ comparison INCOMPLETE. The noise floor comes from ``--noise-floor`` or an A/A re
 without one, the threshold alone is the margin (said in the output). With an A/A file, a workload the A/A run
 measured is held to that workload's own A/A reach (``margins``): a noisy batch-1 latency does not widen the margin
 of a steady throughput.
+"No change" is a conclusion only when it rules out a regression past ``max_margin`` (``--max-margin``, 10%): a delta
+whose interval reaches past it (throughput below 1 - max_margin, latency above 1 + max_margin), or with no interval a
+margin wider than it, is "too noisy" instead (``unresolved``), and the comparison INCOMPLETE: a floor of 27-161%
+(an fk46 model's --smoke A/A) would otherwise PASS a kernel 50% slower.
 A scenario whose BASE or HEAD timings ``fk run`` marked disturbed (``perf.disturbed``: another process used the GPU
 during a timed engine run) gets no delta: its workloads are "not compared", with the reason in its notes; an A/A
 file's disturbed scenarios are left out of its noise floor.
@@ -44,7 +48,8 @@ greedy streams and output diffs are shown BASE -> HEAD.
 
 Overall: FAIL when any delta is a regression or any shared scenario fails correctness; INCOMPLETE (also exit 1)
 when a shared scenario measured something but got no delta at all (e.g. BASE ended RUNTIME_ERROR, or its timings
-were disturbed): a check that could not be made is not a pass; otherwise PASS.
+were disturbed) or a delta was not judged or too noisy: a check that could not be made is not a pass; otherwise
+PASS.
 """
 from __future__ import annotations
 
@@ -306,9 +311,19 @@ def compounded(margin: float) -> float:
 
 
 NOT_JUDGED = D.NOT_JUDGED
+MAX_MARGIN = 0.10
 
 
-def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True) -> tuple[list[dict], list[str]]:
+def unresolved(delta: dict, margin: float, higher_is_better: bool, limit: float) -> bool:
+    """Whether a delta judged "no change" leaves a regression past ``limit`` possible: its interval reaches past it,
+    or, with no interval, the margin its point had to clear is wider than it."""
+    if delta.get("note") == stats.NO_INTERVAL:
+        return margin > limit
+    return delta["lo"] < 1 - limit if higher_is_better else delta["hi"] > 1 + limit
+
+
+def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
+          limit: float = MAX_MARGIN) -> tuple[list[dict], list[str]]:
     rows, notes = [], []
     b_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(b_row)}
     h_perf = {(k, w): (m, hib, r) for k, w, m, hib, r in _ratio_dicts(h_row)}
@@ -336,6 +351,8 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True) -> tuple[lis
             row["verdict"] = NOT_JUDGED
         else:
             row["verdict"] = stats.significant(delta, margin, hib)
+            if row["verdict"] == D.NO_CHANGE and unresolved(delta, margin, hib, limit):
+                row["verdict"] = D.TOO_NOISY
         row["regression"] = row["verdict"] == D.SLOWER
         rows.append(row)
     for label, mine, other in (("BASE", b_perf, h_perf), ("HEAD", h_perf, b_perf)):
@@ -364,7 +381,7 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
 
 
 def compare(base, head, threshold: float = 0.02, noise_floor: float | dict | None = None,
-            base_path: str = "BASE", head_path: str = "HEAD") -> dict:
+            base_path: str = "BASE", head_path: str = "HEAD", max_margin: float = MAX_MARGIN) -> dict:
     """Compare two ``fk run`` results (files' content or records; see the module docstring); the returned dict is
     the JSON output (``results.CompareResults``). ``noise_floor``: a relative half-width (e.g. 0.03), or
     ``noise_floor_from_aa``'s dict, or None (threshold only). Raises CompareError for inputs that cannot be
@@ -374,10 +391,13 @@ def compare(base, head, threshold: float = 0.02, noise_floor: float | dict | Non
         raise CompareError(f"BASE ran {base.engine} and HEAD ran {head.engine}: compare runs of one engine")
     if not 0 <= threshold < 1:
         raise CompareError(f"threshold {threshold} is not a fraction in [0, 1)")
+    if not threshold <= max_margin < 1:
+        raise CompareError(f"max margin {max_margin} is not a fraction in [threshold {threshold}, 1)")
     floor = _floor(noise_floor)
     by_workload, margin = margins(floor, threshold)
     judged = floor is not None or (variation.between_processes(base) and variation.between_processes(head))
-    scenarios, perf, uncompared = _compare_rows(base, head, lambda *key: by_workload.get(key, margin), judged)
+    scenarios, perf, uncompared = _compare_rows(base, head, lambda *key: by_workload.get(key, margin), judged,
+                                                max_margin)
     methods = sorted({r["delta"]["method"] for r in perf if r["delta"]})
     b_meta, h_meta = _meta(base, base_path), _meta(head, head_path)
     limitations = _limitations(base, head, perf, methods) + _aa_notes(b_meta, h_meta, floor)
@@ -392,7 +412,8 @@ def compare(base, head, threshold: float = 0.02, noise_floor: float | dict | Non
     b_rows, h_rows = [r["scenario"] for r in base.scenarios], [r["scenario"] for r in head.scenarios]
     return {**stamp(Kind.COMPARE), "verdict": verdict, "verdict_line": _verdict_line(verdict, summary, uncompared),
             "summary": summary, "problems": problems, "uncompared": uncompared, "base": b_meta, "head": h_meta,
-            "threshold": threshold, "noise_floor": floor, "margin": margin, "conf": CONF, "methods": methods,
+            "threshold": threshold, "max_margin": max_margin, "noise_floor": floor, "margin": margin, "conf": CONF,
+            "methods": methods,
             "limitations": limitations, "warnings": _warnings(b_meta, h_meta, floor.get("meta") if floor else None),
             "only_base": [s for s in b_rows if s not in h_rows], "only_head": [s for s in h_rows if s not in b_rows],
             "scenarios": scenarios, "perf": perf}
@@ -408,7 +429,8 @@ def _floor(noise_floor: float | dict | None) -> dict | None:
     return floor
 
 
-def _compare_rows(base: RunResults, head: RunResults, margin_of, judged: bool) -> tuple[list, list, list]:
+def _compare_rows(base: RunResults, head: RunResults, margin_of, judged: bool,
+                  limit: float = MAX_MARGIN) -> tuple[list, list, list]:
     """Per shared scenario: its correctness comparison, its performance rows, and why it got no delta (if so)."""
     b_rows = {r["scenario"]: r for r in base.scenarios}
     h_rows = {r["scenario"]: r for r in head.scenarios}
@@ -419,7 +441,7 @@ def _compare_rows(base: RunResults, head: RunResults, margin_of, judged: bool) -
     scenarios, perf, uncompared = [], [], []
     for name in shared:
         sc = _scenario(b_rows[name], h_rows[name])
-        rows, notes = _perf(b_rows[name], h_rows[name], margin_of, judged)
+        rows, notes = _perf(b_rows[name], h_rows[name], margin_of, judged, limit)
         sc["notes"] += notes
         scenarios.append(sc)
         perf += rows
@@ -427,6 +449,10 @@ def _compare_rows(base: RunResults, head: RunResults, margin_of, judged: bool) -
             "no delta judged: " + _unjudged(base, head) if any(r["verdict"] == NOT_JUDGED for r in rows) else "")
         if why:
             uncompared.append(f"{name}: no performance compared ({why})")
+        noisy = [f"{r['kind']} {r['workload']}" for r in rows if r["verdict"] == D.TOO_NOISY]
+        if noisy:
+            uncompared.append(f"{name}: {_plural(len(noisy), 'workload')} too noisy to rule out a regression past "
+                              f"{limit:.0%} ({', '.join(noisy)}): more interleaved rounds or larger workloads")
     return scenarios, perf, uncompared
 
 
@@ -460,6 +486,7 @@ def _summary(scenarios: list[dict], perf: list[dict]) -> dict:
         "unchanged": sum(r["verdict"] == D.NO_CHANGE for r in perf),
         "not_compared": sum(r["verdict"] == D.NOT_COMPARED for r in perf),
         "not_judged": sum(r["verdict"] == D.NOT_JUDGED for r in perf),
+        "too_noisy": sum(r["verdict"] == D.TOO_NOISY for r in perf),
         "correct": sum(s["correct"] for s in scenarios), "scenarios": len(scenarios),
         "stopped_kernels": sum(len(s["stopped"]) for s in scenarios),
     }
@@ -469,6 +496,7 @@ def _verdict_line(verdict: Verdict, summary: dict, uncompared: list[str]) -> str
     return (f"**{verdict}**: {_plural(summary['regressions'], 'regression')}, {summary['faster']} faster, "
             f"{summary['unchanged']} unchanged" + (f", {summary['not_compared']} not compared"
                                                     if summary["not_compared"] else "")
+            + (f", {summary['too_noisy']} too noisy" if summary.get("too_noisy") else "")
             + f"; correctness ok in {summary['correct']}/{summary['scenarios']} scenarios"
             + (f"; {_plural(summary['stopped_kernels'], 'kernel')} no longer running"
                if summary["stopped_kernels"] else "")

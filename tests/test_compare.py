@@ -305,8 +305,33 @@ def test_a_do_nothing_plugins_single_repeats_never_read_faster_against_an_aa_of_
     by = {r["kind"]: r for r in cmp["perf"]}
     assert by["throughput"]["delta"]["ratio"] == pytest.approx(1.517, abs=1e-3)
     assert by["latency"]["delta"]["ratio"] == pytest.approx(0.931, abs=1e-3)
-    assert {r["verdict"] for r in cmp["perf"]} == {"no change"}
-    assert by["latency"]["margin"] == pytest.approx(1.05 / 0.95 - 1)
+    assert {r["verdict"] for r in cmp["perf"]} == {"too noisy"}  # 83% and 10.5% margins: no conclusion either
+    assert by["latency"]["margin"] == pytest.approx(1.05 / 0.95 - 1) and cmp["verdict"] == "INCOMPLETE"
+    assert "2 workloads too noisy to rule out a regression past 10%" in cmp["verdict_line"]
     # a point far beyond the compounded margin still counts: a plugin 40% slower at batch 1
     passthrough["perf"]["latency"]["b1"]["latency_s"] = perf_entry([1.0], [1.47])
     assert compare.compare(results(aa), results(passthrough), noise_floor=floor)["perf"][1]["verdict"] == "slower"
+
+
+def _rounds_perf(base: list, cand: list) -> dict:
+    """A throughput workload measured over interleaved rounds (one value a process, paired round by round)."""
+    return {"throughput": {"w": {"tokens_per_s": dict(perf_entry(base, cand), paired=True)}}}
+
+
+def test_no_change_that_cannot_rule_out_a_large_regression_is_too_noisy_not_a_pass():
+    """Session 41's fk46-qwen3-next --smoke pair on an H200: the A/A's rounds reached 27-161% from 1, so a passthrough
+    delta of 1.09 [0.85, 1.41] read "no change" and the comparison PASS, though a kernel 15% slower would read the
+    same. Only a delta whose interval stays inside --max-margin may read "no change"."""
+    aa, noisy, steady_aa, steady = row(), row(), row(), row()
+    aa["perf"] = _rounds_perf([27330, 30100, 24800], [23080, 30970, 24500])
+    noisy["perf"] = _rounds_perf([29420, 28300, 30600], [30360, 27900, 31400])
+    cmp = compare.compare(results(aa), results(noisy), noise_floor=0.6)
+    (r,) = cmp["perf"]
+    assert r["verdict"] == "too noisy" and r["delta"]["lo"] < 0.9 and cmp["verdict"] == "INCOMPLETE"
+    assert compare.compare(results(aa), results(noisy), noise_floor=0.6, max_margin=0.5)["verdict"] == "PASS"
+    steady_aa["perf"] = _rounds_perf([27330, 27400, 27350], [27300, 27420, 27380])
+    steady["perf"] = _rounds_perf([27310, 27390, 27360], [27350, 27300, 27400])
+    tight = compare.compare(results(steady_aa), results(steady), noise_floor=0.02)
+    assert tight["perf"][0]["verdict"] == "no change" and tight["verdict"] == "PASS"
+    with pytest.raises(compare.CompareError, match="max margin"):
+        compare.compare(results(aa), results(noisy), threshold=0.2, max_margin=0.1)

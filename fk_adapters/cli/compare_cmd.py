@@ -17,6 +17,9 @@ def add_parser(sub):
     p.add_argument("head", metavar="HEAD.json", help="results.json of the run under review (e.g. the PR)")
     p.add_argument("--threshold", type=float, default=0.02,
                    help="smallest relative change that counts as a regression or a gain (%(default)s = 2%%)")
+    p.add_argument("--max-margin", type=float, default=0.10,
+                   help="the largest regression a 'no change' may leave possible: a delta whose interval reaches "
+                        "past it is 'too noisy' and the comparison INCOMPLETE (%(default)s = 10%%)")
     floor = p.add_mutually_exclusive_group()
     floor.add_argument("--noise-floor", type=float, metavar="X",
                        help="the machine's noise floor as a relative half-width (e.g. 0.03)")
@@ -38,7 +41,7 @@ def run(args) -> int:
         if args.aa:
             floor = cmp_mod.noise_floor_from_aa(common.read_json(args.aa, "A/A"), args.aa)
         cmp = cmp_mod.compare(base, head, threshold=args.threshold, noise_floor=floor, base_path=args.base,
-                              head_path=args.head)
+                              head_path=args.head, max_margin=args.max_margin)
     except cmp_mod.CompareError as exc:
         raise UsageError(str(exc)) from None
     docs = {"md": cmp_mod.to_markdown(cmp), "json": json.dumps(cmp, indent=1, default=str) + "\n",

@@ -172,6 +172,7 @@ class CompareResults(Record):
     base: dict = field(default_factory=dict)
     head: dict = field(default_factory=dict)
     threshold: float = 0.0
+    max_margin: float = 0.0
     noise_floor: dict | None = None
     margin: float = 0.0
     conf: float = 0.0

@@ -71,6 +71,7 @@ class DeltaVerdict(Vocabulary):
     NO_CHANGE = stats.NO_CHANGE
     NOT_COMPARED = "not compared"  # no delta: a side's timings were disturbed
     NOT_JUDGED = "not judged"  # too few rounds and no noise floor: the variation between processes is unknown
+    TOO_NOISY = "too noisy"  # no significant change, but a regression past --max-margin is not ruled out either
 
 
 class KernelChange(Vocabulary):
