@@ -328,6 +328,16 @@ case ${1:-} in
      lane V-1 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="pass"
      lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--quick") &
     wait ;;
+  s42-mixtral-x2)  # two H200s, vLLM: issue 29's passthrough on fk46-mixtral against its A/A, 5 interleaved rounds each,
+    # side by side (session 37's 3-round pair read "no change" with a delta interval reaching 27% slower on
+    # prefill-heavy: one cold candidate process ran 16% slower; fk compare now calls that "too noisy")
+    (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_ARGS="--smoke") &
+    (lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 ADAPTER_ARGS="--smoke") &
+    wait ;;
+  s43-mixtral-sglang-x2)  # two H200s, SGLang: the same pair (session 39's batch-1 latency delta reached +10.0%)
+    (lane S-0 31 sglang 0 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_ARGS="--smoke") &
+    (lane S-1 31 sglang 1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 ADAPTER_ARGS="--smoke") &
+    wait ;;
   s41-sglang)  # a later SGLang hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, SGLang's default
     # graphs, one round) with its scenarios side by side on the four GPUs, largest first, alone on the machine: its
     # wall time is the bar's. SGLang serves 10 of the suite's scenarios; their committed smoke A/Bs add up to about 101
@@ -359,5 +369,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-mixtral-x2|s43-mixtral-sglang-x2|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
