@@ -46,3 +46,18 @@ def identity() -> dict:
 
 def same(a: dict | None, b: dict | None) -> bool:
     return bool(a) and bool(b) and all(a.get(k) == b.get(k) for k in ("host", "boot_id", "hold"))
+
+
+# Environment variables that change what an engine process compiles, tunes or runs (fk's engine processes inherit
+# fk's environment): a timing is comparable only with one made under the same. Left out: which devices, and where
+# files go (caches, tools), which change no result.
+TUNING_PREFIXES = ("TRITON_", "VLLM_", "SGLANG_", "TORCHINDUCTOR_", "TORCH_", "PYTORCH_", "NCCL_", "CUDA_")
+PLACES = ("_DIR", "_PATH", "_ROOT", "_HOME", "_FILE")
+
+
+def tuning_env(environ=None) -> dict:
+    """The tuning variables set in ``environ`` (default: this process's), by name."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items())
+            if k.startswith(TUNING_PREFIXES) and not k.endswith(PLACES) and k != "CUDA_VISIBLE_DEVICES"}
+

@@ -139,6 +139,9 @@ def _header(run: RunResults) -> list[str]:
     runtimes = {json.dumps(r["candidate"]["runtime"], sort_keys=True) for r in rows if r["candidate"].get("runtime")}
     if runtimes:
         lines.append(f"- engine runtime (candidate, as the engine resolved it): {'; '.join(sorted(runtimes))}")
+    if run.tuning_env:
+        lines.append("- tuning environment (both sides' engine processes): "
+                     + ", ".join(f"`{k}={v}`" for k, v in run.tuning_env.items()))
     if run.command:
         lines.append(f"- command: `{run.command}`")
     return lines

@@ -100,6 +100,7 @@ class RunResults(EngineResults):
     reference_from: str = ""
     interleave: int = 1
     engine_integrity: dict = field(default_factory=dict)
+    tuning_env: dict = field(default_factory=dict)  # machine.tuning_env(): what the engine processes inherited
     thresholds: dict = field(default_factory=dict)
     output_thresholds: dict = field(default_factory=dict)
     scenarios: list[dict] = field(default_factory=list)  # one row per scenario (status, correctness, perf, ...)

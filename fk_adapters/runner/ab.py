@@ -594,6 +594,8 @@ def run_key(cfg: RunConfig) -> dict:
             "code": cfg.code}
     if cfg.repeats:  # only when given: the key of a run without it stays what it was
         key["repeats"] = cfg.repeats
+    if machine.tuning_env():  # likewise
+        key["tuning_env"] = machine.tuning_env()
     return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 
@@ -720,7 +722,7 @@ def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
             "quick": cfg.quick, "correctness_only": cfg.correctness_only,
             "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
             "interleave": _rounds(cfg),
-            "run_key": run_key(cfg), "thresholds": metrics.THRESHOLDS,
+            "run_key": run_key(cfg), "tuning_env": machine.tuning_env(), "thresholds": metrics.THRESHOLDS,
             "output_thresholds": metrics.OUTPUT_THRESHOLDS, "engine_integrity": cfg.engine_integrity,
             "scenarios": []}
 

@@ -338,3 +338,13 @@ def test_a_scenario_whose_weights_fail_is_its_own_runtime_error_and_runs_again_o
     res = ab.run_suite(cfg, suite, "0", echo=lines.append)  # resumed: only the one without weights runs again
     assert calls == ["baseline", "candidate"] and [r["status"] for r in res["scenarios"]] == ["PASSED", "PASSED"]
     assert any("whose seeded weights failed (tiny-qwen2)" in m for m in lines)
+
+
+def test_a_run_under_another_tuning_environment_is_another_run(monkeypatch):
+    from fk_adapters import machine
+
+    for name in machine.tuning_env():  # TRITON_INTERPRET (tests/conftest.py), whatever the machine sets
+        monkeypatch.delenv(name)
+    assert "tuning_env" not in ab.run_key(_cfg())  # a run without any keeps the key it had
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
+    assert ab.run_key(_cfg())["tuning_env"] == {"TRITON_CACHE_AUTOTUNING": "1"}
