@@ -315,18 +315,23 @@ case ${1:-} in
     # 3 interleaved rounds each, --smoke, the passthrough reusing the A/A's float32 reference
     lane V-0 29 vllm 0 STEPS="quant" QUANT_ARGS="--mode eager --correctness-only" QUANT_TAG=eager
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ROUNDS=3 ADAPTER_ARGS="--smoke" ;;
-  s42-h200)  # one H200: issue 30's GDN decode fix (beta rounded as stock's packed decode kernel does) seen on a GPU:
-    # its test against the packed kernel, then fk46-qwen3-next's passthrough (correctness only: streams identical to
-    # stock's again?); then fk46-mamba2's A/A and passthrough, 3 rounds, --smoke (the pair needs the same hold)
+  s42-h200)  # one H200: issue 30's GDN decode fix (beta rounded as stock's packed decode kernel does) seen on a GPU
+    # (its test against the packed kernel), then fk46-qwen3-next's A/A and passthrough, 3 rounds, --smoke, with
+    # TRITON_CACHE_AUTOTUNING=1 (session 41's pair without it: process-to-process spread 10-26%, floor 27-161%; FLA's
+    # kernels autotune anew in every process); the passthrough's streams show whether the fix made them identical
     lane V-0 30 vllm 0 STEPS="gputests" GPUTESTS_FILES=" " GPUTESTS_K="gdn_passthrough" GPUTESTS_S=300
-    lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="pass"
-    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ROUNDS=3 ADAPTER_ARGS="--smoke" ;;
-  s42-h200x2)  # two H200s: the same fix seen (GPU 1), then fk46-qwen3-next's A/A and passthrough at --quick (8x the
-    # timed requests of --smoke, whose floor reached 27-161% in session 41), 3 rounds, side by side
-    (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--quick") &
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ROUNDS=3 ADAPTER_ARGS="--smoke" \
+      TRITON_CACHE_AUTOTUNING=1 ;;
+  s42-h200x2)  # two H200s: the same, the A/A and passthrough side by side; then fk46-mamba2's pair likewise
+    (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke" \
+       TRITON_CACHE_AUTOTUNING=1
+     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=aa ROUNDS=3 ADAPTER_ARGS="--smoke" \
+       TRITON_CACHE_AUTOTUNING=1) &
     (lane V-1 30 vllm 1 STEPS="gputests" GPUTESTS_FILES=" " GPUTESTS_K="gdn_passthrough" GPUTESTS_S=300
-     lane V-1 30 vllm 1 STEPS="linear" LINEAR=fk46-qwen3-next LINEAR_STEPS="pass"
-     lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--quick") &
+     lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke" \
+       TRITON_CACHE_AUTOTUNING=1
+     lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke" \
+       TRITON_CACHE_AUTOTUNING=1) &
     wait ;;
   s42-mixtral-x2)  # two H200s, vLLM: issue 29's passthrough on fk46-mixtral against its A/A, 5 interleaved rounds each,
     # side by side (session 37's 3-round pair read "no change" with a delta interval reaching 27% slower on
