@@ -314,7 +314,19 @@ def _noise_floor_lines(nf: dict) -> list[str]:
             f"**{nf['value']:.2%}**: the farthest any of the {nf['intervals']} A/A ratio intervals reaches from 1 "
             f"(widest: {w['scenario']} {w['kind']} {w['workload']}, ratio {w['ratio']:.3f} "
             f"[{w['lo']:.3f}, {w['hi']:.3f}], n={w['n']}). Give this file to `fk compare --aa` to call a "
-            "delta significant only when its interval clears it."]
+            "delta significant only when its interval clears it."] + _too_wide(nf)
+
+
+def _too_wide(nf: dict) -> list[str]:
+    """A floor past ``fk compare``'s default --max-margin: what that means, and what narrows it."""
+    from fk_adapters.compare import MAX_MARGIN
+
+    if nf["value"] <= MAX_MARGIN:
+        return []
+    return ["", f"This floor is wider than {MAX_MARGIN:.0%}, `fk compare`'s default `--max-margin`: the processes "
+            "of this machine and workload vary so much that a delta measured like this one may not rule out a "
+            f"regression of {MAX_MARGIN:.0%} (`fk compare` then calls it \"too noisy\", INCOMPLETE). More "
+            "interleaved rounds or larger workloads (`--quick`, full size) narrow it."]
 
 
 def _status_cell(row: dict) -> str:

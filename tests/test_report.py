@@ -171,3 +171,14 @@ def test_the_header_names_the_gpu_models_the_run_saw():
     res = dict(results(), device="cuda", gpus=["NVIDIA H200", "NVIDIA H200"])
     assert "- device: cuda (2x NVIDIA H200), mode: eager" in render(res)
     assert "- device: cpu, mode: eager" in render(results())  # none recorded: nothing added
+
+
+def test_an_aa_floor_wider_than_compares_max_margin_says_so():
+    from fk_adapters.report import _noise_floor_lines
+
+    widest = {"scenario": "s", "kind": "latency", "workload": "batch32", "ratio": 1.09, "lo": 0.454, "hi": 2.615,
+              "n": 3}
+    wide = "\n".join(_noise_floor_lines({"value": 1.6145, "intervals": 5, "widest": widest}))
+    assert "**161.45%**" in wide and "wider than 10%" in wide and "too noisy" in wide
+    narrow = "\n".join(_noise_floor_lines({"value": 0.016, "intervals": 5, "widest": dict(widest, lo=0.99, hi=1.016)}))
+    assert "**1.60%**" in narrow and "wider than" not in narrow
