@@ -333,6 +333,15 @@ case ${1:-} in
      lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke" \
        TRITON_CACHE_AUTOTUNING=1) &
     wait ;;
+  s42-transformers-h200)  # one H200, no engine (the transformers extras: 6 calls of .stage/calls-transformers, then
+    # `fk_gpu.sh transformers setup`): issue 32's last two captures (instantngp lacked msgspec in session 39, openfold3
+    # was profiling when its hold ended), then the Triton A/B of the newly hosted architectures that have none, the
+    # smallest first, as many as the hold allows
+    lane T-0 32 transformers 0 STEPS="hosts" HOSTS="fk46-instantngp fk46-openfold3" HOST_STEPS="capture" \
+      FK_HOLD_MODELS=/tmp/fk-models-t0
+    lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
+      HOSTS="fk46-mobilenetv4 fk46-yolov10 fk46-efficientnetv2 fk46-dlrmv2 fk46-gla fk46-retnet fk46-rwkv-7 \
+fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
   s42-mixtral-x2)  # two H200s, vLLM: issue 29's passthrough on fk46-mixtral against its A/A, 5 interleaved rounds each,
     # side by side (session 37's 3-round pair read "no change" with a delta interval reaching 27% slower on
     # prefill-heavy: one cold candidate process ran 16% slower; fk compare now calls that "too noisy")
@@ -374,5 +383,5 @@ case ${1:-} in
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-mixtral-x2|s43-mixtral-sglang-x2|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s43-mixtral-sglang-x2|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
