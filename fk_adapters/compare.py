@@ -56,6 +56,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 
 from tabulate import tabulate
 
@@ -353,13 +354,34 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
             row["verdict"] = stats.significant(delta, margin, hib)
             if row["verdict"] == D.NO_CHANGE and unresolved(delta, margin, hib, limit):
                 row["verdict"] = D.TOO_NOISY
+                row["farthest"] = farthest_process(br, hr)
         row["regression"] = row["verdict"] == D.SLOWER
         rows.append(row)
+        if row.get("farthest"):
+            notes.append(f"{kind} {workload} too noisy: the farthest engine process, {row['farthest']}")
     for label, mine, other in (("BASE", b_perf, h_perf), ("HEAD", h_perf, b_perf)):
         only = [k for k in mine if k not in other]
         if only:
             notes.append(f"workloads only in {label}: " + ", ".join(f"{k} {w}" for k, w in only))
     return rows, notes
+
+
+def farthest_process(b: dict, h: dict) -> str:
+    """Which single engine process of BASE or HEAD lies farthest from the other rounds of its side (one value a
+    process, 3 or more rounds), as "HEAD candidate round 1: 0.846x the median of its other rounds"; "" if none."""
+    best = (0.0, "")
+    for label, r in (("BASE", b), ("HEAD", h)):
+        for side in ("baseline", "candidate"):
+            values = (r.get(side) or {}).get("values") or []
+            if len(values) < 3 or not r.get("paired"):
+                continue
+            for i, v in enumerate(values):
+                mid = statistics.median(values[:i] + values[i + 1:])
+                off = v / mid if mid and v else 1.0
+                if abs(math.log(off)) > best[0]:
+                    best = (abs(math.log(off)), f"{label} {side} round {i + 1}: {off:.3f}x the median of its other "
+                                                "rounds")
+    return best[1]
 
 
 def _warnings(base: dict, head: dict, aa: dict | None) -> list[str]:

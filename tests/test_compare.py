@@ -335,3 +335,15 @@ def test_no_change_that_cannot_rule_out_a_large_regression_is_too_noisy_not_a_pa
     assert tight["perf"][0]["verdict"] == "no change" and tight["verdict"] == "PASS"
     with pytest.raises(compare.CompareError, match="max margin"):
         compare.compare(results(aa), results(noisy), threshold=0.2, max_margin=0.1)
+
+
+def test_a_too_noisy_delta_names_the_engine_process_farthest_from_its_other_rounds():
+    """Session 37's vLLM fk46-mixtral passthrough: its first candidate process ran 16% below the other two."""
+    aa, passthrough = row(), row()
+    aa["perf"] = _rounds_perf([9547, 9546, 9558], [9540, 9513, 9428])
+    passthrough["perf"] = _rounds_perf([9614, 9552, 9589], [8007, 9512, 9413])
+    cmp = compare.compare(results(aa), results(passthrough), noise_floor=0.023)
+    (r,) = cmp["perf"]
+    assert r["verdict"] == "too noisy" and r["farthest"].startswith("HEAD candidate round 1: 0.846x")
+    assert any("the farthest engine process, HEAD candidate round 1" in n for n in cmp["scenarios"][0]["notes"])
+    assert compare.farthest_process({"candidate": {"values": [1, 2]}, "paired": True}, {}) == ""  # 2 rounds: none
