@@ -359,6 +359,9 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (lane X-0 31 "$E" 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa ROUNDS=5) &
     (lane X-1 31 "$E" 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass ROUNDS=5) &
     wait ;;
+  s45-kimi-h200)  # one H200, vLLM: issue 30's Kimi-Linear leftovers, wrong-gdn (eager, correctness only: must FAIL)
+    # and the passthrough (compiled, correctness only: must PASS with vLLM's KDA kernels proven by calls)
+    lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass" ;;
   s41-sglang)  # a later SGLang hold: issue 31's suite (`fk run --suite fk46-llm --smoke`, Triton, SGLang's default
     # graphs, one round) with its scenarios side by side on the four GPUs, largest first, alone on the machine: its
     # wall time is the bar's. SGLang serves 10 of the suite's scenarios; their committed smoke A/Bs add up to about 101
@@ -390,5 +393,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s43-mixtral-sglang-x2|s44-decode-x2|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
