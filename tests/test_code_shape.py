@@ -32,3 +32,18 @@ def test_the_measure_counts_def_to_last_line(tmp_path):
 def test_no_function_is_longer_than_the_limit():
     found = long_functions()
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
+
+
+def test_no_two_test_modules_share_a_name():
+    """Test folders without __init__.py are imported by file name: two test_x.py there stop the whole collection
+    ("import file mismatch", session 41's CI run)."""
+    tests = pathlib.Path(__file__).resolve().parent
+    seen: dict[str, pathlib.Path] = {}
+    clashes = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if (path.parent / "__init__.py").exists():
+            continue
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "test modules sharing a name: " + "; ".join(clashes)
