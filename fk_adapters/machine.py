@@ -60,4 +60,3 @@ def tuning_env(environ=None) -> dict:
     environ = os.environ if environ is None else environ
     return {k: v for k, v in sorted(environ.items())
             if k.startswith(TUNING_PREFIXES) and not k.endswith(PLACES) and k != "CUDA_VISIBLE_DEVICES"}
-

@@ -594,8 +594,9 @@ def run_key(cfg: RunConfig) -> dict:
             "code": cfg.code}
     if cfg.repeats:  # only when given: the key of a run without it stays what it was
         key["repeats"] = cfg.repeats
-    if machine.tuning_env():  # likewise
-        key["tuning_env"] = machine.tuning_env()
+    tuning = machine.tuning_env()
+    if tuning:  # likewise
+        key["tuning_env"] = tuning
     return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 
