@@ -129,6 +129,17 @@ def run(args) -> int:
     return 0 if all(r["verdict"] == Verdict.PASS for r in all_results) else 1
 
 
+def _check_gpus_visible(gpus, visible: str | None) -> None:
+    """--gpus names physical GPUs (each engine process gets its set as CUDA_VISIBLE_DEVICES): under a narrower
+    CUDA_VISIBLE_DEVICES, a set outside it would land on GPUs the caller kept out."""
+    allowed = [d for d in (visible or "").replace(" ", "").split(",") if d]
+    outside = [d for d in gpus if allowed and not set(d.split(",")) <= set(allowed)]
+    if outside:
+        raise UsageError(f"--gpus {' '.join(outside)}: outside CUDA_VISIBLE_DEVICES={visible}; --gpus takes the "
+                         f"physical GPU numbers each engine process is given: name sets of them "
+                         f"(e.g. --gpus {' '.join(allowed)})")
+
+
 def _check_gpu_sets(gpus, chosen) -> None:
     """Every --gpus set must hold as many GPUs as each scenario's tensor-parallel size."""
     for sc in chosen:
@@ -156,6 +167,7 @@ def _candidate(args) -> tuple[list[str], list]:
         raise UsageError("--repeats N needs N >= 1, and a run that times something (not --correctness-only)")
     if len(set(args.gpus)) != len(args.gpus) or any(not d.replace(",", "").isdigit() for d in args.gpus):
         raise UsageError(f"--gpus takes distinct device sets of GPU numbers (0 1, or 0,1 2,3): {' '.join(args.gpus)}")
+    _check_gpus_visible(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     common.check_timeout(args.timeout)
     common.check_writable_dir(args.out)
     if args.aa:

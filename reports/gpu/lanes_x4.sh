@@ -348,6 +348,17 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_ARGS="--smoke") &
     (lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 ADAPTER_ARGS="--smoke") &
     wait ;;
+  s42-mixtral-x4)  # four H200s, vLLM: the same pair, each side on two GPUs (round 1 alone on the first, later rounds
+    # two at a time, both sides of a round on one GPU), about 3 rounds' time for 5; while round 1 leaves GPUs 1 and 3
+    # free: the GDN decode fix's GPU test on GPU 3; then Kimi-Linear's wrong-gdn and passthrough once the A/A is done.
+    # ADAPTER_GPUS are physical numbers: fk gives each engine process its set as CUDA_VISIBLE_DEVICES
+    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_GPUS="0 1" \
+       ADAPTER_ARGS="--smoke"
+     lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
+    (lane V-3 30 vllm 3 STEPS="gputests" GPUTESTS_FILES=" " GPUTESTS_K="gdn_passthrough" GPUTESTS_S=240) &
+    (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 \
+       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke") &
+    wait ;;
   s43-mixtral-sglang-x2)  # two H200s, SGLang: the same pair (session 39's batch-1 latency delta reached +10.0%)
     (lane S-0 31 sglang 0 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_ARGS="--smoke") &
     (lane S-1 31 sglang 1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 ADAPTER_ARGS="--smoke") &
@@ -393,5 +404,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac

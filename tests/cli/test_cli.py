@@ -72,6 +72,16 @@ def test_bad_input_in_process(capsys, tmp_path):
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, (argv, err)
 
 
+def test_gpus_outside_a_set_cuda_visible_devices_are_refused(capsys, monkeypatch):
+    """--gpus sets become each process's CUDA_VISIBLE_DEVICES: under CUDA_VISIBLE_DEVICES=2,3, "0" is GPU 0, not 2."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    argv = ["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--interleave", "3"]
+    assert main([*argv, "--gpus", "0", "1,2"]) == 2
+    assert "--gpus 0 1,2: outside CUDA_VISIBLE_DEVICES=2,3" in capsys.readouterr().err
+    assert main([*argv, "--gpus", "2", "3", "--device", "cpu"]) == 2
+    assert "needs --device cuda" in capsys.readouterr().err  # the sets themselves pass; the CPU is refused next
+
+
 def test_missing_engine_package_is_one_clear_line(python_without_engines, tmp_path):
     env = {"FK_VLLM_PYTHON": python_without_engines}
     p = fk("run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--device", "cpu", env=env, cwd=tmp_path)
