@@ -369,6 +369,7 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
         p = sc.perf
         div = requests_divisor(quick)
         job["perf"] = {"repeats": 1 if quick else p.get("repeats", 3), "warmup": p.get("warmup", 1),
+                       "latency_repeats": p.get("repeats", 3),  # a latency run is short: --quick keeps them all
                        "throughput": {n: {"prompts": [_ids(rng, vocab, w["input_len"])
                                                       for _ in range(max(1, w["requests"] // div))],
                                           "output_len": w["output_len"]} for n, w in p.get("throughput", {}).items()},
@@ -486,7 +487,8 @@ def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:
            "library": sc.library, "architectures": archs, "family": sc.family, "inputs": dict(sc.inputs)}
     if sc.family != "llm":
         return dict(job, **_items_workloads(sc, quick))
-    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1)}
+    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1),
+            "latency_repeats": sc.perf.get("repeats", 3)}
     if sc.correctness:
         tokens = build_job(sc, model_dir, "eager", quick)
         job.update({k: tokens[k] for k in ("correctness", "perf") if k in tokens})

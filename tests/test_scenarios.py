@@ -72,6 +72,8 @@ def test_jobs_are_deterministic_and_in_vocab():
     assert min(ids) >= 3 and max(ids) < s.model["vocab_size"]
     quick = scenarios.build_job(s, "/m", "eager", quick=True)
     assert quick["correctness"] == c and quick["perf"]["repeats"] == 1
+    smoke = scenarios.build_job(scenarios.load("fk46-mixtral"), "/m", "compiled", quick=32)
+    assert smoke["perf"]["repeats"] == 1 and smoke["perf"]["latency_repeats"] == 3  # short runs: all repeats kept
 
 
 CATALOG_ENTRY = '''name = "x"

@@ -12,7 +12,18 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from fk_adapters import __version__, engines, evidence, gpu_share, kernel_names, machine, metrics, probe, time_split
+from fk_adapters import (
+    __version__,
+    engines,
+    evidence,
+    gpu_share,
+    jit_watch,
+    kernel_names,
+    machine,
+    metrics,
+    probe,
+    time_split,
+)
 from fk_adapters.engine_integrity import problems as engine_problems
 from fk_adapters.engines import EngineSpec
 from fk_adapters.results import Kind, ScenarioStatus, SlotEvidence, stamp, verdict
@@ -395,7 +406,7 @@ def _failed(side: str, res: dict) -> str:
 def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[str]]:
     """The GPU-sharing findings that disturbed the timing, and every note the run's set-up earns the report."""
     disturbed, unwatched = gpu_share_findings(runs)
-    notes = disturbed + unwatched
+    notes = disturbed + unwatched + jit_watch.findings(runs)
     if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
         notes.append(f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / "
                      "--smoke capture up to the largest batch the job sends, not vLLM's default sizes")

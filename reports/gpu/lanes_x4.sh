@@ -359,6 +359,21 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 \
        ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke") &
     wait ;;
+  s43-mixtral-sglang-x4)  # four H200s, SGLang: issue 29's pair as s42-mixtral-x4 (session 39's 3 rounds: batch-1
+    # latency reached +10.0%)
+    (lane S-0 31 sglang 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_GPUS="0 1" \
+       ADAPTER_ARGS="--smoke") &
+    (sleep 20; lane S-2 31 sglang 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 \
+       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke") &
+    wait ;;
+  s44-qwen3-next-x4)  # four H200s, vLLM: issue 30's qwen3-next pair as s42-mixtral-x4, with FLA's autotuning cached
+    # (session 41's floor 27-161% at 3 rounds on one GPU); then Kimi-Linear's passthrough on GPU 0
+    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_GPUS="0 1" \
+       ADAPTER_ARGS="--smoke" TRITON_CACHE_AUTOTUNING=1
+     lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="pass") &
+    (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-qwen3-next ADAPTER_SIDES=pass ROUNDS=5 \
+       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke" TRITON_CACHE_AUTOTUNING=1) &
+    wait ;;
   s43-mixtral-sglang-x2)  # two H200s, SGLang: the same pair (session 39's batch-1 latency delta reached +10.0%)
     (lane S-0 31 sglang 0 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_ARGS="--smoke") &
     (lane S-1 31 sglang 1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 ADAPTER_ARGS="--smoke") &
@@ -404,5 +419,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac

@@ -98,6 +98,16 @@ def test_gpu_share_records_become_one_line_per_disturbed_run():
     assert gpu_share_findings({"baseline": [{}], "candidate": [{}]}) == ([], [])  # not watched on purpose (CPU)
 
 
+def test_the_run_notes_name_timed_repeats_run_again_after_a_triton_compile():
+    from fk_adapters.runner.ab import _run_notes
+
+    redone = {"perf": {"retimed": [{"workload": "throughput balanced", "elapsed_s": 4.95,
+                                    "compiled": "fused_moe_kernel x1"}]}}
+    _, notes = _run_notes(_cfg(device="cuda"), {}, {"baseline": [redone, {}], "candidate": [{}, {}]})
+    assert notes == ["round 1 baseline: 1 timed run(s) re-run, Triton compiled kernels during them: "
+                     "throughput balanced 4.95 s (fused_moe_kernel x1)"]
+
+
 # ------------------------------------------------------------------- a failed engine run keeps what it measured
 
 LOADS = [{"pid": 10, "role": "LLM (driver)", "plugins": [{"name": "p", "kernels": [{"slot": "rms_norm"}]}],

@@ -1,0 +1,73 @@
+"""Triton kernels compiled while a repeat was timed, so that one-time work is not read as serving speed.
+
+A kernel's first compile writes a new entry into Triton's cache folder (``$TRITON_CACHE_DIR``, else
+``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``), which every process of an engine run shares: the driver
+lists the folder before and after a timed repeat, and the new entries name the kernels compiled meanwhile. Nothing
+runs inside the engine's processes (both sides stay as they are). Loads of kernels already on disk, and Inductor's
+own kernels (its folder is apart), are not seen; a compile by another program using the same folder at that moment
+is (a repeat then runs again for nothing). Seen on an H200 (session 42): after a full warm-up, single timed runs of
+fk46-mixtral in early engine processes ran 1-1.5 s long, on both sides, while the cache filled with the
+specializations new batch sizes meet.
+"""
+from __future__ import annotations
+
+import os
+
+RETIME_MAX = 2  # re-runs of one timed repeat during which a kernel was compiled
+
+
+def cache_dir() -> str:
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return os.environ["TRITON_CACHE_DIR"]
+    return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+
+
+def _entries(folder: str) -> set[str]:
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return set()
+
+
+def _kernel_name(entry: str) -> str:
+    """The kernel a cache entry holds: its metadata file's name, '?' when it has none (yet)."""
+    try:
+        names = sorted(f for f in os.listdir(entry) if f.endswith(".json") and not f.startswith("__grp__"))
+    except OSError:
+        names = []
+    return names[0].split(".")[0] if names else "?"
+
+
+class Since:
+    """The kernels compiled after this mark: ``Since().new()``."""
+
+    def __init__(self, folder: str | None = None):
+        self.folder = folder or cache_dir()
+        self.before = _entries(self.folder)
+
+    def new(self) -> list[str]:
+        return [_kernel_name(os.path.join(self.folder, e)) for e in sorted(_entries(self.folder) - self.before)]
+
+
+def summary(kernels: list[str]) -> str:
+    """'fused_moe_kernel x2, _layer_norm_fwd x1': each kernel compiled and how often."""
+    return ", ".join(f"{k} x{kernels.count(k)}" for k in sorted(set(kernels)))
+
+
+def findings(runs: dict) -> list[str]:
+    """Over a scenario's engine runs ({side: [round 1, ...]}): one line per run whose timed repeats met a Triton
+    compile, with the repeats timed again and any kept timing that still contains one."""
+    out = []
+    several = max((len(r) for r in runs.values()), default=0) > 1
+    for side, results in runs.items():
+        for rnd, res in enumerate(results, 1):
+            perf = res.get("perf") or {}
+            where = f"round {rnd} {side}" if several else side
+            redone, kept = perf.get("retimed") or [], perf.get("compiled_while_timed") or []
+            if redone:
+                out.append(f"{where}: {len(redone)} timed run(s) re-run, Triton compiled kernels during them: "
+                           + "; ".join(f"{e['workload']} {e['elapsed_s']:.3g} s ({e['compiled']})" for e in redone))
+            if kept:
+                out.append(f"{where}: still compiling after {RETIME_MAX} re-runs, these timings include it: "
+                           + "; ".join(f"{e['workload']} ({e['compiled']})" for e in kept))
+    return out

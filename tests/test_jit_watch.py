@@ -1,0 +1,36 @@
+"""Kernels compiled during a timed repeat, seen as new entries in Triton's cache folder."""
+from fk_adapters import jit_watch
+
+
+def test_the_cache_folder_follows_tritons_own_settings(monkeypatch, tmp_path):
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path))
+    assert jit_watch.cache_dir() == str(tmp_path / ".triton" / "cache")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/x/cache")
+    assert jit_watch.cache_dir() == "/x/cache"
+
+
+def test_new_entries_name_their_kernels(tmp_path):
+    (tmp_path / "old").mkdir()
+    mark = jit_watch.Since(str(tmp_path))
+    for h, files in {"a1": ["fused_moe_kernel.json", "fused_moe_kernel.cubin", "__grp__fused_moe_kernel.json"],
+                     "b2": ["fused_moe_kernel.json"], "c3": ["_layer_norm_fwd.json"], "d4": []}.items():
+        (tmp_path / h).mkdir()
+        for f in files:
+            (tmp_path / h / f).write_text("")
+    new = mark.new()
+    assert sorted(new) == ["?", "_layer_norm_fwd", "fused_moe_kernel", "fused_moe_kernel"]
+    assert jit_watch.summary(new) == "? x1, _layer_norm_fwd x1, fused_moe_kernel x2"
+    assert jit_watch.Since(str(tmp_path / "absent")).new() == []
+
+
+def test_findings_name_each_run_that_was_timed_again():
+    redone = {"retimed": [{"workload": "throughput prefill-heavy", "elapsed_s": 5.16,
+                           "compiled": "fused_moe_kernel x1"}]}
+    kept = {"compiled_while_timed": [{"workload": "latency batch1", "elapsed_s": 0.4, "compiled": "k x1"}]}
+    runs = {"baseline": [{"perf": {}}, {"perf": kept}], "candidate": [{"perf": redone}, {"perf": {}}]}
+    assert jit_watch.findings(runs) == [
+        "round 2 baseline: still compiling after 2 re-runs, these timings include it: latency batch1 (k x1)",
+        "round 1 candidate: 1 timed run(s) re-run, Triton compiled kernels during them: "
+        "throughput prefill-heavy 5.16 s (fused_moe_kernel x1)"]
+    assert jit_watch.findings({"baseline": [{}], "candidate": [{"perf": {}}]}) == []
