@@ -1,13 +1,13 @@
 """Triton kernels compiled while a repeat was timed, so that one-time work is not read as serving speed.
 
-A kernel's first compile writes a new entry into Triton's cache folder (``$TRITON_CACHE_DIR``, else
-``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``), which every process of an engine run shares: the driver
-lists the folder before and after a timed repeat, and the new entries name the kernels compiled meanwhile. Nothing
-runs inside the engine's processes (both sides stay as they are). Loads of kernels already on disk, and Inductor's
-own kernels (its folder is apart), are not seen; a compile by another program using the same folder at that moment
-is (a repeat then runs again for nothing). Seen on an H200 (session 42): after a full warm-up, single timed runs of
-fk46-mixtral in early engine processes ran 1-1.5 s long, on both sides, while the cache filled with the
-specializations new batch sizes meet.
+A kernel's first compile writes a new entry into a Triton cache folder: Triton's own (``$TRITON_CACHE_DIR``, else
+``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``) or, in vLLM's compiled mode, the ``triton_cache`` folder
+vLLM points its engine process at inside its compile cache (under the engine's cache root, which fk sets per variant:
+``EngineSpec.cache_var``). The driver lists those folders before and after a timed repeat, and the new entries name
+the kernels compiled meanwhile. Nothing runs inside the engine's processes (both sides stay as they are). Loads of
+kernels already on disk are not seen; a compile by another program using the same folder at that moment is (a
+repeat then runs again for nothing). Seen on an H200 (session 42): after a full warm-up, single timed runs of
+fk46-mixtral in early engine processes ran 0.8-1.6 s long, on both sides.
 """
 from __future__ import annotations
 
@@ -22,9 +22,25 @@ def cache_dir() -> str:
     return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
 
 
+ENGINE_TRITON_FOLDER = "triton_cache"  # vLLM's, inside its compile cache (compilation/compiler_interface.py)
+
+
+def folders() -> list[str]:
+    """Triton's own cache folder and every engine ``triton_cache`` folder under the engines' cache roots."""
+    from fk_adapters.engines import ENGINES
+
+    out = [cache_dir()]
+    for root in {os.environ.get(spec.cache_var) for spec in ENGINES.values() if spec.cache_var} - {None, ""}:
+        for here, dirs, _ in os.walk(root):
+            if ENGINE_TRITON_FOLDER in dirs:
+                out.append(os.path.join(here, ENGINE_TRITON_FOLDER))
+            dirs[:] = [d for d in dirs if d not in (ENGINE_TRITON_FOLDER, "inductor_cache")]
+    return out
+
+
 def _entries(folder: str) -> set[str]:
     try:
-        return set(os.listdir(folder))
+        return {os.path.join(folder, e) for e in os.listdir(folder)}
     except OSError:
         return set()
 
@@ -41,12 +57,15 @@ def _kernel_name(entry: str) -> str:
 class Since:
     """The kernels compiled after this mark: ``Since().new()``."""
 
-    def __init__(self, folder: str | None = None):
-        self.folder = folder or cache_dir()
-        self.before = _entries(self.folder)
+    def __init__(self, where: list[str] | None = None):
+        self.where = where
+        self.before = self._entries()
+
+    def _entries(self) -> set[str]:
+        return set().union(*(_entries(f) for f in (self.where or folders())))
 
     def new(self) -> list[str]:
-        return [_kernel_name(os.path.join(self.folder, e)) for e in sorted(_entries(self.folder) - self.before)]
+        return [_kernel_name(e) for e in sorted(self._entries() - self.before)]
 
 
 def summary(kernels: list[str]) -> str:
