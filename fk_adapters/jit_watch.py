@@ -1,17 +1,21 @@
 """Triton kernels compiled while a repeat was timed, so that one-time work is not read as serving speed.
 
 A kernel's first compile writes a new entry into a Triton cache folder: Triton's own (``$TRITON_CACHE_DIR``, else
-``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``) or, in vLLM's compiled mode, the ``triton_cache`` folder
-vLLM points its engine process at inside its compile cache (under the engine's cache root, which fk sets per variant:
-``EngineSpec.cache_var``). The driver lists those folders before and after a timed repeat, and the new entries name
-the kernels compiled meanwhile. Nothing runs inside the engine's processes (both sides stay as they are). Loads of
-kernels already on disk are not seen; a compile by another program using the same folder at that moment is (a
-repeat then runs again for nothing). Seen on an H200 (session 42): after a full warm-up, single timed runs of
-fk46-mixtral in early engine processes ran 0.8-1.6 s long, on both sides.
+``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``), Inductor's (where it set TRITON_CACHE_DIR first) or, in
+vLLM's compiled mode, the ``triton_cache`` folder vLLM points its engine process at inside its compile cache (under
+the engine's cache root, which fk sets per variant: ``EngineSpec.cache_var``). The driver lists those folders before
+and after a timed repeat, and the new entries name the kernels compiled meanwhile. Nothing runs inside the engine's
+processes (both sides stay as they are). Loads of kernels already on disk are not seen; a compile by another program
+using the same folder at that moment is (a repeat then runs again for nothing). Seen on an H200 (session 42): after a
+full warm-up, single timed runs of fk46-mixtral in early engine processes ran 0.8-1.6 s long, on both sides.
 """
 from __future__ import annotations
 
+import getpass
+import glob
 import os
+import re
+import tempfile
 
 RETIME_MAX = 2  # re-runs of one timed repeat during which a kernel was compiled
 
@@ -29,13 +33,21 @@ def folders() -> list[str]:
     """Triton's own cache folder and every engine ``triton_cache`` folder under the engines' cache roots."""
     from fk_adapters.engines import ENGINES
 
-    out = [cache_dir()]
+    out = [cache_dir(), *_inductor_triton_folders()]
     for root in {os.environ.get(spec.cache_var) for spec in ENGINES.values() if spec.cache_var} - {None, ""}:
         for here, dirs, _ in os.walk(root):
             if ENGINE_TRITON_FOLDER in dirs:
                 out.append(os.path.join(here, ENGINE_TRITON_FOLDER))
             dirs[:] = [d for d in dirs if d not in (ENGINE_TRITON_FOLDER, "inductor_cache")]
     return out
+
+
+def _inductor_triton_folders() -> list[str]:
+    """Where a process that ran an Inductor kernel before any Triton compile sends later compiles: Inductor then sets
+    TRITON_CACHE_DIR to ``<its cache>/triton/<device>`` when none is set (torch's ``triton_heuristics``)."""
+    base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + re.sub(r"[\\/:]", "_", getpass.getuser()))
+    return sorted(glob.glob(os.path.join(base, "triton", "*")))
 
 
 def _entries(folder: str) -> set[str]:

@@ -39,6 +39,17 @@ def test_the_engines_own_triton_folders_are_watched_too(monkeypatch, tmp_path):
     assert mark.new() == ["fused_moe_kernel", "fused_moe_kernel"]
 
 
+def test_inductors_triton_folders_are_watched(monkeypatch, tmp_path):
+    """A process whose first Triton kernel was Inductor's has TRITON_CACHE_DIR set by Inductor to its own folder."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    (tmp_path / "inductor" / "triton" / "0").mkdir(parents=True)
+    mark = jit_watch.Since()
+    (tmp_path / "inductor" / "triton" / "0" / "h1").mkdir()
+    (tmp_path / "inductor" / "triton" / "0" / "h1" / "_gated_delta_kernel.json").write_text("")
+    assert mark.new() == ["_gated_delta_kernel"]
+
+
 def test_findings_name_each_run_that_was_timed_again():
     redone = {"retimed": [{"workload": "throughput prefill-heavy", "elapsed_s": 5.16,
                            "compiled": "fused_moe_kernel x1"}]}
