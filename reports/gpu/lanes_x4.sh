@@ -366,6 +366,21 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (sleep 20; lane S-2 31 sglang 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 \
        ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke") &
     wait ;;
+  s43-mix-vllm)  # four H200s, both engines in one hold (issue 29's last item), SGLang first: the cutlass wheel's 2
+    # parts (.stage/extra-sglang: `mkdir -p /tmp/fkstage/extra-sglang && cp PART /tmp/fkstage/extra-sglang/`), SGLang's
+    # 15 (the last: `bash .stage/sglang/part14/recv.sh && bash /tmp/fkstage/sglang/install.sh; ...; fk_gpu.sh sglang
+    # setup`, start s43-mix-sglang), about 3 min; then vLLM's 7 and this. fk46-mixtral's A/A and passthrough,
+    # 4 interleaved rounds, one GPU a side (vLLM's 5-round pair took 12-13 min on two GPUs a side; here about 18;
+    # SGLang's 3-round pair took 14.3 min with no float32 reference: here about 18)
+    (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=4 ADAPTER_ARGS="--smoke") &
+    (sleep 20; lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=4 \
+       ADAPTER_ARGS="--smoke") &
+    wait ;;
+  s43-mix-sglang)  # the same pair in SGLang on GPUs 2 and 3, started first (see s43-mix-vllm)
+    (lane S-2 31 sglang 2 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=4 ADAPTER_ARGS="--smoke") &
+    (sleep 20; lane S-3 31 sglang 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=4 \
+       ADAPTER_ARGS="--smoke") &
+    wait ;;
   s44-qwen3-next-x4)  # four H200s, vLLM: issue 30's qwen3-next pair as s42-mixtral-x4 (session 41's floor 27-161% at
     # 3 rounds on one GPU), timed repeats that compile now run again; then Kimi-Linear's passthrough on GPU 0.
     # TRITON_CACHE_AUTOTUNING=1 changes nothing in vLLM 0.26 (its env_override.py sets it by default): kept only so
@@ -421,5 +436,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
