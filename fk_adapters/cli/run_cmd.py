@@ -43,8 +43,9 @@ def add_parser(sub):
     common.add_quick_args(p)
     p.add_argument("--repeats", type=int, default=0, metavar="N",
                    help="timed repeats of each workload in every engine process (default: the scenario's, 1 under "
-                        "--quick / --smoke); each process counts once, by its median, so with --interleave the "
-                        "rounds carry the interval and one repeat may do (a full-size run fits a hold sooner)")
+                        "--quick / --smoke for throughput: latency runs are short and keep theirs); each process "
+                        "counts once, by its median, so with --interleave the rounds carry the interval and one "
+                        "repeat may do (a full-size run fits a hold sooner)")
     p.add_argument("--correctness-only", action="store_true",
                    help="judge correctness alone: no throughput or latency phases (e.g. to show quickly that a wrong "
                         "kernel fails); the report says no speed was measured")

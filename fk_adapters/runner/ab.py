@@ -47,7 +47,8 @@ class RunConfig:
     allow_uncovered: bool = False  # slots no scenario's model has a layer for
     aa: bool = False
     quick: bool = False
-    repeats: int = 0  # N >= 1: timed repeats in each engine process (0: the scenario's, 1 under --quick / --smoke)
+    repeats: int = 0  # N >= 1: timed repeats in each engine process (0: the scenario's, 1 under --quick / --smoke
+    # for throughput)
     correctness_only: bool = False  # no throughput or latency phases: a verdict on correctness alone
     profile: bool = False
     multiprocessing: bool = True
@@ -325,6 +326,8 @@ def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
         job.pop("perf", None)
     elif cfg.repeats and "perf" in job:
         job["perf"]["repeats"] = cfg.repeats
+        if "latency_repeats" in job["perf"]:
+            job["perf"]["latency_repeats"] = cfg.repeats
     if cfg.profile:
         job["profile"] = {"requests": 4, "max_tokens": 8}
     return job

@@ -272,10 +272,13 @@ def test_repeats_shape_every_process_timed_phases_and_key_the_run(tmp_path):
     sc = scenarios.load("tiny-llama")
     default = ab.scenario_job(_cfg(), sc, str(tmp_path))
     assert default["perf"]["repeats"] == sc.perf.get("repeats", 3)
-    assert ab.scenario_job(_cfg(quick=True), sc, str(tmp_path))["perf"]["repeats"] == 1
+    quick = ab.scenario_job(_cfg(quick=True), sc, str(tmp_path))["perf"]
+    assert quick["repeats"] == 1 and quick["latency_repeats"] == default["perf"]["latency_repeats"] == 3
     once = ab.scenario_job(_cfg(repeats=1), sc, str(tmp_path))
-    assert once["perf"]["repeats"] == 1 and once["perf"]["throughput"] == default["perf"]["throughput"]
-    assert ab.scenario_job(_cfg(quick=True, repeats=4), sc, str(tmp_path))["perf"]["repeats"] == 4
+    assert once["perf"]["repeats"] == once["perf"]["latency_repeats"] == 1
+    assert once["perf"]["throughput"] == default["perf"]["throughput"]
+    four = ab.scenario_job(_cfg(quick=True, repeats=4), sc, str(tmp_path))["perf"]
+    assert four["repeats"] == four["latency_repeats"] == 4
     assert "perf" not in ab.scenario_job(_cfg(correctness_only=True), sc, str(tmp_path))
     assert "repeats" not in ab.run_key(_cfg()) and ab.run_key(_cfg(repeats=2))["repeats"] == 2
 
