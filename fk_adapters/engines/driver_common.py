@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 import traceback
 
 from fk_adapters import jit_watch
@@ -80,14 +81,17 @@ def unfinished_perf():
 def clean_timing(out: dict, what: str, fn, *args):
     """``fn(*args)``, run again (up to ``jit_watch.RETIME_MAX`` times) while Triton compiles a kernel
     during it: one-time work, not serving (``jit_watch``). Each discarded run is listed in ``out["retimed"]``; the
-    result kept is the first with no compile, else the last, then named in ``out["compiled_while_timed"]``."""
+    result kept is the first with no compile, else the last, then named in ``out["compiled_while_timed"]``; every call
+    is in ``out["timeline"]``."""
     for attempt in range(jit_watch.RETIME_MAX + 1):
-        mark = jit_watch.Since()
+        mark, started = jit_watch.Since(), time.time()
         res = fn(*args)
         compiled = mark.new()
+        seconds = res[0] if isinstance(res, tuple) else res
+        # when each timed call ran (wall clock): to line one process's slow run up with what else ran on the machine
+        out.setdefault("timeline", []).append({"workload": what, "at": round(started, 2), "s": round(seconds, 4)})
         if not compiled:
             return res
-        seconds = res[0] if isinstance(res, tuple) else res
         entry = {"workload": what, "elapsed_s": seconds, "compiled": jit_watch.summary(compiled)}
         out.setdefault("retimed" if attempt < jit_watch.RETIME_MAX else "compiled_while_timed", []).append(entry)
     return res

@@ -137,6 +137,7 @@ def test_a_repeat_that_keeps_compiling_is_kept_and_named(tmp_path, monkeypatch):
     out = measure(perf, _compiling_timer(tmp_path, compiles_on={0, 1, 2}, seconds={0: 3.0, 1: 2.0, 2: 1.5}))
     assert out["latency"]["batch1"] == [{"latency_s": 1.5}]
     assert [e["elapsed_s"] for e in out["retimed"]] == [3.0, 2.0]
+    assert [e["s"] for e in out["timeline"]] == [3.0, 2.0, 1.5]  # every timed call, the discarded ones too
     assert out["compiled_while_timed"][0]["workload"] == "latency batch1"
 
 
@@ -144,6 +145,7 @@ def test_with_nothing_compiled_the_timings_are_the_repeats(tmp_path, monkeypatch
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "absent"))
     perf = {"repeats": 1, "warmup": 0, "throughput": {"w": {"prompts": [[1]], "output_len": 2}}}
     out = measure(perf, lambda prompts, n: (2.0, 1, 1))
+    assert [e["workload"] for e in out.pop("timeline")] == ["throughput w"]
     assert out == {"throughput": {"w": [{"elapsed_s": 2.0, "tokens_per_s": 1.0, "output_tokens_per_s": 0.5,
                                          "input_tokens": 1, "output_tokens": 1}]}, "latency": {}}
 
