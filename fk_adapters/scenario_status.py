@@ -97,7 +97,7 @@ def _plugin_figure(row: dict, quick) -> str:
         why = f"no layer of the model routes to {', '.join(per['slots'])}" if per["applicable"] == 0 else (
             "none of its kernels was called")
         return f"not exercised: ran the stock model ({why})"
-    one_repeat = f", 1/{requests_divisor(quick)} of the requests, one repeat" if quick else ""
+    one_repeat = f", 1/{requests_divisor(quick)} of the requests, one throughput repeat" if quick else ""
     pace = f" at {per['speedup']:.3g}x the stock speed (blend{one_repeat})" if (
         per["speedup"] is not None and row["status"] != S.NOT_PROVEN) else ""  # no proof it ran: no speed to credit
     return f"{verdict(row)}{pace}"

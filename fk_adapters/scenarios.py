@@ -348,7 +348,8 @@ def requests_divisor(quick: bool | int) -> int:
 def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False, engine: str = "") -> dict:
     """The driver's job for this scenario: same seed, same prompts on every run.
 
-    ``quick``: True or a divisor (--quick 4, --smoke 32) for fewer throughput requests and one repeat.
+    ``quick``: True or a divisor (--quick 4, --smoke 32) for fewer throughput requests and one repeat of each (the
+    latency workloads keep their repeats).
     ``engine`` "transformers": its own job (``_transformers_job``).
     """
     if engine == "transformers":

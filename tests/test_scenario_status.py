@@ -69,7 +69,7 @@ def test_a_plugin_run_gives_its_verdict_with_the_blended_speed(tmp_path):
     _write(tmp_path / "r" / "results.json", {"engine": "vllm", "created": "2026-01-02", "device": "cuda", "quick": 32,
                                              "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures
-    assert figures[1] == "triton: PASSED at 0.8x the stock speed (blend, 1/32 of the requests, one repeat)"
+    assert figures[1] == "triton: PASSED at 0.8x the stock speed (blend, 1/32 of the requests, one throughput repeat)"
 
 
 def test_a_verdict_says_whether_a_float32_run_or_the_fixed_thresholds_alone_judged_it():

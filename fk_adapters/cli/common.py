@@ -27,9 +27,10 @@ def add_scenario_args(p) -> None:
 def add_quick_args(p) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="quick", action="store_const", const=scenarios.QUICK_DIV, default=0,
-                   help=f"1/{scenarios.QUICK_DIV} of the throughput requests and one repeat, for iteration")
+                   help=f"1/{scenarios.QUICK_DIV} of the throughput requests and one repeat of each (latency keeps its "
+                        "repeats), for iteration")
     g.add_argument("--smoke", dest="quick", action="store_const", const=scenarios.SMOKE_DIV,
-                   help=f"1/{scenarios.SMOKE_DIV} of the throughput requests and one repeat: does it serve, "
+                   help=f"1/{scenarios.SMOKE_DIV} of the throughput requests and one repeat of each: does it serve, "
                         "what does it touch")
 
 
