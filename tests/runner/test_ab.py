@@ -361,3 +361,12 @@ def test_a_run_under_another_tuning_environment_is_another_run(monkeypatch):
     assert "tuning_env" not in ab.run_key(_cfg())  # a run without any keeps the key it had
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
     assert ab.run_key(_cfg())["tuning_env"] == {"TRITON_CACHE_AUTOTUNING": "1"}
+
+
+def test_the_profiled_batch_is_as_large_as_the_timed_decode_batches(tmp_path):
+    """Up to 32 prompts of 16 tokens: a batch-4 step (before session 42) decoded unlike the timed workloads."""
+    sc = scenarios.load("fk46-llama-3.1")
+    job = ab.scenario_job(_cfg(profile=True, quick=32), sc, str(tmp_path))
+    assert job["profile"] == {"requests": 32, "max_tokens": 16}
+    assert len(job["correctness"]["prompts"]) >= job["profile"]["requests"]
+    assert "profile" not in ab.scenario_job(_cfg(profile=False), sc, str(tmp_path))

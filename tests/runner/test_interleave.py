@@ -202,7 +202,7 @@ def test_a_reused_baseline_brings_the_gpu_watch_of_its_run(fake, tmp_path):
     prev = tmp_path / "prev" / "logs" / sc.name / "baseline"
     prev.mkdir(parents=True)
     job = dict(ab.build_job(sc, str(tmp_path / "m"), "eager", False, engine="vllm"),
-               profile={"requests": 4, "max_tokens": 8})
+               profile=dict(ab.PROFILED_STEPS))
     base = fake("py", "drv", job, str(prev), {}, 1.0)
     for name, data in (("job.json", job), ("result.json", base),
                        ("gpu_share.json", {"watched": True, "samples": 3, "foreign": [FOREIGN]}),
