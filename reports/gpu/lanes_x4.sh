@@ -412,7 +412,7 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # fit no hold)
     lane S-S 31 sglang 0,1,2,3 STEPS="suite" SUITE_GPUS="0 1 2 3" ;;
   s42-vllm)  # a later vLLM hold: issue 31's compiled Llama Triton A/B with its profiled step (the bar: 80% of the delta
-    # named; session 35's one named 1%, before the profile's warm-up) and the decode A/A and passthrough at 5 rounds
+    # named; session 35's one named 1%, before the profile's warm-up and before the profiled batch became 32 x 16) and the decode A/A and passthrough at 5 rounds
     # (session 33's interval reached 2.6% past its 1.60% floor), side by side (fk46-mamba2's pair moved to s41-vllm)
     (lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=aa) &
     (lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=pass) &
