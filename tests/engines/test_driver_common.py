@@ -156,3 +156,23 @@ def test_latency_keeps_its_own_repeats_when_throughput_is_cut_to_one(monkeypatch
     out = measure({"repeats": 1, "latency_repeats": 3, "warmup": 0, "throughput": {"t": w}, "latency": {"l": w}},
                   lambda prompts, n: (1.0, 1, 1))
     assert len(out["throughput"]["t"]) == 1 and len(out["latency"]["l"]) == 3
+
+
+def test_an_items_repeat_that_compiled_is_run_again(tmp_path, monkeypatch):
+    """The module hosts' items/s path: a timed call returns seconds alone."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def timer(b):
+        def timed(n):
+            calls.append(n)
+            if len(calls) == 2:  # the first timed call (after the warm-up) compiles a kernel and runs long
+                (tmp_path / "h").mkdir()
+                (tmp_path / "h" / "_conv_kernel.json").write_text("")
+                return 9.0
+            return 1.0
+        return timed
+
+    out = driver_common.measure_items({"repeats": 1, "warmup": 1, "iters": 2, "batches": [4]}, timer)
+    assert out["throughput"]["batch4"][0]["elapsed_s"] == 1.0
+    assert out["retimed"] == [{"workload": "throughput batch4", "elapsed_s": 9.0, "compiled": "_conv_kernel x1"}]
