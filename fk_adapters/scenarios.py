@@ -345,6 +345,14 @@ def requests_divisor(quick: bool | int) -> int:
     return 1 if not quick else QUICK_DIV if quick is True else int(quick)
 
 
+def _timing(sc: Scenario, quick: bool | int, latency: bool = True) -> dict:
+    """Timed repeats and warm-up runs per engine process: one repeat of each throughput workload under --quick /
+    --smoke; the latency workloads (a run is short) keep the scenario's (``latency``: a job that has them)."""
+    repeats = sc.perf.get("repeats", 3)
+    out = {"repeats": 1 if quick else repeats, "warmup": sc.perf.get("warmup", 1)}
+    return {**out, "latency_repeats": repeats} if latency else out
+
+
 def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False, engine: str = "") -> dict:
     """The driver's job for this scenario: same seed, same prompts on every run.
 
@@ -369,8 +377,7 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
     if sc.perf:
         p = sc.perf
         div = requests_divisor(quick)
-        job["perf"] = {"repeats": 1 if quick else p.get("repeats", 3), "warmup": p.get("warmup", 1),
-                       "latency_repeats": p.get("repeats", 3),  # a latency run is short: --quick keeps them all
+        job["perf"] = {**_timing(sc, quick),
                        "throughput": {n: {"prompts": [_ids(rng, vocab, w["input_len"])
                                                       for _ in range(max(1, w["requests"] // div))],
                                           "output_len": w["output_len"]} for n, w in p.get("throughput", {}).items()},
@@ -454,7 +461,7 @@ def _item_batches(sc: Scenario) -> list[int]:
 
 def _items_perf(sc: Scenario, quick: bool | int, batches: list[int]) -> dict:
     """Items/s per batch size over ``iters`` calls per repeat (``driver_common.measure_items``)."""
-    return {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1),
+    return {**_timing(sc, quick, latency=False),
             "iters": max(1, TRANSFORMERS_ITERS // requests_divisor(quick)), "batches": batches}
 
 
@@ -488,8 +495,7 @@ def _transformers_job(sc: Scenario, model_dir: str, quick: bool | int) -> dict:
            "library": sc.library, "architectures": archs, "family": sc.family, "inputs": dict(sc.inputs)}
     if sc.family != "llm":
         return dict(job, **_items_workloads(sc, quick))
-    perf = {"repeats": 1 if quick else sc.perf.get("repeats", 3), "warmup": sc.perf.get("warmup", 1),
-            "latency_repeats": sc.perf.get("repeats", 3)}
+    perf = _timing(sc, quick)
     if sc.correctness:
         tokens = build_job(sc, model_dir, "eager", quick)
         job.update({k: tokens[k] for k in ("correctness", "perf") if k in tokens})

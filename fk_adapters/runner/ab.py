@@ -47,8 +47,7 @@ class RunConfig:
     allow_uncovered: bool = False  # slots no scenario's model has a layer for
     aa: bool = False
     quick: bool = False
-    repeats: int = 0  # N >= 1: timed repeats in each engine process (0: the scenario's, 1 under --quick / --smoke
-    # for throughput)
+    repeats: int = 0  # N >= 1: timed repeats in each engine process (0: the scenario's; see scenarios._timing)
     correctness_only: bool = False  # no throughput or latency phases: a verdict on correctness alone
     profile: bool = False
     multiprocessing: bool = True
