@@ -1,83 +1,65 @@
 """Triton kernels compiled while a repeat was timed, so that one-time work is not read as serving speed.
 
-A kernel's first compile writes a new entry into a Triton cache folder: Triton's own (``$TRITON_CACHE_DIR``, else
-``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``), Inductor's (where it set TRITON_CACHE_DIR first) or, in
-vLLM's compiled mode, the ``triton_cache`` folder vLLM points its engine process at inside its compile cache (under
-the engine's cache root, which fk sets per variant: ``EngineSpec.cache_var``). The driver lists those folders before
-and after a timed repeat, and the new entries name the kernels compiled meanwhile. Nothing runs inside the engine's
-processes (both sides stay as they are). Loads of kernels already on disk are not seen; a compile by another program
-using the same folder at that moment is (a repeat then runs again for nothing). Seen on an H200 (session 42): after a
-full warm-up, single timed runs of fk46-mixtral in early engine processes ran 0.8-1.6 s long, on both sides.
-"""
+Every engine process fk starts runs with Triton's file cache wrapped by ``triton_compile_log`` (``engine_env``): each
+kernel compiled by that run's processes (the engine's workers and Inductor's compile workers included) is appended to
+the run's own log. The driver notes the log's length before a timed repeat and reads the kernels added after it. Only
+the run's own processes write there: another engine compiling on the same machine, or a kernel loaded from a cache
+another process filled, is not counted (session 43 found both miscounted by watching the shared cache folders).
+Seen on an H200 (session 42): single timed runs of fk46-mixtral in early engine processes ran 0.8-1.6 s long."""
 from __future__ import annotations
 
-import getpass
-import glob
+import importlib
 import os
-import re
-import tempfile
 
 RETIME_MAX = 2  # re-runs of one timed repeat during which a kernel was compiled
+LOG_VAR = "FK_TRITON_COMPILE_LOG"
+LOG_FILE = "triton_compiles.log"
+MANAGER = "fk_adapters.triton_compile_log:LoggingCacheManager"
 
 
-def cache_dir() -> str:
-    if os.environ.get("TRITON_CACHE_DIR"):
-        return os.environ["TRITON_CACHE_DIR"]
-    return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+def engine_env(run_dir: str) -> dict:
+    """Environment entries for one engine run whose compiles are logged into ``run_dir``; none where the user set a
+    cache manager of their own (compiles then go unwatched)."""
+    if os.environ.get("TRITON_CACHE_MANAGER", MANAGER) != MANAGER:
+        return {}
+    return {"TRITON_CACHE_MANAGER": MANAGER, LOG_VAR: os.path.join(os.path.abspath(run_dir), LOG_FILE)}
 
 
-ENGINE_TRITON_FOLDER = "triton_cache"  # vLLM's, inside its compile cache (compilation/compiler_interface.py)
-
-
-def folders() -> list[str]:
-    """Triton's own cache folder and every engine ``triton_cache`` folder under the engines' cache roots."""
-    from fk_adapters.engines import ENGINES
-
-    out = [cache_dir(), *_inductor_triton_folders()]
-    for root in {os.environ.get(spec.cache_var) for spec in ENGINES.values() if spec.cache_var} - {None, ""}:
-        for here, dirs, _ in os.walk(root):
-            if ENGINE_TRITON_FOLDER in dirs:
-                out.append(os.path.join(here, ENGINE_TRITON_FOLDER))
-            dirs[:] = [d for d in dirs if d not in (ENGINE_TRITON_FOLDER, "inductor_cache")]
-    return out
-
-
-def _inductor_triton_folders() -> list[str]:
-    """Where a process that ran an Inductor kernel before any Triton compile sends later compiles: Inductor then sets
-    TRITON_CACHE_DIR to ``<its cache>/triton/<device>`` when none is set (torch's ``triton_heuristics``)."""
-    base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
-        tempfile.gettempdir(), "torchinductor_" + re.sub(r"[\\/:]", "_", getpass.getuser()))
-    return sorted(glob.glob(os.path.join(base, "triton", "*")))
-
-
-def _entries(folder: str) -> set[str]:
+def ready() -> str:
+    """'' where this process's compiles are logged or were never asked to be; else why not, with the log switched off
+    for this process and those it starts (Triton fails every compile whose cache manager it cannot import)."""
+    if os.environ.get("TRITON_CACHE_MANAGER") != MANAGER:
+        return ""
     try:
-        return {os.path.join(folder, e) for e in os.listdir(folder)}
-    except OSError:
-        return set()
+        importlib.import_module(MANAGER.split(":")[0])
+    except Exception as exc:  # noqa: BLE001 (any failure: no Triton, a broken install)
+        os.environ.pop("TRITON_CACHE_MANAGER")
+        os.environ.pop(LOG_VAR, None)
+        return f"Triton compiles are not watched here ({type(exc).__name__}: {exc}): timed repeats are not re-run"
+    return ""
 
 
-def _kernel_name(entry: str) -> str:
-    """The kernel a cache entry holds: its metadata file's name, '?' when it has none (yet)."""
+def _size(path: str) -> int:
     try:
-        names = sorted(f for f in os.listdir(entry) if f.endswith(".json") and not f.startswith("__grp__"))
+        return os.path.getsize(path)
     except OSError:
-        names = []
-    return names[0].split(".")[0] if names else "?"
+        return 0
 
 
 class Since:
-    """The kernels compiled after this mark: ``Since().new()``."""
+    """The kernels this run's processes compiled after this mark: ``Since().new()``."""
 
-    def __init__(self, where: list[str] | None = None):
-        self.where = where
-        self.before = self._entries()
-
-    def _entries(self) -> set[str]:
-        return set().union(*(_entries(f) for f in (self.where or folders())))
+    def __init__(self, log: str | None = None):
+        self.log = log if log is not None else os.environ.get(LOG_VAR, "")
+        self.at = _size(self.log) if self.log else 0
 
     def new(self) -> list[str]:
-        return [_kernel_name(e) for e in sorted(self._entries() - self.before)]
+        if not self.log or _size(self.log) <= self.at:
+            return []
+        with open(self.log, "rb") as f:
+            f.seek(self.at)
+            lines = f.read().decode(errors="replace").splitlines()
+        return [ln.split(" ", 1)[1] if " " in ln else "?" for ln in lines if ln.strip()]
 
 
 def summary(kernels: list[str]) -> str:

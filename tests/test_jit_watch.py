@@ -1,53 +1,60 @@
-"""Kernels compiled during a timed repeat, seen as new entries in Triton's cache folder."""
+"""Kernels compiled during a timed repeat, read from the run's own compile log."""
+import hashlib
+import os
+import subprocess
+import sys
+
 from fk_adapters import jit_watch
 
-
-def test_the_cache_folder_follows_tritons_own_settings(monkeypatch, tmp_path):
-    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    monkeypatch.setenv("TRITON_HOME", str(tmp_path))
-    assert jit_watch.cache_dir() == str(tmp_path / ".triton" / "cache")
-    monkeypatch.setenv("TRITON_CACHE_DIR", "/x/cache")
-    assert jit_watch.cache_dir() == "/x/cache"
+PUT = "from triton.runtime.cache import get_cache_manager as g; g('{key}').put('{{}}', 'fused_moe_kernel.json', False)"
 
 
-def test_new_entries_name_their_kernels(tmp_path):
-    (tmp_path / "old").mkdir()
-    mark = jit_watch.Since([str(tmp_path)])
-    for h, files in {"a1": ["fused_moe_kernel.json", "fused_moe_kernel.cubin", "__grp__fused_moe_kernel.json"],
-                     "b2": ["fused_moe_kernel.json"], "c3": ["_layer_norm_fwd.json"], "d4": []}.items():
-        (tmp_path / h).mkdir()
-        for f in files:
-            (tmp_path / h / f).write_text("")
+def _compile(name: str) -> None:
+    """What Triton's compile stores through the cache manager an engine process runs with (a load stores nothing)."""
+    from triton.runtime.cache import get_cache_manager
+
+    key = hashlib.sha256(name.encode()).hexdigest()
+    get_cache_manager(key).put("{}", f"{name}.json", binary=False)
+    get_cache_manager(key).put_group(f"__grp__{name}.json", {})
+
+
+def test_each_compile_of_the_runs_own_processes_is_logged_and_read_back(tmp_path, monkeypatch):
+    for k, v in jit_watch.engine_env(str(tmp_path)).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    _compile("_layer_norm_fwd")  # before the mark: not counted
+    mark = jit_watch.Since()
+    _compile("fused_moe_kernel")
+    code = PUT.format(key="ab12")
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))  # another process of the run
     new = mark.new()
-    assert sorted(new) == ["?", "_layer_norm_fwd", "fused_moe_kernel", "fused_moe_kernel"]
-    assert jit_watch.summary(new) == "? x1, _layer_norm_fwd x1, fused_moe_kernel x2"
-    assert jit_watch.Since([str(tmp_path / "absent")]).new() == []
+    assert new == ["fused_moe_kernel", "fused_moe_kernel"]
+    assert jit_watch.summary(new + ["?"]) == "? x1, fused_moe_kernel x2"
+    assert jit_watch.Since().new() == []
 
 
-def test_the_engines_own_triton_folders_are_watched_too(monkeypatch, tmp_path):
-    """vLLM's compiled mode points its engine process's TRITON_CACHE_DIR into its compile cache, under the cache root
-    fk gives each variant (VLLM_CACHE_ROOT): the fk driver's own TRITON_CACHE_DIR never sees those compiles."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm"))
-    rank = tmp_path / "vllm" / "torch_compile_cache" / "abc123" / "rank_0_0"
-    (rank / "inductor_cache" / "zz" / "triton_cache").mkdir(parents=True)  # inside Inductor's: not walked
+def test_a_compile_outside_the_run_is_not_counted(tmp_path, monkeypatch):
+    """Session 43: two fk runs side by side on one machine shared Triton's cache folders, and each counted the other's
+    compiles as its own."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    for k, v in jit_watch.engine_env(str(tmp_path / "ours")).items():
+        monkeypatch.setenv(k, v)
+    os.makedirs(tmp_path / "ours")
     mark = jit_watch.Since()
-    for folder, h in ((rank / "triton_cache", "h1"), (tmp_path / "vllm" / "other" / "triton_cache", "h2"),
-                      (rank / "inductor_cache" / "zz" / "triton_cache", "h3")):
-        (folder / h).mkdir(parents=True)
-        (folder / h / "fused_moe_kernel.json").write_text("")
-    assert mark.new() == ["fused_moe_kernel", "fused_moe_kernel"]
+    theirs = dict(os.environ, **jit_watch.engine_env(str(tmp_path)))
+    code = PUT.format(key="cd34")
+    subprocess.run([sys.executable, "-c", code], check=True, env=theirs)
+    assert mark.new() == [] and (tmp_path / jit_watch.LOG_FILE).exists()
 
 
-def test_inductors_triton_folders_are_watched(monkeypatch, tmp_path):
-    """A process whose first Triton kernel was Inductor's has TRITON_CACHE_DIR set by Inductor to its own folder."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    (tmp_path / "inductor" / "triton" / "0").mkdir(parents=True)
-    mark = jit_watch.Since()
-    (tmp_path / "inductor" / "triton" / "0" / "h1").mkdir()
-    (tmp_path / "inductor" / "triton" / "0" / "h1" / "_gated_delta_kernel.json").write_text("")
-    assert mark.new() == ["_gated_delta_kernel"]
+def test_a_users_own_cache_manager_is_left_alone(monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", "their.module:Manager")
+    assert jit_watch.engine_env("/r") == {}
+    monkeypatch.delenv("TRITON_CACHE_MANAGER")
+    assert jit_watch.engine_env("/r") == {"TRITON_CACHE_MANAGER": jit_watch.MANAGER,
+                                          "FK_TRITON_COMPILE_LOG": "/r/triton_compiles.log"}
+    monkeypatch.delenv("FK_TRITON_COMPILE_LOG", raising=False)
+    assert jit_watch.Since().new() == []  # no log: nothing is known to have compiled
 
 
 def test_findings_name_each_run_that_was_timed_again():
@@ -60,3 +67,12 @@ def test_findings_name_each_run_that_was_timed_again():
         "round 1 candidate: 1 timed run(s) re-run, Triton compiled kernels during them: "
         "throughput prefill-heavy 5.16 s (fused_moe_kernel x1)"]
     assert jit_watch.findings({"baseline": [{}], "candidate": [{"perf": {}}]}) == []
+
+
+def test_a_manager_triton_could_not_import_is_switched_off_before_the_engine_starts(monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_MANAGER", jit_watch.MANAGER)
+    monkeypatch.setenv("FK_TRITON_COMPILE_LOG", "/r/log")
+    assert jit_watch.ready() == ""
+    monkeypatch.setitem(sys.modules, "fk_adapters.triton_compile_log", None)  # as where Triton is missing
+    assert "not watched" in jit_watch.ready()
+    assert "TRITON_CACHE_MANAGER" not in os.environ and "FK_TRITON_COMPILE_LOG" not in os.environ

@@ -153,6 +153,9 @@ def main(run, argv=None) -> int:
     with open(job_path) as f:
         job = json.load(f)
     _kept.update(res=None, path=os.path.join(os.path.dirname(os.path.abspath(result_path)), PARTIAL_FILE))
+    unwatched = jit_watch.ready()
+    if unwatched:
+        print(f"[fk] warning: {unwatched}", flush=True)
     try:
         res = run(job)
     except Exception as exc:

@@ -14,6 +14,7 @@ import contextlib
 import os
 import time
 
+from fk_adapters import jit_watch
 from fk_adapters.engines.driver_common import OUTPUTS_FILE, keep, measure, measure_items, phase, save_outputs
 
 TOP_K = 5  # the most likely tokens recorded per generated step
@@ -134,7 +135,10 @@ class Driver:
                 self.profile_job(job)
             finally:
                 del self.profiled
-            return self.profile_job(job)
+            mark = jit_watch.Since()
+            out = self.profile_job(job)
+            self.profile_compiled = jit_watch.summary(mark.new())
+            return out
 
     def profile_job(self, job: dict) -> list[dict]:
         """A token model's profiled steps: the first prompts of its correctness job (another family overrides)."""
@@ -188,6 +192,8 @@ class Driver:
                 if job.get("profile"):
                     phase(self.profile_phase)
                     res["profile"] = self.profile(job)
+                    if getattr(self, "profile_compiled", ""):
+                        res["profile_compiled"] = self.profile_compiled
             res["probe"] = self.probe("final")
             self._runtime(res, self.runtime_at_end())
         finally:

@@ -188,6 +188,7 @@ def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugi
     env = _env(cfg, sc, plugins) if engine is cfg.engine else dict(engine.env(cfg.device), FK_PLUGINS="")
     if devices:
         env["CUDA_VISIBLE_DEVICES"] = devices
+    env.update(jit_watch.engine_env(run_dir))
     res = run_job(engine.python, engine.driver_for(sc.family), job, run_dir, env, cfg.timeout_s,
                   echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
     res["loads"] = probe.read_loads(run_dir)
@@ -392,7 +393,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     missed = _round_checks(cfg, runs, row["evidence"], native)
     row["failures"] += more + missed
     row["status"] = verdict.after_rounds(row["status"], missed)
-    notes = _notes(row["evidence"], cand)
+    notes = _notes(row["evidence"], cand) + _profile_notes(base, cand)
     if notes:
         row["notes"] = row.get("notes", []) + notes
     return row
@@ -594,6 +595,12 @@ def _notes(ev: dict, cand: dict) -> list[str]:
     if left:
         notes.append("left stock: " + "; ".join(f"{k} x{n}" for k, n in sorted(left.items())))
     return notes
+
+
+def _profile_notes(base: dict, cand: dict) -> list[str]:
+    """A Triton compile inside a profiled step: its host waits then hold the compile, not serving."""
+    return [f"the {side}'s profiled step compiled Triton kernels ({res['profile_compiled']}): its host waits hold "
+            "the compiles" for side, res in (("baseline", base), ("candidate", cand)) if res.get("profile_compiled")]
 
 
 def evidence_mode(cfg: RunConfig) -> str:

@@ -239,3 +239,32 @@ def test_the_profiled_step_runs_once_unprofiled_first(clock, tmp_path, monkeypat
     assert res["profile"] == [{"pid": 1, "kernels": {"k": 1}, "kernel_us": {"k": 2.0}, "one_time_work_inside": False}]
     assert engine.seen.count("step 3") == 2 and engine.seen.count("profiler on") == 1
     assert "profiled" not in vars(engine)  # the class's own profiled is back
+
+
+class StillCompilingEngine(FakeProfilingEngine):
+    """Its profiled step meets a Triton specialization the unprofiled run did not (batches formed differently)."""
+
+    def profile_steps(self, prompts, max_tokens):
+        return self.profiled(lambda: None)
+
+    def profiled(self, fn, *args):  # the profiled run only: the unprofiled one before it runs ``_unprofiled``
+        from triton.runtime.cache import get_cache_manager
+
+        get_cache_manager("ab" * 32).put("{}", "fused_moe_kernel.json", binary=False)
+        return super().profiled(fn, *args)
+
+
+def test_a_compile_inside_the_profiled_step_is_recorded(clock, tmp_path, monkeypatch):
+    from fk_adapters import jit_watch
+
+    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    for k, v in jit_watch.engine_env(str(tmp_path)).items():
+        monkeypatch.setenv(k, v)
+    job = {"correctness": {"prompts": [[1, 2]] * 4, "max_tokens": 2, "teacher": [[1, 2]]}, "profile": {"requests": 3}}
+    assert engine_profile_compiled(StillCompilingEngine(Clock()), job) == "fused_moe_kernel x1"
+    assert engine_profile_compiled(FakeProfilingEngine(Clock()), job) is None
+
+
+def engine_profile_compiled(engine, job):
+    return engine.run(job).get("profile_compiled")

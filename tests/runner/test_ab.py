@@ -370,3 +370,10 @@ def test_the_profiled_batch_is_as_large_as_the_timed_decode_batches(tmp_path):
     assert job["profile"] == {"requests": 32, "max_tokens": 16}
     assert len(job["correctness"]["prompts"]) >= job["profile"]["requests"]
     assert "profile" not in ab.scenario_job(_cfg(profile=False), sc, str(tmp_path))
+
+
+def test_a_profiled_step_that_compiled_is_named_in_the_notes():
+    notes = ab._profile_notes({}, {"profile_compiled": "fused_moe_kernel x2"})
+    assert notes == ["the candidate's profiled step compiled Triton kernels (fused_moe_kernel x2): its host waits hold "
+                     "the compiles"]
+    assert ab._profile_notes({}, {}) == []
