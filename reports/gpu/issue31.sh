@@ -14,6 +14,9 @@
 #             beside the A/A's, the floor of the same hold ($ADAPTER_SIDES: "aa", "pass" or both, the default; two
 #             lanes of one machine can take one each; $ADAPTER_GPUS, e.g. "0 1": `fk run --gpus`, the rounds after the
 #             first side by side on those GPUs; $ADAPTER_ARGS: more `fk run` options, e.g. "--smoke" for fk46 scenarios)
+#   warm      before timed lanes start side by side: one passthrough A/B of each $ADAPTER_SC, one process a side and
+#             the float32 reference, untimed by anyone; every variant's compile caches (Inductor's, Triton's) are then
+#             warm, so no lane's cold compile lands in another lane's timing (session 43: it did)
 #   startup   one A/A pair of fk46-llama-3.1 (--smoke, one process a side) with vLLM's engine core in fk's driver
 #             process (--no-multiprocessing) and one without: the wall-time tables say what the second process and
 #             its import cost per start (a lever for the suite's 25 minutes)
@@ -50,6 +53,10 @@ case $1 in
               $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} "${REF[@]}" \
                 --out "$W/adapter-pass-$S" | tail -1
             fi
+          done ;;
+        warm)
+          for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
+            $RUN --plugins passthrough --scenario "$S" --interleave 0 ${ADAPTER_ARGS:-} --out "$W/warm-$S" | tail -1
           done ;;
         startup)
           for mp in "" --no-multiprocessing; do

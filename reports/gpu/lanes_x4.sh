@@ -381,6 +381,16 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (sleep 20; lane S-3 31 sglang 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=4 \
        ADAPTER_ARGS="--smoke") &
     wait ;;
+  s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
+    # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
+    # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
+    # interleaved rounds, two GPUs a side (session 42: 12-13 min with cold starts). Compiles now counted per run
+    lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mixtral ADAPTER_ARGS="--smoke"
+    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_GPUS="0 1" \
+       ADAPTER_ARGS="--smoke") &
+    (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 \
+       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke") &
+    wait ;;
   s44-qwen3-next-x4)  # four H200s, vLLM: issue 30's qwen3-next pair as s42-mixtral-x4 (session 41's floor 27-161% at
     # 3 rounds on one GPU), timed repeats that compile now run again; then Kimi-Linear's passthrough on GPU 0.
     # TRITON_CACHE_AUTOTUNING=1 changes nothing in vLLM 0.26 (its env_override.py sets it by default): kept only so
@@ -436,5 +446,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     done
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
