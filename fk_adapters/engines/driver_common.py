@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 
-from fk_adapters import jit_watch
+from fk_adapters import host_cpu, jit_watch
 
 PARTIAL_FILE = "partial.json"
 PERF_UNFINISHED = "perf_unfinished"  # the timed workloads measure() finished so far, while it runs
@@ -84,12 +84,14 @@ def clean_timing(out: dict, what: str, fn, *args):
     the first with no compile, else the last, then named in ``out["compiled_while_timed"]``; every call is in
     ``out["timeline"]``."""
     for attempt in range(jit_watch.RETIME_MAX + 1):
-        mark, started = jit_watch.Since(), time.time()
+        mark, started, cpu = jit_watch.Since(), time.time(), host_cpu.jiffies()
         res = fn(*args)
-        compiled = mark.new()
+        compiled, busy = mark.new(), host_cpu.busy_since(cpu)
         seconds = res[0] if isinstance(res, tuple) else res
-        # when each timed call ran (wall clock): to line one process's slow run up with what else ran on the machine
-        out.setdefault("timeline", []).append({"workload": what, "at": round(started, 2), "s": round(seconds, 4)})
+        # when each timed call ran (wall clock) and how busy the host was: to line one process's slow run up with
+        # what else ran on the machine
+        out.setdefault("timeline", []).append({"workload": what, "at": round(started, 2), "s": round(seconds, 4),
+                                               "host_busy": busy})
         if not compiled:
             return res
         entry = {"workload": what, "elapsed_s": seconds, "compiled": jit_watch.summary(compiled)}

@@ -17,6 +17,7 @@ from fk_adapters import (
     engines,
     evidence,
     gpu_share,
+    host_cpu,
     jit_watch,
     kernel_names,
     machine,
@@ -154,6 +155,8 @@ def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
             "reused_age_s", "runtime", "gpu_share", "gpu_wait_s", "kept_from_partial", "phases")
     out = {k: res[k] for k in keep if k in res}
+    if (res.get("perf") or {}).get("timeline"):  # each timed call's start, seconds and host load: to explain a slow one
+        out["timeline"] = res["perf"]["timeline"]
     if res.get("status") != "ok":
         out["log_tail"] = res.get("log_tail", "")[-2000:]
     return out
@@ -415,7 +418,7 @@ def _failed(side: str, res: dict) -> str:
 def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[str]]:
     """The GPU-sharing findings that disturbed the timing, and every note the run's set-up earns the report."""
     disturbed, unwatched = gpu_share_findings(runs)
-    notes = disturbed + unwatched + jit_watch.findings(runs)
+    notes = disturbed + unwatched + jit_watch.findings(runs) + host_cpu.findings(runs)
     if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
         notes.append(f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / "
                      "--smoke capture up to the largest batch the job sends, not vLLM's default sizes")

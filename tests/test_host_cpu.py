@@ -1,0 +1,38 @@
+"""How busy the host's CPUs were during timed calls."""
+import pytest
+
+from fk_adapters import host_cpu
+
+
+def test_busy_share_comes_from_proc_stat(monkeypatch):
+    reads = iter([(100, 1000), (150, 1100)])
+    monkeypatch.setattr(host_cpu, "jiffies", lambda: next(reads))
+    assert host_cpu.busy_since(host_cpu.jiffies()) == 0.5
+    monkeypatch.setattr(host_cpu, "jiffies", lambda: None)
+    assert host_cpu.busy_since((1, 2)) is None and host_cpu.busy_since(None) is None
+
+
+def test_the_real_host_reads_as_a_share():
+    before = host_cpu.jiffies()
+    if before is None:
+        pytest.skip("no /proc/stat on this host")
+    sum(i * i for i in range(200_000))
+    busy = host_cpu.busy_since(before)
+    assert busy is None or 0.0 <= busy <= 1.0
+
+
+def _run(*busy, workload="throughput balanced"):
+    return {"perf": {"timeline": [{"workload": workload, "host_busy": b} for b in busy]}}
+
+
+def test_a_timed_call_during_other_work_is_named():
+    """Session 43: one lane's timed runs slowed while the other lane compiled on the same host."""
+    runs = {"baseline": [_run(0.05, 0.41), _run(0.04)], "candidate": [_run(0.05), _run(0.06)]}
+    assert host_cpu.findings(runs) == [
+        "the host's CPUs were busier during some timed runs than the median 5% of this scenario's (other work on the "
+        "machine can slow a run): round 1 baseline throughput balanced 41%"]
+
+
+def test_nothing_is_said_of_an_even_load_or_unknown_one():
+    assert host_cpu.findings({"baseline": [_run(0.5, 0.55)], "candidate": [_run(0.52)]}) == []
+    assert host_cpu.findings({"baseline": [_run(None, None)], "candidate": [{}]}) == []
