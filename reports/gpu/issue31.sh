@@ -16,7 +16,8 @@
 #             first side by side on those GPUs; $ADAPTER_ARGS: more `fk run` options, e.g. "--smoke" for fk46 scenarios)
 #   warm      before timed lanes start side by side: one passthrough A/B of each $ADAPTER_SC, one process a side and
 #             the float32 reference, untimed by anyone; every variant's compile caches (Inductor's, Triton's) are then
-#             warm, so no lane's cold compile lands in another lane's timing (session 43: it did)
+#             warm, so no lane's cold compile lands in another lane's timing (session 43: it did); REF_WARM=1 then
+#             has the adapter step take its float32 reference from that run (no reference process while lanes time)
 #   startup   one A/A pair of fk46-llama-3.1 (--smoke, one process a side) with vLLM's engine core in fk's driver
 #             process (--no-multiprocessing) and one without: the wall-time tables say what the second process and
 #             its import cost per start (a lever for the suite's 25 minutes)
@@ -44,12 +45,14 @@ case $1 in
           echo "suite wall time: $(( $(date +%s) - t0 )) s" | tee "$W/suite-fk46-llm.time" ;;
         adapter)
           for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
+            WARM=(); [ -n "${REF_WARM:-}" ] && [ -d "$W/warm-$S" ] && WARM=(--reference-from "$W/warm-$S")
             if wants "${ADAPTER_SIDES:-aa pass}" aa; then
-              $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} --out "$W/adapter-aa-$S" \
-                | tail -1
+              $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} "${WARM[@]}" \
+                --out "$W/adapter-aa-$S" | tail -1
             fi
             if wants "${ADAPTER_SIDES:-aa pass}" pass; then
-              REF=(); [ -f "$W/adapter-aa-$S/results.json" ] && REF=(--reference-from "$W/adapter-aa-$S")
+              REF=("${WARM[@]}"); [ -z "${REF[*]}" ] && [ -f "$W/adapter-aa-$S/results.json" ] && \
+                REF=(--reference-from "$W/adapter-aa-$S")
               $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} "${REF[@]}" \
                 --out "$W/adapter-pass-$S" | tail -1
             fi

@@ -384,12 +384,13 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
   s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
     # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
     # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
-    # interleaved rounds, two GPUs a side (session 42: 12-13 min with cold starts). Compiles now counted per run
+    # interleaved rounds, two GPUs a side (session 42: 12-13 min with cold starts), both taking the warm-up's float32
+    # reference (REF_WARM: no reference process starts while the other lane times). Compiles now counted per run
     lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mixtral ADAPTER_ARGS="--smoke"
     (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_GPUS="0 1" \
-       ADAPTER_ARGS="--smoke") &
+       ADAPTER_ARGS="--smoke" REF_WARM=1) &
     (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 \
-       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke") &
+       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke" REF_WARM=1) &
     wait ;;
   s44-qwen3-next-x4)  # four H200s, vLLM: issue 30's qwen3-next pair as s42-mixtral-x4 (session 41's floor 27-161% at
     # 3 rounds on one GPU), timed repeats that compile now run again; then Kimi-Linear's passthrough on GPU 0.
