@@ -60,7 +60,7 @@ import statistics
 
 from tabulate import tabulate
 
-from fk_adapters import stats, time_split, variation
+from fk_adapters import host_cpu, stats, time_split, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.results import (
     CompareResults,
@@ -354,7 +354,7 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
             row["verdict"] = stats.significant(delta, margin, hib)
             if row["verdict"] == D.NO_CHANGE and unresolved(delta, margin, hib, limit):
                 row["verdict"] = D.TOO_NOISY
-                row["farthest"] = farthest_process(br, hr)
+                row["farthest"] = farthest_process(br, hr, {"BASE": b_row, "HEAD": h_row}, f"{kind} {workload}")
         row["regression"] = row["verdict"] == D.SLOWER
         rows.append(row)
         if row.get("farthest"):
@@ -366,10 +366,11 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
     return rows, notes
 
 
-def farthest_process(b: dict, h: dict) -> str:
+def farthest_process(b: dict, h: dict, rows: dict | None = None, workload: str = "") -> str:
     """Which single engine process of BASE or HEAD lies farthest from the other rounds of its side (one value a
-    process, 3 or more rounds), as "HEAD candidate round 1: 0.846x the median of its other rounds"; "" if none."""
-    best = (0.0, "")
+    process, 3 or more rounds), as "HEAD candidate round 1: 0.846x the median of its other rounds"; "" if none. With
+    the results ``rows`` ({"BASE": row, "HEAD": row}), also how busy the host was during that process's runs."""
+    best, where = (0.0, ""), None
     for label, r in (("BASE", b), ("HEAD", h)):
         for side in ("baseline", "candidate"):
             values = (r.get(side) or {}).get("values") or []
@@ -381,6 +382,9 @@ def farthest_process(b: dict, h: dict) -> str:
                 if abs(math.log(off)) > best[0]:
                     best = (abs(math.log(off)), f"{label} {side} round {i + 1}: {off:.3f}x the median of its other "
                                                 "rounds")
+                    where = (label, side, i + 1)
+    if where and rows and rows.get(where[0]):
+        return best[1] + host_cpu.during(rows[where[0]], where[1], where[2], workload)
     return best[1]
 
 

@@ -43,3 +43,26 @@ def findings(runs: dict) -> list[str]:
                       for b, rnd, side, w in sorted(busy, reverse=True))
     return [f"the host's CPUs were busier during some timed runs than the median {mid:.0%} of this scenario's "
             f"(other work on the machine can slow a run): {where}"]
+
+
+def _calls(row: dict, workload: str):
+    """(side, round, host_busy) of each timed call of ``workload`` ("throughput balanced") in a results row."""
+    rounds = (row.get("rounds") or {}).get("runs")
+    per_side = dict(zip(("baseline", "candidate"), rounds)) if rounds else {
+        side: [row.get(side) or {}] for side in ("baseline", "candidate")}
+    for side, runs in per_side.items():
+        for rnd, run in enumerate(runs, 1):
+            for e in (run or {}).get("timeline") or []:
+                if e.get("workload") == workload and e.get("host_busy") is not None:
+                    yield side, rnd, e["host_busy"]
+
+
+def during(row: dict, side: str, rnd: int, workload: str) -> str:
+    """How busy the host was during one engine process's timed runs of ``workload`` against the others' runs of it
+    ("" where the results hold no such record)."""
+    calls = list(_calls(row, workload))
+    mine = [b for s, r, b in calls if (s, r) == (side, rnd)]
+    others = [b for s, r, b in calls if (s, r) != (side, rnd)]
+    if not mine or not others:
+        return ""
+    return f"; the host's CPUs {max(mine):.0%} busy during it, {statistics.median(others):.0%} in the other runs of it"

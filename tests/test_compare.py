@@ -347,3 +347,18 @@ def test_a_too_noisy_delta_names_the_engine_process_farthest_from_its_other_roun
     assert r["verdict"] == "too noisy" and r["farthest"].startswith("HEAD candidate round 1: 0.846x")
     assert any("the farthest engine process, HEAD candidate round 1" in n for n in cmp["scenarios"][0]["notes"])
     assert compare.farthest_process({"candidate": {"values": [1, 2]}, "paired": True}, {}) == ""  # 2 rounds: none
+
+
+def test_the_farthest_process_says_how_busy_the_host_was_during_it():
+    """Session 43: a lane's slow runs fell while another lane on the same host compiled."""
+    aa, passthrough = row(), row()
+    aa["perf"] = _rounds_perf([9547, 9546, 9558], [9540, 9513, 9428])
+    passthrough["perf"] = _rounds_perf([9614, 9552, 9589], [8007, 9512, 9413])
+
+    def runs(*busy):
+        return [{"timeline": [{"workload": "throughput w", "host_busy": b}]} for b in busy]
+
+    passthrough["rounds"] = {"runs": [runs(0.05, 0.04, 0.06), runs(0.38, 0.05, 0.05)]}
+    (r,) = compare.compare(results(aa), results(passthrough), noise_floor=0.023)["perf"]
+    assert r["farthest"] == ("HEAD candidate round 1: 0.846x the median of its other rounds; the host's CPUs 38% busy "
+                             "during it, 5% in the other runs of it")

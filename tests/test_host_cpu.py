@@ -36,3 +36,13 @@ def test_a_timed_call_during_other_work_is_named():
 def test_nothing_is_said_of_an_even_load_or_unknown_one():
     assert host_cpu.findings({"baseline": [_run(0.5, 0.55)], "candidate": [_run(0.52)]}) == []
     assert host_cpu.findings({"baseline": [_run(None, None)], "candidate": [{}]}) == []
+
+
+def test_one_process_against_the_others_in_a_results_row():
+    row = {"baseline": {"timeline": [{"workload": "latency batch1", "host_busy": 0.2}]},
+           "candidate": {"timeline": [{"workload": "latency batch1", "host_busy": 0.6},
+                                      {"workload": "latency batch1", "host_busy": 0.5}]}}
+    assert host_cpu.during(row, "candidate", 1, "latency batch1") == (
+        "; the host's CPUs 60% busy during it, 20% in the other runs of it")
+    assert host_cpu.during(row, "candidate", 1, "throughput w") == ""  # no record of that workload
+    assert host_cpu.during({}, "baseline", 1, "latency batch1") == ""
