@@ -23,6 +23,7 @@ from fk_adapters import (
     machine,
     metrics,
     probe,
+    stream_agreement,
     time_split,
 )
 from fk_adapters.engine_integrity import problems as engine_problems
@@ -418,7 +419,8 @@ def _failed(side: str, res: dict) -> str:
 def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[str]]:
     """The GPU-sharing findings that disturbed the timing, and every note the run's set-up earns the report."""
     disturbed, unwatched = gpu_share_findings(runs)
-    notes = disturbed + unwatched + jit_watch.findings(runs) + host_cpu.findings(runs)
+    notes = (disturbed + unwatched + jit_watch.findings(runs) + host_cpu.findings(runs)
+             + stream_agreement.findings(runs))
     if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
         notes.append(f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / "
                      "--smoke capture up to the largest batch the job sends, not vLLM's default sizes")
