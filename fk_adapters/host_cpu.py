@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+from fk_adapters import engine_runs
+
 BUSY_JUMP = 0.10  # a timed call this much busier (share of all CPUs) than the median of a scenario's calls is noted
 
 
@@ -27,40 +29,38 @@ def busy_since(before: tuple[int, int] | None) -> float | None:
     return round((after[0] - before[0]) / (after[1] - before[1]), 3)
 
 
+def _timed(runs: dict):
+    """(name, side, round, timeline entry) of every timed call with a known host load, over engine runs
+    ({side: [round 1, ...]}) as results (``perf.timeline``) or their summaries in results.json (``timeline``)."""
+    for name, side, rnd, res in engine_runs.each(runs):
+        for e in res.get("timeline") or (res.get("perf") or {}).get("timeline") or []:
+            if e.get("host_busy") is not None:
+                yield name, side, rnd, e
+
+
 def findings(runs: dict) -> list[str]:
     """Over a scenario's engine runs ({side: [round 1, ...]}): the timed calls the host's CPUs were notably busier
     during than the scenario's median call, with the median (nothing when none stands out)."""
-    calls = [(rnd, side, e) for side, results in runs.items() for rnd, res in enumerate(results, 1)
-             for e in ((res.get("perf") or {}).get("timeline") or []) if e.get("host_busy") is not None]
+    calls = list(_timed(runs))
     if len(calls) < 2:
         return []
-    mid = statistics.median(e["host_busy"] for _, _, e in calls)
-    busy = [(e["host_busy"], rnd, side, e["workload"]) for rnd, side, e in calls if e["host_busy"] - mid >= BUSY_JUMP]
+    mid = statistics.median(e["host_busy"] for *_, e in calls)
+    busy = [(e["host_busy"], rnd, side, name, e["workload"]) for name, side, rnd, e in calls
+            if e["host_busy"] - mid >= BUSY_JUMP]
     if not busy:
         return []
-    several = max(len(r) for r in runs.values()) > 1
-    where = ", ".join(f"{f'round {rnd} ' if several else ''}{side} {w} {b:.0%}"
-                      for b, rnd, side, w in sorted(busy, reverse=True))
+    where = ", ".join(f"{name} {w} {b:.0%}" for b, _, _, name, w in sorted(busy, reverse=True))
     return [f"the host's CPUs were busier during some timed runs than the median {mid:.0%} of this scenario's "
             f"(other work on the machine can slow a run): {where}"]
 
 
-def _calls(row: dict, workload: str):
-    """(side, round, host_busy) of each timed call of ``workload`` ("throughput balanced") in a results row."""
+def during(row: dict, side: str, rnd: int, workload: str) -> str:
+    """How busy the host was during one engine process's timed runs of ``workload`` ("throughput balanced") against
+    the others' runs of it, from a results row ("" where it holds no such record)."""
     rounds = (row.get("rounds") or {}).get("runs")
     per_side = dict(zip(("baseline", "candidate"), rounds)) if rounds else {
-        side: [row.get(side) or {}] for side in ("baseline", "candidate")}
-    for side, runs in per_side.items():
-        for rnd, run in enumerate(runs, 1):
-            for e in (run or {}).get("timeline") or []:
-                if e.get("workload") == workload and e.get("host_busy") is not None:
-                    yield side, rnd, e["host_busy"]
-
-
-def during(row: dict, side: str, rnd: int, workload: str) -> str:
-    """How busy the host was during one engine process's timed runs of ``workload`` against the others' runs of it
-    ("" where the results hold no such record)."""
-    calls = list(_calls(row, workload))
+        s: [row.get(s) or {}] for s in ("baseline", "candidate")}
+    calls = [(s, r, e["host_busy"]) for _, s, r, e in _timed(per_side) if e.get("workload") == workload]
     mine = [b for s, r, b in calls if (s, r) == (side, rnd)]
     others = [b for s, r, b in calls if (s, r) != (side, rnd)]
     if not mine or not others:

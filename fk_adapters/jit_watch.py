@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import os
 
+from fk_adapters import engine_runs
+
 RETIME_MAX = 2  # re-runs of one timed repeat during which a kernel was compiled
 LOG_VAR = "FK_TRITON_COMPILE_LOG"
 LOG_FILE = "triton_compiles.log"
@@ -71,16 +73,13 @@ def findings(runs: dict) -> list[str]:
     """Over a scenario's engine runs ({side: [round 1, ...]}): one line per run whose timed repeats met a Triton
     compile, with the repeats timed again and any kept timing that still contains one."""
     out = []
-    several = max((len(r) for r in runs.values()), default=0) > 1
-    for side, results in runs.items():
-        for rnd, res in enumerate(results, 1):
-            perf = res.get("perf") or {}
-            where = f"round {rnd} {side}" if several else side
-            redone, kept = perf.get("retimed") or [], perf.get("compiled_while_timed") or []
-            if redone:
-                out.append(f"{where}: {len(redone)} timed run(s) re-run, Triton compiled kernels during them: "
-                           + "; ".join(f"{e['workload']} {e['elapsed_s']:.3g} s ({e['compiled']})" for e in redone))
-            if kept:
-                out.append(f"{where}: still compiling after {RETIME_MAX} re-runs, these timings include it: "
-                           + "; ".join(f"{e['workload']} ({e['compiled']})" for e in kept))
+    for where, _, _, res in engine_runs.each(runs):
+        perf = res.get("perf") or {}
+        redone, kept = perf.get("retimed") or [], perf.get("compiled_while_timed") or []
+        if redone:
+            out.append(f"{where}: {len(redone)} timed run(s) re-run, Triton compiled kernels during them: "
+                       + "; ".join(f"{e['workload']} {e['elapsed_s']:.3g} s ({e['compiled']})" for e in redone))
+        if kept:
+            out.append(f"{where}: still compiling after {RETIME_MAX} re-runs, these timings include it: "
+                       + "; ".join(f"{e['workload']} ({e['compiled']})" for e in kept))
     return out

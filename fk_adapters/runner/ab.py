@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from fk_adapters import (
     __version__,
+    engine_runs,
     engines,
     evidence,
     gpu_share,
@@ -215,17 +216,14 @@ def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
     """Over the timed engine runs of a scenario ({side: [round 1, ...]}): one line per run another process shared
     the GPU with, and one per reason the GPU could not be watched (with the runs it concerns)."""
     disturbed, unwatched = [], {}
-    several = max(len(r) for r in runs.values()) > 1
-    for side, results in runs.items():
-        for rnd, res in enumerate(results, 1):
-            where = f"round {rnd} {side}" if several else side
-            share = res.get("gpu_share")
-            if share is None:
-                continue
-            if not share.get("watched"):
-                unwatched.setdefault(share.get("why") or "?", []).append(where)
-            elif share.get("foreign"):
-                disturbed.append(f"{where}: {gpu_share.sharing(share['foreign'])}: its timings are not comparable")
+    for where, _, _, res in engine_runs.each(runs):
+        share = res.get("gpu_share")
+        if share is None:
+            continue
+        if not share.get("watched"):
+            unwatched.setdefault(share.get("why") or "?", []).append(where)
+        elif share.get("foreign"):
+            disturbed.append(f"{where}: {gpu_share.sharing(share['foreign'])}: its timings are not comparable")
     return disturbed, [f"{', '.join(where)}: the GPU could not be watched for other processes ({why}): "
                        "these timings are unchecked" for why, where in unwatched.items()]
 
