@@ -1,6 +1,7 @@
 """Shared fixtures: fake plugin distributions on sys.path, and engine/GPU availability."""
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import sys
@@ -28,6 +29,26 @@ def _user_cache(_cache_home, monkeypatch):
     shared by the session's tests as by a user's runs."""
     monkeypatch.setenv("FK_CACHE_HOME", _cache_home)
     monkeypatch.delenv("FK_INTEGRITY_CACHE", raising=False)
+
+
+@pytest.fixture
+def triton_compiles(tmp_path, monkeypatch):
+    """The test as one fk engine run whose Triton compiles are logged (``jit_watch.engine_env``, run folder
+    ``tmp_path``); gives ``compile(name)``: what Triton's compile of kernel ``name`` stores through that cache."""
+    from fk_adapters import jit_watch
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    for k, v in jit_watch.engine_env(str(tmp_path)).items():
+        monkeypatch.setenv(k, v)
+
+    def compile_kernel(name: str) -> None:
+        from triton.runtime.cache import get_cache_manager
+
+        key = hashlib.sha256(name.encode()).hexdigest()
+        get_cache_manager(key).put("{}", f"{name}.json", binary=False)
+        get_cache_manager(key).put_group(f"__grp__{name}.json", {})
+
+    return compile_kernel
 
 
 @pytest.fixture

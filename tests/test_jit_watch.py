@@ -1,5 +1,4 @@
 """Kernels compiled during a timed repeat, read from the run's own compile log."""
-import hashlib
 import os
 import subprocess
 import sys
@@ -9,22 +8,10 @@ from fk_adapters import jit_watch
 PUT = "from triton.runtime.cache import get_cache_manager as g; g('{key}').put('{{}}', 'fused_moe_kernel.json', False)"
 
 
-def _compile(name: str) -> None:
-    """What Triton's compile stores through the cache manager an engine process runs with (a load stores nothing)."""
-    from triton.runtime.cache import get_cache_manager
-
-    key = hashlib.sha256(name.encode()).hexdigest()
-    get_cache_manager(key).put("{}", f"{name}.json", binary=False)
-    get_cache_manager(key).put_group(f"__grp__{name}.json", {})
-
-
-def test_each_compile_of_the_runs_own_processes_is_logged_and_read_back(tmp_path, monkeypatch):
-    for k, v in jit_watch.engine_env(str(tmp_path)).items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-    _compile("_layer_norm_fwd")  # before the mark: not counted
+def test_each_compile_of_the_runs_own_processes_is_logged_and_read_back(triton_compiles):
+    triton_compiles("_layer_norm_fwd")  # before the mark: not counted
     mark = jit_watch.Since()
-    _compile("fused_moe_kernel")
+    triton_compiles("fused_moe_kernel")
     code = PUT.format(key="ab12")
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))  # another process of the run
     new = mark.new()
@@ -33,18 +20,15 @@ def test_each_compile_of_the_runs_own_processes_is_logged_and_read_back(tmp_path
     assert jit_watch.Since().new() == []
 
 
-def test_a_compile_outside_the_run_is_not_counted(tmp_path, monkeypatch):
+def test_a_compile_outside_the_run_is_not_counted(triton_compiles, tmp_path):
     """Session 43: two fk runs side by side on one machine shared Triton's cache folders, and each counted the other's
     compiles as its own."""
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-    for k, v in jit_watch.engine_env(str(tmp_path / "ours")).items():
-        monkeypatch.setenv(k, v)
-    os.makedirs(tmp_path / "ours")
     mark = jit_watch.Since()
-    theirs = dict(os.environ, **jit_watch.engine_env(str(tmp_path)))
+    os.makedirs(tmp_path / "theirs")
+    theirs = dict(os.environ, **jit_watch.engine_env(str(tmp_path / "theirs")))
     code = PUT.format(key="cd34")
     subprocess.run([sys.executable, "-c", code], check=True, env=theirs)
-    assert mark.new() == [] and (tmp_path / jit_watch.LOG_FILE).exists()
+    assert mark.new() == [] and (tmp_path / "theirs" / jit_watch.LOG_FILE).exists()
 
 
 def test_a_users_own_cache_manager_is_left_alone(monkeypatch):

@@ -1,5 +1,4 @@
 """The drivers' shared plumbing: a run that fails or is killed keeps the results of the phases it finished."""
-import hashlib
 import json
 import os
 import signal
@@ -9,7 +8,6 @@ import textwrap
 
 import pytest
 
-from fk_adapters import jit_watch
 from fk_adapters.engines import driver_common
 from fk_adapters.engines.driver_common import PARTIAL_FILE, PERF_UNFINISHED, keep, main, measure, phase
 
@@ -106,22 +104,7 @@ def test_phase_writes_nothing_outside_a_driver_process(tmp_path, monkeypatch, ca
     assert capsys.readouterr().out == "[fk] x\n" and os.listdir(tmp_path) == []
 
 
-
-def _compiled(name: str) -> None:
-    """What Triton's compile stores through the cache manager fk runs engine processes with."""
-    from triton.runtime.cache import get_cache_manager
-
-    get_cache_manager(hashlib.sha256(name.encode()).hexdigest()).put("{}", f"{name}.json", binary=False)
-
-
-@pytest.fixture
-def compile_log(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-    for k, v in jit_watch.engine_env(str(tmp_path)).items():
-        monkeypatch.setenv(k, v)
-
-
-def _compiling_timer(compiles_on: set, seconds: dict):
+def _compiling_timer(compile_kernel, compiles_on: set, seconds: dict):
     """A fake ``timed``: call i (0 = the warm-up) takes seconds.get(i, 1.0) and, when i is in compiles_on, compiles
     a kernel, as an engine process's first call on a new specialization does."""
     calls = []
@@ -130,31 +113,31 @@ def _compiling_timer(compiles_on: set, seconds: dict):
         i = len(calls)
         calls.append(i)
         if i in compiles_on:
-            _compiled("fused_moe_kernel")
+            compile_kernel("fused_moe_kernel")
         return seconds.get(i, 1.0), 10, 10
 
     return timed
 
 
-def test_a_timed_repeat_that_compiled_a_kernel_is_run_again_and_listed(compile_log):
+def test_a_timed_repeat_that_compiled_a_kernel_is_run_again_and_listed(triton_compiles):
     """Session 42 on an H200: single timed runs 1-1.5 s slow in early engine processes while Triton compiled."""
     perf = {"repeats": 2, "warmup": 1, "throughput": {"w": {"prompts": [[1]], "output_len": 2}}}
-    out = measure(perf, _compiling_timer(compiles_on={0, 1}, seconds={1: 2.5}))
+    out = measure(perf, _compiling_timer(triton_compiles, compiles_on={0, 1}, seconds={1: 2.5}))
     assert [r["elapsed_s"] for r in out["throughput"]["w"]] == [1.0, 1.0]  # a compile in the warm-up is no matter
     assert out["retimed"] == [{"workload": "throughput w", "elapsed_s": 2.5, "compiled": "fused_moe_kernel x1"}]
     assert "compiled_while_timed" not in out
 
 
-def test_a_repeat_that_keeps_compiling_is_kept_and_named(compile_log):
+def test_a_repeat_that_keeps_compiling_is_kept_and_named(triton_compiles):
     perf = {"repeats": 1, "warmup": 0, "latency": {"batch1": {"prompts": [[1]], "output_len": 2}}}
-    out = measure(perf, _compiling_timer(compiles_on={0, 1, 2}, seconds={0: 3.0, 1: 2.0, 2: 1.5}))
+    out = measure(perf, _compiling_timer(triton_compiles, compiles_on={0, 1, 2}, seconds={0: 3.0, 1: 2.0, 2: 1.5}))
     assert out["latency"]["batch1"] == [{"latency_s": 1.5}]
     assert [e["elapsed_s"] for e in out["retimed"]] == [3.0, 2.0]
     assert [e["s"] for e in out["timeline"]] == [3.0, 2.0, 1.5]  # every timed call, the discarded ones too
     assert out["compiled_while_timed"][0]["workload"] == "latency batch1"
 
 
-def test_with_nothing_compiled_the_timings_are_the_repeats(compile_log):
+def test_with_nothing_compiled_the_timings_are_the_repeats(triton_compiles):
     perf = {"repeats": 1, "warmup": 0, "throughput": {"w": {"prompts": [[1]], "output_len": 2}}}
     out = measure(perf, lambda prompts, n: (2.0, 1, 1))
     assert [e["workload"] for e in out.pop("timeline")] == ["throughput w"]
@@ -162,14 +145,14 @@ def test_with_nothing_compiled_the_timings_are_the_repeats(compile_log):
                                          "input_tokens": 1, "output_tokens": 1}]}, "latency": {}}
 
 
-def test_latency_keeps_its_own_repeats_when_throughput_is_cut_to_one(compile_log):
+def test_latency_keeps_its_own_repeats_when_throughput_is_cut_to_one(triton_compiles):
     w = {"prompts": [[1]], "output_len": 2}
     out = measure({"repeats": 1, "latency_repeats": 3, "warmup": 0, "throughput": {"t": w}, "latency": {"l": w}},
                   lambda prompts, n: (1.0, 1, 1))
     assert len(out["throughput"]["t"]) == 1 and len(out["latency"]["l"]) == 3
 
 
-def test_an_items_repeat_that_compiled_is_run_again(compile_log):
+def test_an_items_repeat_that_compiled_is_run_again(triton_compiles):
     """The module hosts' items/s path: a timed call returns seconds alone."""
     calls = []
 
@@ -177,7 +160,7 @@ def test_an_items_repeat_that_compiled_is_run_again(compile_log):
         def timed(n):
             calls.append(n)
             if len(calls) == 2:  # the first timed call (after the warm-up) compiles a kernel and runs long
-                _compiled("_conv_kernel")
+                triton_compiles("_conv_kernel")
                 return 9.0
             return 1.0
         return timed

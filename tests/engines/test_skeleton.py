@@ -248,23 +248,14 @@ class StillCompilingEngine(FakeProfilingEngine):
         return self.profiled(lambda: None)
 
     def profiled(self, fn, *args):  # the profiled run only: the unprofiled one before it runs ``_unprofiled``
-        from triton.runtime.cache import get_cache_manager
-
-        get_cache_manager("ab" * 32).put("{}", "fused_moe_kernel.json", binary=False)
+        self.compile_kernel("fused_moe_kernel")
         return super().profiled(fn, *args)
 
 
-def test_a_compile_inside_the_profiled_step_is_recorded(clock, tmp_path, monkeypatch):
-    from fk_adapters import jit_watch
-
+def test_a_compile_inside_the_profiled_step_is_recorded(clock, tmp_path, monkeypatch, triton_compiles):
     monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
-    for k, v in jit_watch.engine_env(str(tmp_path)).items():
-        monkeypatch.setenv(k, v)
     job = {"correctness": {"prompts": [[1, 2]] * 4, "max_tokens": 2, "teacher": [[1, 2]]}, "profile": {"requests": 3}}
-    assert engine_profile_compiled(StillCompilingEngine(Clock()), job) == "fused_moe_kernel x1"
-    assert engine_profile_compiled(FakeProfilingEngine(Clock()), job) is None
-
-
-def engine_profile_compiled(engine, job):
-    return engine.run(job).get("profile_compiled")
+    engine = StillCompilingEngine(Clock())
+    engine.compile_kernel = triton_compiles
+    assert engine.run(job).get("profile_compiled") == "fused_moe_kernel x1"
+    assert FakeProfilingEngine(Clock()).run(job).get("profile_compiled") is None
