@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 
-from fk_adapters import host_cpu, jit_watch
+from fk_adapters import cpu_binding, host_cpu, jit_watch
 
 PARTIAL_FILE = "partial.json"
 PERF_UNFINISHED = "perf_unfinished"  # the timed workloads measure() finished so far, while it runs
@@ -148,6 +148,15 @@ def measure_items(perf: dict, timer) -> dict:
     return out
 
 
+def _bind_cpus() -> str | None:
+    """This process bound to the CPUs the runner asked for (``cpu_binding``); the CPU list it runs on."""
+    try:
+        return cpu_binding.apply()
+    except (OSError, ValueError) as exc:
+        print(f"[fk] warning: not bound to the CPUs ${cpu_binding.VAR} names ({exc})", flush=True)
+        return None
+
+
 def main(run, argv=None) -> int:
     """``python -m <driver> JOB.json RESULT.json``: run the job, always write a result. A run that raises still
     carries what its finished phases measured (``keep``), listed in "kept_from_partial"."""
@@ -158,6 +167,7 @@ def main(run, argv=None) -> int:
     unwatched = jit_watch.ready()
     if unwatched:
         print(f"[fk] warning: {unwatched}", flush=True)
+    host_cpus = _bind_cpus()
     try:
         res = run(job)
     except Exception as exc:
@@ -167,6 +177,8 @@ def main(run, argv=None) -> int:
         if kept:
             res["kept_from_partial"] = sorted(kept)
         print(res["traceback"], flush=True)  # into the run's log, where the report points
+    if host_cpus:
+        res.setdefault("host_cpus", host_cpus)  # the engine's whole session, where the driver read it
     tmp = f"{result_path}.tmp"
     with open(tmp, "w") as f:  # whole or absent: a process killed while writing leaves no half result
         json.dump(res, f)

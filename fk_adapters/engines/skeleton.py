@@ -14,7 +14,7 @@ import contextlib
 import os
 import time
 
-from fk_adapters import jit_watch
+from fk_adapters import cpu_binding, jit_watch
 from fk_adapters.engines.driver_common import OUTPUTS_FILE, keep, measure, measure_items, phase, save_outputs
 
 TOP_K = 5  # the most likely tokens recorded per generated step
@@ -183,6 +183,8 @@ class Driver:
         try:
             res["startup_s"] = time.perf_counter() - t0 - self._off_clock_s
             self._runtime(res, self.runtime())
+            if os.environ.get(cpu_binding.VAR):
+                res["host_cpus"] = cpu_binding.session_cpus()
             res["probe_after_start"] = self.probe("start")
             with self.serving(job):
                 self.correctness(job, res)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from fk_adapters import (
     __version__,
+    cpu_binding,
     engine_runs,
     engines,
     evidence,
@@ -155,7 +156,8 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
 
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
-            "reused_age_s", "runtime", "gpu_share", "gpu_wait_s", "kept_from_partial", "phases")
+            "reused_age_s", "runtime", "gpu_share", "gpu_wait_s", "kept_from_partial", "phases", "cpu_binding",
+            "host_cpus")
     out = {k: res[k] for k in keep if k in res}
     if (res.get("perf") or {}).get("timeline"):  # each timed call's start, seconds and host load: to explain a slow one
         out["timeline"] = res["perf"]["timeline"]
@@ -418,7 +420,7 @@ def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[s
     """The GPU-sharing findings that disturbed the timing, and every note the run's set-up earns the report."""
     disturbed, unwatched = gpu_share_findings(runs)
     notes = (disturbed + unwatched + jit_watch.findings(runs) + host_cpu.findings(runs)
-             + stream_agreement.findings(runs))
+             + stream_agreement.findings(runs) + cpu_binding.findings(runs))
     if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
         notes.append(f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / "
                      "--smoke capture up to the largest batch the job sends, not vLLM's default sizes")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from fk_adapters import gpu_lock, gpu_share, wall_time
+from fk_adapters import cpu_binding, gpu_lock, gpu_share, wall_time
 from fk_adapters.engines.driver_common import PARTIAL_FILE  # the driver's results so far, kept when it fails
 from fk_adapters.runner import reaper as reapers
 
@@ -22,7 +22,8 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
 
     ``watch_gpu``: a CUDA run: wait for the machine's GPU lock (``gpu_lock``: one fk engine process at a time) and
     watch the GPU for other processes while the engine runs (``gpu_share.Watcher``); what it saw is the result's
-    "gpu_share", also written to gpu_share.json in ``run_dir``; the wait for the lock, its "gpu_wait_s"."""
+    "gpu_share", also written to gpu_share.json in ``run_dir``; the wait for the lock, its "gpu_wait_s"; the engine
+    process bound to its GPUs' host CPUs (``cpu_binding``), the plan its "cpu_binding"."""
     run_dir = os.path.abspath(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     job_path, result_path, log_path = (os.path.join(run_dir, n) for n in ("job.json", "result.json", "engine.log"))
@@ -32,13 +33,17 @@ def run_job(python: str, driver: str, job: dict, run_dir: str, env: dict, timeou
         if os.path.exists(stale):
             os.remove(stale)
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", FK_RUN_DIR=run_dir, **env)
+    full_env.pop(cpu_binding.VAR, None)
+    binding = cpu_binding.plan(full_env) if watch_gpu else None
+    if binding and "cpus" in binding:
+        full_env[cpu_binding.VAR] = binding["cpus"]
     say = echo or (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     asked = time.perf_counter()
     with gpu_lock.held(gpu_lock.lock_path(full_env), say) if watch_gpu else contextlib.nullcontext():
         waited = time.perf_counter() - asked
         res = _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, echo, watch_gpu, run_dir)
     if watch_gpu:
-        res["gpu_wait_s"] = round(waited, 1)
+        res.update(gpu_wait_s=round(waited, 1), cpu_binding=binding)
     return res
 
 

@@ -57,6 +57,8 @@ for step in "$@"; do
           | grep -v -i warning)
       done
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+      { nvidia-smi topo -m; lscpu; } > "$ROOT/host-topology.txt" 2>&1  # which CPUs and NUMA node each GPU sits on
+      grep -E "^NUMA node|^CPU\(s\)|^Socket" "$ROOT/host-topology.txt"
       $FK doctor --engine "$ENGINE" | tee "$WORK/doctor.txt"
       $FK plugins ;;
     tests)

@@ -381,6 +381,10 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (sleep 20; lane S-3 31 sglang 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=4 \
        ADAPTER_ARGS="--smoke") &
     wait ;;
+  s45-mix-vllm-x4)  # session 44's plan again, now that fk binds each engine process to its GPUs' host CPUs (session
+    # 44: all else "no change", batch-1 latency too noisy, one A/A process 20% slow on all three repeats, host idle);
+    # fk_gpu.sh setup writes the host's NUMA layout to /tmp/fk-work/host-topology.txt (packed)
+    bash "$0" s44-mix-vllm-x4 ;;
   s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
     # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
     # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
@@ -445,7 +449,8 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
         [ -d "$ROOT/i$issue/$engine" ] && (. "$HERE/hold_env.sh" "i$issue" "$engine" && hold_pack > /dev/null)
       done
     done
+    cp "$ROOT/host-topology.txt" "${OUT:?}/" 2>/dev/null
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac

@@ -1,0 +1,143 @@
+"""The host CPUs a GPU engine process runs on: those local to its GPUs (their NUMA node), where the host has several.
+
+On a host of several NUMA nodes the scheduler may put an engine's host threads on either node, and a process whose
+threads landed far from its GPU launches slower; at batch 1 the step is host-bound (session 44: vLLM's batch-1
+latency differed by up to 20% between engine processes of one A/A pair, while every other workload stayed within
+2%). Binding every process of both sides to its GPUs' CPUs takes that placement out of the comparison, and keeps
+runs on other GPUs of the host off its CPUs. The runner plans the binding (``plan``), the engine process applies it
+to itself before the engine starts (``apply``) and records the CPUs it ran on. ``FK_BIND_CPUS=0`` turns it off.
+"""
+from __future__ import annotations
+
+import os
+
+from fk_adapters import engine_runs, gpu_share
+
+VAR = "FK_ENGINE_CPUS"  # the CPU list the runner asks the engine process to run on
+OFF_VAR = "FK_BIND_CPUS"
+SYSFS_PCI = "/sys/bus/pci/devices"
+ONE_NODE = "the GPUs' local CPUs are all the CPUs fk runs on"
+
+
+def parse_cpulist(text: str) -> set[int]:
+    """Linux's CPU list format ("0-3,8,10-11") as a set; ValueError on anything else."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def format_cpulist(cpus) -> str:
+    """A set of CPUs in Linux's CPU list format, runs joined ("0-3,8")."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c != run[-1] + 1:
+            out.append(_span(run))
+            run = []
+        run.append(c)
+    if run:
+        out.append(_span(run))
+    return ",".join(out)
+
+
+def _span(run: list[int]) -> str:
+    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
+
+
+def _sysfs_name(bus_id: str) -> str:
+    """nvidia-smi's "00000000:19:00.0" as sysfs names the device: "0000:19:00.0"."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    return f"{domain[-4:]}:{rest}"
+
+
+def _local_cpus(bus_id: str) -> set[int]:
+    with open(os.path.join(SYSFS_PCI, _sysfs_name(bus_id), "local_cpulist")) as f:
+        return parse_cpulist(f.read())
+
+
+def plan(env: dict) -> dict:
+    """For an engine process started with ``env``: {"cpus": CPU list, "gpus": CUDA_VISIBLE_DEVICES} to bind it to,
+    or {"unbound": why} (off, nothing to gain on a one-node host, or the GPUs' CPUs unknown)."""
+    if env.get(OFF_VAR, "1") == "0":
+        return {"unbound": f"{OFF_VAR}=0"}
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    buses = gpu_share.gpu_field("pci.bus_id", visible)
+    if not buses or (visible is not None and len(buses) != len([v for v in visible.split(",") if v.strip()])):
+        return {"unbound": "nvidia-smi did not name the PCI bus of every GPU the process sees"}
+    try:
+        local = set().union(*(_local_cpus(b) for b in buses))
+        allowed = os.sched_getaffinity(0)
+    except (OSError, ValueError, AttributeError) as exc:
+        return {"unbound": f"the GPUs' local CPUs could not be read ({exc})"}
+    cpus = local & allowed
+    if not cpus:
+        return {"unbound": f"none of the GPUs' local CPUs ({format_cpulist(local)}) is one fk may run on"}
+    if cpus == allowed:
+        return {"unbound": ONE_NODE}
+    return {"cpus": format_cpulist(cpus), "gpus": visible if visible is not None else "all"}
+
+
+def apply() -> str | None:
+    """In the engine process, before the engine starts: every thread of this process bound to ``$FK_ENGINE_CPUS``
+    (its later threads and processes inherit it); the CPU list it then runs on, None where none was asked."""
+    asked = os.environ.get(VAR)
+    if not asked:
+        return None
+    cpus = parse_cpulist(asked)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    return format_cpulist(os.sched_getaffinity(0))
+
+
+def session_cpus() -> str:
+    """The CPUs any thread of this process's session (the engine process and every process it started) may run on,
+    as a CPU list: once the engine is up, where its host threads really run."""
+    me, cpus = os.getsid(0), set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if gpu_share.session_id(int(pid)) != me:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                cpus |= os.sched_getaffinity(int(tid))
+            except OSError:  # ended meanwhile
+                pass
+    return format_cpulist(cpus)
+
+
+
+def findings(runs: dict) -> list[str]:
+    """Over a scenario's engine runs ({side: [round 1, ...]}): which host CPUs the GPU runs were bound to, any that
+    ran elsewhere than asked, and why any was not bound (nothing on a one-node host, or for CPU runs)."""
+    bound: dict = {}
+    astray, unbound = [], {}
+    for where, _, _, res in engine_runs.each(runs):
+        b = res.get("cpu_binding")
+        if not b:
+            continue
+        if "cpus" in b:
+            bound.setdefault((b["gpus"], b["cpus"]), []).append(where)
+            ran = res.get("host_cpus")
+            if not ran or not parse_cpulist(ran) <= parse_cpulist(b["cpus"]):
+                astray.append(f"{where} ran on CPUs {res.get('host_cpus') or 'unknown'}")
+        elif b["unbound"] != ONE_NODE:
+            unbound.setdefault(b["unbound"], []).append(where)
+    out = []
+    if bound:
+        out.append("engine processes ran on the host CPUs local to their GPUs (their NUMA node; "
+                   f"{OFF_VAR}=0 turns this off): " + "; ".join(
+                       f"GPU {gpus}: CPUs {cpus} ({len(w)} process{'es' if len(w) > 1 else ''})"
+                       for (gpus, cpus), w in bound.items()))
+    if astray:
+        out.append("asked to run on their GPUs' CPUs, " + ", ".join(astray))
+    out += [f"{', '.join(w)}: not bound to the GPUs' host CPUs ({why})" for why, w in unbound.items()]
+    return out
