@@ -45,11 +45,14 @@ def findings(runs: dict) -> list[str]:
     if len(calls) < 2:
         return []
     mid = statistics.median(e["host_busy"] for *_, e in calls)
-    busy = [(e["host_busy"], rnd, side, name, e["workload"]) for name, side, rnd, e in calls
-            if e["host_busy"] - mid >= BUSY_JUMP]
+    busy: dict = {}  # (process, workload): the load of each of its repeats that stands out
+    for name, _, _, e in calls:
+        if e["host_busy"] - mid >= BUSY_JUMP:
+            busy.setdefault((name, e["workload"]), []).append(e["host_busy"])
     if not busy:
         return []
-    where = ", ".join(f"{name} {w} {b:.0%}" for b, _, _, name, w in sorted(busy, reverse=True))
+    where = ", ".join(f"{name} {w} {max(b):.0%}" + (f" ({len(b)} repeats)" if len(b) > 1 else "")
+                      for (name, w), b in sorted(busy.items(), key=lambda kv: -max(kv[1])))
     return [f"the host's CPUs were busier during some timed runs than the median {mid:.0%} of this scenario's "
             f"(other work on the machine can slow a run): {where}"]
 

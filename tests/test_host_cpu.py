@@ -31,6 +31,10 @@ def test_a_timed_call_during_other_work_is_named():
     assert host_cpu.findings(runs) == [
         "the host's CPUs were busier during some timed runs than the median 5% of this scenario's (other work on the "
         "machine can slow a run): round 1 baseline throughput balanced 41%"]
+    # session 44: a process's repeats of one workload, each busy, once with their count, the busiest first
+    runs["candidate"] = [_run(0.05), _run(0.06, 0.05, 0.2, 0.19, 0.06, 0.05)]
+    assert host_cpu.findings(runs)[0].endswith(
+        "round 1 baseline throughput balanced 41%, round 2 candidate throughput balanced 20% (2 repeats)")
 
 
 def test_nothing_is_said_of_an_even_load_or_unknown_one():
