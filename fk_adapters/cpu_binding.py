@@ -1,11 +1,11 @@
 """The host CPUs a GPU engine process runs on: those local to its GPUs (their NUMA node), where the host has several.
 
-On a host of several NUMA nodes the scheduler may put an engine's host threads on either node, and a process whose
-threads landed far from its GPU launches slower; at batch 1 the step is host-bound (session 44: vLLM's batch-1
-latency differed by up to 20% between engine processes of one A/A pair, while every other workload stayed within
-2%). Binding every process of both sides to its GPUs' CPUs takes that placement out of the comparison, and keeps
-runs on other GPUs of the host off its CPUs. The runner plans the binding (``plan``), the engine process applies it
-to itself before the engine starts (``apply``) and records the CPUs it ran on. ``FK_BIND_CPUS=0`` turns it off.
+On a host of several NUMA nodes the scheduler may put an engine's host threads on either node, near its GPU or far
+from it, and not alike for the two sides of a comparison. Binding every process of both sides to its GPUs'
+CPUs takes it out of the comparison, and keeps runs on other GPUs of the host off those CPUs. The runner plans the
+binding (``plan``), the engine process applies it to itself before the engine starts (``apply``) and records the
+CPUs its session may run on (``session_cpus``). Nothing is bound on a one-node host (the lent 4-H200 machine, session
+44). ``FK_BIND_CPUS=0`` turns it off.
 """
 from __future__ import annotations
 

@@ -352,7 +352,7 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # two at a time, both sides of a round on one GPU), about 3 rounds' time for 5; while round 1 leaves GPUs 1 and 3
     # free: the GDN decode fix's GPU test on GPU 3; then Kimi-Linear's wrong-gdn and passthrough once the A/A is done.
     # ADAPTER_GPUS are physical numbers: fk gives each engine process its set as CUDA_VISIBLE_DEVICES
-    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_GPUS="0 1" \
+    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=${MIX_ROUNDS:-5} ADAPTER_GPUS="0 1" \
        ADAPTER_ARGS="--smoke"
      lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass") &
     (lane V-3 30 vllm 3 STEPS="gputests" GPUTESTS_FILES=" " GPUTESTS_K="gdn_passthrough" GPUTESTS_S=240) &
@@ -381,19 +381,19 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (sleep 20; lane S-3 31 sglang 3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=4 \
        ADAPTER_ARGS="--smoke") &
     wait ;;
-  s45-mix-vllm-x4)  # session 44's plan again, now that fk binds each engine process to its GPUs' host CPUs (session
-    # 44: all else "no change", batch-1 latency too noisy, one A/A process 20% slow on all three repeats, host idle);
-    # fk_gpu.sh setup writes the host's NUMA layout to /tmp/fk-work/host-topology.txt (packed)
-    bash "$0" s44-mix-vllm-x4 ;;
+  s45-mix-vllm-x4)  # session 44's plan at 7 rounds (session 44, 5 rounds: all else "no change", batch-1 latency too
+    # noisy, its processes 0.28-0.36 s, each steady within itself). The lent 4-H200 host is one NUMA node (session
+    # 44's second hold), so fk's CPU binding changes nothing there. Round 1, then 3 waves of two: ~12 min a lane
+    MIX_ROUNDS=7 bash "$0" s44-mix-vllm-x4 ;;
   s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
     # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
     # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
     # interleaved rounds, two GPUs a side (session 42: 12-13 min with cold starts), both taking the warm-up's float32
     # reference (REF_WARM: no reference process starts while the other lane times). Compiles now counted per run
     lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mixtral ADAPTER_ARGS="--smoke"
-    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=5 ADAPTER_GPUS="0 1" \
+    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=${MIX_ROUNDS:-5} ADAPTER_GPUS="0 1" \
        ADAPTER_ARGS="--smoke" REF_WARM=1) &
-    (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=5 \
+    (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=${MIX_ROUNDS:-5} \
        ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke" REF_WARM=1) &
     wait ;;
   s44-qwen3-next-x4)  # four H200s, vLLM: issue 30's qwen3-next pair as s42-mixtral-x4 (session 41's floor 27-161% at
