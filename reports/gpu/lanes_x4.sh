@@ -383,14 +383,19 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     wait ;;
   s45-mix-vllm-x4)  # session 44's plan at 7 rounds (session 44, 5 rounds: all else "no change", batch-1 latency too
     # noisy, its processes 0.28-0.36 s, each steady within itself). The lent 4-H200 host is one NUMA node (session
-    # 44's second hold), so fk's CPU binding changes nothing there. Round 1, then 3 waves of two: ~12 min a lane
-    MIX_ROUNDS=7 bash "$0" s44-mix-vllm-x4 ;;
+    # 44's second hold), so fk's CPU binding changes nothing there. Round 1, then 3 waves of two: ~12 min a lane.
+    # While GPU 0 warms, GPU 3 runs issue 30's last Kimi-Linear item, its passthrough (compiled, correctness only; its
+    # wrong-gdn was INCORRECT in session 42), cut at 9 minutes so that it never runs beside the timed lanes
+    MIX_ROUNDS=7 KIMI_PASS=1 bash "$0" s44-mix-vllm-x4 ;;
   s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
     # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
     # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
     # interleaved rounds, two GPUs a side (session 42: 12-13 min with cold starts), both taking the warm-up's float32
     # reference (REF_WARM: no reference process starts while the other lane times). Compiles now counted per run
+    [ -n "${KIMI_PASS:-}" ] && (timeout 540 bash -c "$(declare -f lane); HERE=$HERE ROOT=$ROOT; lane V-3 30 vllm 3 \
+      STEPS=linear LINEAR=fk46-kimi-linear LINEAR_STEPS=pass") &
     lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mixtral ADAPTER_ARGS="--smoke"
+    wait  # the Kimi-Linear lane, where one runs
     (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=${MIX_ROUNDS:-5} ADAPTER_GPUS="0 1" \
        ADAPTER_ARGS="--smoke" REF_WARM=1) &
     (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=${MIX_ROUNDS:-5} \
