@@ -114,7 +114,6 @@ def session_cpus() -> str:
     return format_cpulist(cpus)
 
 
-
 def findings(runs: dict) -> list[str]:
     """Over a scenario's engine runs ({side: [round 1, ...]}): which host CPUs the GPU runs were bound to, any that
     ran elsewhere than asked, and why any was not bound (nothing on a one-node host, or for CPU runs)."""
