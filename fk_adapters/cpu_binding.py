@@ -5,7 +5,7 @@ from it, and not alike for the two sides of a comparison. Binding every process 
 CPUs takes it out of the comparison, and keeps runs on other GPUs of the host off those CPUs. The runner plans the
 binding (``plan``), the engine process applies it to itself before the engine starts (``apply``) and records the
 CPUs its session may run on (``session_cpus``). Nothing is bound on a one-node host (the lent 4-H200 machine, session
-44). ``FK_BIND_CPUS=0`` turns it off.
+44). ``FK_BIND_CPUS=0`` turns it off; ``FK_BIND_CPUS=gpu`` gives each GPU its own share of its node's cores.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fk_adapters import engine_runs, gpu_share
 VAR = "FK_ENGINE_CPUS"  # the CPU list the runner asks the engine process to run on
 OFF_VAR = "FK_BIND_CPUS"
 SYSFS_PCI = "/sys/bus/pci/devices"
+SYSFS_CPU = "/sys/devices/system/cpu"
 ONE_NODE = "the GPUs' local CPUs are all the CPUs fk runs on"
 
 
@@ -59,25 +60,58 @@ def _local_cpus(bus_id: str) -> set[int]:
 
 
 def plan(env: dict) -> dict:
-    """For an engine process started with ``env``: {"cpus": CPU list, "gpus": CUDA_VISIBLE_DEVICES} to bind it to,
-    or {"unbound": why} (off, nothing to gain on a one-node host, or the GPUs' CPUs unknown)."""
-    if env.get(OFF_VAR, "1") == "0":
+    """For an engine process started with ``env``: {"cpus": CPU list, "gpus": CUDA_VISIBLE_DEVICES, "share": how} to
+    bind it to, or {"unbound": why} (off, nothing to gain, or the GPUs' CPUs unknown). ``FK_BIND_CPUS=gpu``: each GPU
+    its equal share of its node's CPUs (by PCI bus order), not the whole node."""
+    mode = env.get(OFF_VAR, "1")
+    if mode == "0":
         return {"unbound": f"{OFF_VAR}=0"}
     visible = env.get("CUDA_VISIBLE_DEVICES")
     buses = gpu_share.gpu_field("pci.bus_id", visible)
     if not buses or (visible is not None and len(buses) != len([v for v in visible.split(",") if v.strip()])):
         return {"unbound": "nvidia-smi did not name the PCI bus of every GPU the process sees"}
     try:
-        local = set().union(*(_local_cpus(b) for b in buses))
         allowed = os.sched_getaffinity(0)
+        local = [_local_cpus(b) & allowed for b in buses]
+        if mode == "gpu":
+            local = _gpu_shares(buses, allowed)
     except (OSError, ValueError, AttributeError) as exc:
         return {"unbound": f"the GPUs' local CPUs could not be read ({exc})"}
-    cpus = local & allowed
+    cpus = set().union(*local)
     if not cpus:
-        return {"unbound": f"none of the GPUs' local CPUs ({format_cpulist(local)}) is one fk may run on"}
+        return {"unbound": "none of the GPUs' local CPUs is one fk may run on"}
     if cpus == allowed:
         return {"unbound": ONE_NODE}
-    return {"cpus": format_cpulist(cpus), "gpus": visible if visible is not None else "all"}
+    return {"cpus": format_cpulist(cpus), "gpus": visible if visible is not None else "all",
+            "share": "each GPU's share of its node" if mode == "gpu" else "the GPUs' node"}
+
+
+def _gpu_shares(buses: list[str], allowed: set[int]) -> list[set[int]]:
+    """Each of ``buses``' GPUs' equal share of the CPUs (of ``allowed``) of its NUMA node, the node's CPUs dealt in
+    order to its GPUs in PCI bus order: disjoint for any two GPUs of the host."""
+    every = sorted(gpu_share.gpu_field("pci.bus_id", every=True), key=_sysfs_name)
+    node_of = {b: frozenset(_local_cpus(b) & allowed) for b in every}
+    shares = []
+    for bus in buses:
+        peers = [b for b in every if node_of[b] == node_of[bus]]
+        cores = _cores(node_of[bus])
+        k, size = peers.index(bus), len(cores) // len(peers)
+        shares.append(set().union(*cores[k * size:(k + 1) * size]))
+    return shares
+
+
+def _cores(cpus) -> list[set[int]]:
+    """``cpus`` grouped by physical core (sysfs ``thread_siblings_list``; a CPU it does not describe alone), in
+    order: a share of whole cores never splits two hyperthreads of one core between GPUs."""
+    cores: dict = {}
+    for c in sorted(cpus):
+        try:
+            with open(os.path.join(SYSFS_CPU, f"cpu{c}", "topology", "thread_siblings_list")) as f:
+                key = min(parse_cpulist(f.read()))
+        except (OSError, ValueError):
+            key = c
+        cores.setdefault(key, set()).add(c)
+    return [cores[k] for k in sorted(cores)]
 
 
 def apply() -> str | None:
@@ -118,13 +152,14 @@ def findings(runs: dict) -> list[str]:
     """Over a scenario's engine runs ({side: [round 1, ...]}): which host CPUs the GPU runs were bound to, any that
     ran elsewhere than asked, and why any was not bound (nothing on a one-node host, or for CPU runs)."""
     bound: dict = {}
-    astray, unbound = [], {}
+    astray, unbound, shares = [], {}, set()
     for where, _, _, res in engine_runs.each(runs):
         b = res.get("cpu_binding")
         if not b:
             continue
         if "cpus" in b:
             bound.setdefault((b["gpus"], b["cpus"]), []).append(where)
+            shares.add(b.get("share", "the GPUs' node"))
             ran = res.get("host_cpus")
             if not ran or not parse_cpulist(ran) <= parse_cpulist(b["cpus"]):
                 astray.append(f"{where} ran on CPUs {res.get('host_cpus') or 'unknown'}")
@@ -132,7 +167,7 @@ def findings(runs: dict) -> list[str]:
             unbound.setdefault(b["unbound"], []).append(where)
     out = []
     if bound:
-        out.append("engine processes ran on the host CPUs local to their GPUs (their NUMA node; "
+        out.append(f"engine processes ran on the host CPUs local to their GPUs ({', '.join(sorted(shares))}; "
                    f"{OFF_VAR}=0 turns this off): " + "; ".join(
                        f"GPU {gpus}: CPUs {cpus} ({len(w)} process{'es' if len(w) > 1 else ''})"
                        for (gpus, cpus), w in bound.items()))

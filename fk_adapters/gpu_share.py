@@ -51,16 +51,17 @@ def gpu_names(visible: str | None = None) -> list[str]:
     return gpu_field("name", visible)
 
 
-def gpu_field(field: str, visible: str | None = None) -> list[str]:
+def gpu_field(field: str, visible: str | None = None, every: bool = False) -> list[str]:
     """nvidia-smi's ``field`` (a --query-gpu name: name, pci.bus_id, ...) of each GPU ``visible`` names (as
-    ``gpu_names``), in that order; a GPU nvidia-smi does not list is left out; [] when it cannot tell."""
+    ``gpu_names``; ``every``: each GPU of the host), in that order; a GPU nvidia-smi does not list is left out; []
+    when it cannot tell."""
     try:
         out = _smi(["nvidia-smi", f"--query-gpu=index,uuid,{field}", "--format=csv,noheader"])
     except QueryError:
         return []
     rows = [[p.strip() for p in line.split(",", 2)] for line in out.splitlines() if line.count(",") >= 2]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if visible is None:
+    if visible is None or every:
         return [value for _, _, value in rows]
     by_key = {key: value for index, uuid, value in rows for key in (index, uuid)}
     return [by_key[v.strip()] for v in visible.split(",") if v.strip() in by_key]

@@ -36,8 +36,10 @@ def test_cpu_lists_read_and_written_as_linux_writes_them():
 
 
 def test_a_run_is_bound_to_the_cpus_of_the_node_its_gpus_sit_on(host):
-    assert cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "0,1"}) == {"cpus": "0-15,64-79", "gpus": "0,1"}
-    assert cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "GPU-d"}) == {"cpus": "16-31,80-95", "gpus": "GPU-d"}
+    node = "the GPUs' node"
+    assert cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "0,1"}) == {"cpus": "0-15,64-79", "gpus": "0,1", "share": node}
+    assert cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "GPU-d"}) == {"cpus": "16-31,80-95", "gpus": "GPU-d",
+                                                                  "share": node}
     # GPUs on both nodes, or every GPU visible: nothing to gain
     assert cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "1,2"}) == {"unbound": cpu_binding.ONE_NODE}
     assert cpu_binding.plan({}) == {"unbound": cpu_binding.ONE_NODE}
@@ -45,9 +47,28 @@ def test_a_run_is_bound_to_the_cpus_of_the_node_its_gpus_sit_on(host):
 
 def test_fk_may_only_bind_within_the_cpus_it_was_given(host, monkeypatch):
     monkeypatch.setattr(cpu_binding.os, "sched_getaffinity", lambda pid: set(range(8, 24)))
-    assert cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "0"}) == {"cpus": "8-15", "gpus": "0"}
+    assert cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "0"})["cpus"] == "8-15"
     monkeypatch.setattr(cpu_binding.os, "sched_getaffinity", lambda pid: {40, 41})
     assert "is one fk may run on" in cpu_binding.plan({"CUDA_VISIBLE_DEVICES": "0"})["unbound"]
+
+
+def test_each_gpu_may_get_its_own_share_of_its_node_in_whole_cores(host, tmp_path, monkeypatch):
+    """FK_BIND_CPUS=gpu: GPUs 0 and 1 share a node of 16 cores with two threads each (c and c + 64)."""
+    for c in [*range(32), *range(64, 96)]:
+        (tmp_path / "cpu" / f"cpu{c}" / "topology").mkdir(parents=True)
+        (tmp_path / "cpu" / f"cpu{c}" / "topology" / "thread_siblings_list").write_text(f"{c % 64},{c % 64 + 64}")
+    monkeypatch.setattr(cpu_binding, "SYSFS_CPU", str(tmp_path / "cpu"))
+
+    def share(cvd):
+        return cpu_binding.plan({"CUDA_VISIBLE_DEVICES": cvd, "FK_BIND_CPUS": "gpu"})
+    assert share("0") == {"cpus": "0-7,64-71", "gpus": "0", "share": "each GPU's share of its node"}
+    assert share("1")["cpus"] == "8-15,72-79" and share("3")["cpus"] == "24-31,88-95"
+    assert share("0,1")["cpus"] == "0-15,64-79"  # both shares: the whole node
+    # a single-GPU host of one node: its share is every CPU, nothing to bind
+    monkeypatch.setattr(gpu_share.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, 0, stdout="0, GPU-a, 00000000:19:00.0\n", stderr=""))
+    monkeypatch.setattr(cpu_binding.os, "sched_getaffinity", lambda pid: set(range(16)) | set(range(64, 80)))
+    assert share("0") == {"unbound": cpu_binding.ONE_NODE}
 
 
 def test_unbound_when_turned_off_or_the_gpus_cannot_be_placed(host, monkeypatch):
@@ -66,10 +87,10 @@ def test_unbound_when_turned_off_or_the_gpus_cannot_be_placed(host, monkeypatch)
 def test_the_report_names_the_binding_and_what_went_astray():
     def res(binding, ran=None):
         return {"cpu_binding": binding, **({"host_cpus": ran} if ran else {})}
-    a, b = {"cpus": "0-15", "gpus": "0"}, {"cpus": "16-31", "gpus": "2"}
+    a, b = {"cpus": "0-15", "gpus": "0"}, {"cpus": "16-31", "gpus": "2", "share": "the GPUs' node"}
     runs = {"baseline": [res(a, "0-15"), res(a, "0-7")], "candidate": [res(b, "16-31"), res(b, "0-31")]}
     notes = cpu_binding.findings(runs)
-    assert notes[0].startswith("engine processes ran on the host CPUs local to their GPUs")
+    assert notes[0].startswith("engine processes ran on the host CPUs local to their GPUs (the GPUs' node; ")
     assert "GPU 0: CPUs 0-15 (2 processes); GPU 2: CPUs 16-31 (2 processes)" in notes[0]
     assert notes[1] == "asked to run on their GPUs' CPUs, round 2 candidate ran on CPUs 0-31"
     off = {"baseline": [res({"unbound": "FK_BIND_CPUS=0"})], "candidate": [res({"unbound": cpu_binding.ONE_NODE})]}

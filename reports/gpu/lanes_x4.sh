@@ -383,10 +383,13 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     wait ;;
   s45-mix-vllm-x4)  # session 44's plan at 7 rounds (session 44, 5 rounds: all else "no change", batch-1 latency too
     # noisy, its processes 0.28-0.36 s, each steady within itself). The lent 4-H200 host is one NUMA node (session
-    # 44's second hold), so fk's CPU binding changes nothing there. Round 1, then 3 waves of two: ~12 min a lane.
+    # 44's second hold), so fk's default CPU binding changes nothing there: the timed lanes run with FK_BIND_CPUS=gpu,
+    # each engine process on its GPU's 16 CPUs (a batch-1 step is mostly host work, crossing two processes: whether
+    # keeping them on a fixed block steadies it is the experiment; session 44 unbound is the control). Round 1, then 3
+    # waves of two: ~12 min a lane.
     # While GPU 0 warms, GPU 3 runs issue 30's last Kimi-Linear item, its passthrough (compiled, correctness only; its
     # wrong-gdn was INCORRECT in session 42), cut at 9 minutes so that it never runs beside the timed lanes
-    MIX_ROUNDS=7 KIMI_PASS=1 bash "$0" s44-mix-vllm-x4 ;;
+    MIX_ROUNDS=7 KIMI_PASS=1 MIX_BIND=gpu bash "$0" s44-mix-vllm-x4 ;;
   s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
     # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
     # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
@@ -397,9 +400,9 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mixtral ADAPTER_ARGS="--smoke"
     wait  # the Kimi-Linear lane, where one runs
     (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=${MIX_ROUNDS:-5} ADAPTER_GPUS="0 1" \
-       ADAPTER_ARGS="--smoke" REF_WARM=1) &
+       ADAPTER_ARGS="--smoke" REF_WARM=1 FK_BIND_CPUS=${MIX_BIND:-1}) &
     (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=${MIX_ROUNDS:-5} \
-       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke" REF_WARM=1) &
+       ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke" REF_WARM=1 FK_BIND_CPUS=${MIX_BIND:-1}) &
     wait ;;
   s44-qwen3-next-x4)  # four H200s, vLLM: issue 30's qwen3-next pair as s42-mixtral-x4 (session 41's floor 27-161% at
     # 3 rounds on one GPU), timed repeats that compile now run again; then Kimi-Linear's passthrough on GPU 0.
