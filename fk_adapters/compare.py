@@ -108,7 +108,7 @@ def check_results(data, path: str, role: str) -> RunResults:
 
 
 META = ("engine", "engine_version", "device", "host", "mode", "candidate", "plugins", "aa", "quick", "created",
-        "command", "fk_version", "verdict")
+        "command", "fk_version", "verdict", "cpu_binding")
 
 
 def _meta(run: RunResults, path: str) -> dict:
@@ -399,6 +399,10 @@ def _warnings(base: dict, head: dict, aa: dict | None) -> list[str]:
             if aa.get(key) != head.get(key):
                 out.append(f"the A/A run's {key} {aa.get(key)!r} is not HEAD's {head.get(key)!r}: "
                            "its noise floor may not be this machine's")
+    for label, other in (("BASE", base), ("the A/A run", aa or {})):
+        if other.get("cpu_binding") and head.get("cpu_binding") and other["cpu_binding"] != head["cpu_binding"]:
+            out.append(f"{label} ran with FK_BIND_CPUS={other['cpu_binding']}, HEAD with "
+                       f"FK_BIND_CPUS={head['cpu_binding']}: their engine processes ran on other host CPUs")
     return out
 
 

@@ -362,3 +362,17 @@ def test_the_farthest_process_says_how_busy_the_host_was_during_it():
     (r,) = compare.compare(results(aa), results(passthrough), noise_floor=0.023)["perf"]
     assert r["farthest"] == ("HEAD candidate round 1: 0.846x the median of its other rounds; the host's CPUs 38% busy "
                              "during it, 5% in the other runs of it")
+
+
+def test_runs_whose_engine_processes_were_bound_otherwise_are_warned_of():
+    """FK_BIND_CPUS puts the engine processes on other host CPUs: a BASE, HEAD or A/A run made otherwise is named."""
+    base, head, aa = results(row()), results(row()), results(row(), aa=True)
+    base["cpu_binding"], head["cpu_binding"], aa["cpu_binding"] = "1", "gpu", "gpu"
+    cmp = compare.compare(base, head, noise_floor=compare.noise_floor_from_aa(aa, "aa.json"))
+    assert cmp["warnings"] == ["BASE ran with FK_BIND_CPUS=1, HEAD with FK_BIND_CPUS=gpu: their engine processes ran "
+                               "on other host CPUs"]
+    aa["cpu_binding"] = "0"
+    cmp = compare.compare(base, head, noise_floor=compare.noise_floor_from_aa(aa, "aa.json"))
+    assert cmp["warnings"][1].startswith("the A/A run ran with FK_BIND_CPUS=0, HEAD with FK_BIND_CPUS=gpu")
+    del base["cpu_binding"]  # a run made before fk recorded it: nothing to tell
+    assert compare.compare(base, results(row()))["warnings"] == []

@@ -101,6 +101,7 @@ class RunResults(EngineResults):
     interleave: int = 1
     engine_integrity: dict = field(default_factory=dict)
     tuning_env: dict = field(default_factory=dict)  # machine.tuning_env(): what the engine processes inherited
+    cpu_binding: str = ""  # CUDA runs: $FK_BIND_CPUS as the run had it ("1" the default, "0" off, "gpu")
     thresholds: dict = field(default_factory=dict)
     output_thresholds: dict = field(default_factory=dict)
     scenarios: list[dict] = field(default_factory=list)  # one row per scenario (status, correctness, perf, ...)

@@ -760,7 +760,9 @@ def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
             "quick": cfg.quick, "correctness_only": cfg.correctness_only,
             "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
             "interleave": _rounds(cfg),
-            "run_key": run_key(cfg), "tuning_env": machine.tuning_env(), "thresholds": metrics.THRESHOLDS,
+            "run_key": run_key(cfg), "tuning_env": machine.tuning_env(),
+            "cpu_binding": os.environ.get(cpu_binding.OFF_VAR, "1") if cfg.device == "cuda" else "",
+            "thresholds": metrics.THRESHOLDS,
             "output_thresholds": metrics.OUTPUT_THRESHOLDS, "engine_integrity": cfg.engine_integrity,
             "scenarios": []}
 
