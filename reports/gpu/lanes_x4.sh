@@ -48,6 +48,12 @@ lane() {  # lane NAME ISSUE ENGINE DEVICES [VAR=value ...]: runs issueNN.sh ENGI
   env CUDA_VISIBLE_DEVICES="$devices" "$@" bash "$HERE/issue$issue.sh" "$engine" runs >> "$log" 2>&1
 }
 
+cut_lane() {  # cut_lane SECONDS NAME ISSUE ENGINE DEVICES [VAR=value ...]: a lane stopped after SECONDS (fk stops its
+  # engine processes with it), for untimed work beside a warm-up that must be over before timed lanes start
+  local limit=$1; shift
+  timeout "$limit" bash -c "$(declare -f lane); HERE=$HERE ROOT=$ROOT; lane $(printf '%q ' "$@")"
+}
+
 capture_lane() {  # capture_lane GPU "HOSTS": issue 32's transformers hosts captured (--profile) on one GPU, its own
   # weights folder (the lane deletes its weights after each host)
   lane T-$1 32 transformers $1 STEPS="hosts" HOSTS="$2" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$1
@@ -388,17 +394,18 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # keeping them on a fixed block steadies it is the experiment; session 44 unbound is the control). Round 1, then 3
     # waves of two: ~12 min a lane.
     # While GPU 0 warms, GPU 3 runs issue 30's last Kimi-Linear item, its passthrough (compiled, correctness only; its
-    # wrong-gdn was INCORRECT in session 42), cut at 9 minutes so that it never runs beside the timed lanes
-    MIX_ROUNDS=7 KIMI_PASS=1 MIX_BIND=gpu bash "$0" s44-mix-vllm-x4 ;;
+    # wrong-gdn was INCORRECT in session 42), and GPU 1 issue 31's op-level check against vLLM's compiled natives on a
+    # fresh fk46-llama-3.1 capture (never run yet); each cut at 9 minutes so that it never runs beside the timed lanes
+    MIX_ROUNDS=7 KIMI_PASS=1 CHECKC=1 MIX_BIND=gpu bash "$0" s44-mix-vllm-x4 ;;
   s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
     # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
     # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
     # interleaved rounds, two GPUs a side (session 42: 12-13 min with cold starts), both taking the warm-up's float32
     # reference (REF_WARM: no reference process starts while the other lane times). Compiles now counted per run
-    [ -n "${KIMI_PASS:-}" ] && (timeout 540 bash -c "$(declare -f lane); HERE=$HERE ROOT=$ROOT; lane V-3 30 vllm 3 \
-      STEPS=linear LINEAR=fk46-kimi-linear LINEAR_STEPS=pass") &
+    [ -n "${KIMI_PASS:-}" ] && cut_lane 540 V-3 30 vllm 3 STEPS=linear LINEAR=fk46-kimi-linear LINEAR_STEPS=pass &
+    [ -n "${CHECKC:-}" ] && cut_lane 540 V-1 31 vllm 1 STEPS=checkc CAPTURE=fk46-llama-3.1 &
     lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mixtral ADAPTER_ARGS="--smoke"
-    wait  # the Kimi-Linear lane, where one runs
+    wait  # the lanes beside the warm-up, where any runs
     (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=${MIX_ROUNDS:-5} ADAPTER_GPUS="0 1" \
        ADAPTER_ARGS="--smoke" REF_WARM=1 FK_BIND_CPUS=${MIX_BIND:-1}) &
     (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=${MIX_ROUNDS:-5} \
