@@ -397,6 +397,9 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # wrong-gdn was INCORRECT in session 42), and GPU 1 issue 31's op-level check against vLLM's compiled natives on a
     # fresh fk46-llama-3.1 capture (never run yet); each cut at 9 minutes so that it never runs beside the timed lanes
     MIX_ROUNDS=7 KIMI_PASS=1 CHECKC=1 MIX_BIND=gpu bash "$0" s44-mix-vllm-x4 ;;
+  s46-qwen3-next-x4)  # four H200s, vLLM: issue 30's fk46-qwen3-next pair as s45 ran Mixtral's (warm-up first, 7
+    # rounds, two GPUs a side, FK_BIND_CPUS=gpu): session 41's A/A floor was 27-161% at 3 rounds on one GPU, cold
+    MIX_SC=fk46-qwen3-next MIX_ROUNDS=7 MIX_BIND=gpu bash "$0" s44-mix-vllm-x4 ;;
   s44-mix-vllm-x4)  # four H200s, vLLM: issue 29's last pair again (session 43's stayed INCOMPLETE: a cold first
     # process, and slow runs in one lane while the other lane's engine or float32 reference compiled). First every
     # variant's caches warmed on GPU 0 (stock, passthrough, float32: about 7 min), then the A/A and the passthrough at 5
@@ -404,11 +407,11 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # reference (REF_WARM: no reference process starts while the other lane times). Compiles now counted per run
     [ -n "${KIMI_PASS:-}" ] && cut_lane 540 V-3 30 vllm 3 STEPS=linear LINEAR=fk46-kimi-linear LINEAR_STEPS=pass &
     [ -n "${CHECKC:-}" ] && cut_lane 540 V-1 31 vllm 1 STEPS=checkc CAPTURE=fk46-llama-3.1 &
-    lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mixtral ADAPTER_ARGS="--smoke"
+    lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=${MIX_SC:-fk46-mixtral} ADAPTER_ARGS="--smoke"
     wait  # the lanes beside the warm-up, where any runs
-    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=aa ROUNDS=${MIX_ROUNDS:-5} ADAPTER_GPUS="0 1" \
+    (lane V-0 31 vllm 0,1 STEPS="adapter" ADAPTER_SC=${MIX_SC:-fk46-mixtral} ADAPTER_SIDES=aa ROUNDS=${MIX_ROUNDS:-5} ADAPTER_GPUS="0 1" \
        ADAPTER_ARGS="--smoke" REF_WARM=1 FK_BIND_CPUS=${MIX_BIND:-1}) &
-    (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=fk46-mixtral ADAPTER_SIDES=pass ROUNDS=${MIX_ROUNDS:-5} \
+    (sleep 20; lane V-2 31 vllm 2,3 STEPS="adapter" ADAPTER_SC=${MIX_SC:-fk46-mixtral} ADAPTER_SIDES=pass ROUNDS=${MIX_ROUNDS:-5} \
        ADAPTER_GPUS="2 3" ADAPTER_ARGS="--smoke" REF_WARM=1 FK_BIND_CPUS=${MIX_BIND:-1}) &
     wait ;;
   s44-qwen3-next-x4)  # four H200s, vLLM: issue 30's qwen3-next pair as s42-mixtral-x4 (session 41's floor 27-161% at
@@ -467,5 +470,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     cp "$ROOT/host-topology.txt" "${OUT:?}/" 2>/dev/null
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
