@@ -18,6 +18,7 @@ OFF_VAR = "FK_BIND_CPUS"
 SYSFS_PCI = "/sys/bus/pci/devices"
 SYSFS_CPU = "/sys/devices/system/cpu"
 ONE_NODE = "the GPUs' local CPUs are all the CPUs fk runs on"
+NODE, GPU_SHARE = "the GPUs' node", "each GPU's share of its node"  # what a bound process was given
 
 
 def parse_cpulist(text: str) -> set[int]:
@@ -72,9 +73,7 @@ def plan(env: dict) -> dict:
         return {"unbound": "nvidia-smi did not name the PCI bus of every GPU the process sees"}
     try:
         allowed = os.sched_getaffinity(0)
-        local = [_local_cpus(b) & allowed for b in buses]
-        if mode == "gpu":
-            local = _gpu_shares(buses, allowed)
+        local = _gpu_shares(buses, allowed) if mode == "gpu" else [_local_cpus(b) & allowed for b in buses]
     except (OSError, ValueError, AttributeError) as exc:
         return {"unbound": f"the GPUs' local CPUs could not be read ({exc})"}
     cpus = set().union(*local)
@@ -83,7 +82,7 @@ def plan(env: dict) -> dict:
     if cpus == allowed:
         return {"unbound": ONE_NODE}
     return {"cpus": format_cpulist(cpus), "gpus": visible if visible is not None else "all",
-            "share": "each GPU's share of its node" if mode == "gpu" else "the GPUs' node"}
+            "share": GPU_SHARE if mode == "gpu" else NODE}
 
 
 def _gpu_shares(buses: list[str], allowed: set[int]) -> list[set[int]]:
@@ -159,7 +158,7 @@ def findings(runs: dict) -> list[str]:
             continue
         if "cpus" in b:
             bound.setdefault((b["gpus"], b["cpus"]), []).append(where)
-            shares.add(b.get("share", "the GPUs' node"))
+            shares.add(b.get("share", NODE))
             ran = res.get("host_cpus")
             if not ran or not parse_cpulist(ran) <= parse_cpulist(b["cpus"]):
                 astray.append(f"{where} ran on CPUs {res.get('host_cpus') or 'unknown'}")
