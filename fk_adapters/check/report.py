@@ -64,9 +64,18 @@ def _slot_speedup(s: dict) -> str:
     if s.get("geomean_speedup") is None:
         return "-"
     rng = s.get("geomean_speedup_range") or slot_speedup_range(s.get("shapes", []))
-    launch = s.get("launch_in_device_time")
-    return (f"{s['geomean_speedup']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
-            + (f"; launch work in {launch} of {len(s.get('shapes', []))} shapes' device times" if launch else ""))
+    return f"{s['geomean_speedup']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "") + _left_out(s, "engine")
+
+
+def _left_out(s: dict, base: str) -> str:
+    """The note on shapes whose ratio over ``base`` is left out (launch work in a side's device time); results made
+    before shapes were left out counted them in, and say so."""
+    of = len(s.get("shapes", []))
+    if "left_out" not in s:
+        n = s.get("launch_in_device_time") if base == "engine" else 0
+        return f"; launch work in {n} of {of} shapes' device times" if n else ""
+    n = s["left_out"].get(base, 0)
+    return f"; {n} of {of} shapes left out (launch work in their device times)" if n else ""
 
 
 def _slot_compiled(s: dict) -> str:
@@ -80,7 +89,8 @@ def _slot_compiled(s: dict) -> str:
     if s.get("geomean_speedup_compiled") is None:
         return "-"
     rng = s.get("geomean_speedup_compiled_range")
-    return f"{s['geomean_speedup_compiled']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
+    return (f"{s['geomean_speedup_compiled']:.3f}" + (f" [{rng[0]:.3f}, {rng[1]:.3f}]" if rng else "")
+            + _left_out(s, "compiled"))
 
 
 def _predicts(s: dict) -> str:

@@ -34,9 +34,19 @@ def speedup_range(row: dict, base: str = "engine") -> tuple[float, float] | None
     return e["q1_s"] / c["q3_s"], e["q3_s"] / c["q1_s"]
 
 
+def device_times_only(row: dict, base: str = "engine") -> bool:
+    """Whether ``base``'s and the candidate's times of this shape are device times alone: neither side's host launch
+    outlasted the spin that hides it (such a ratio is left out of the slot's figures)."""
+    return not {"candidate", base} & set(row.get("launch_in_device_time") or [])
+
+
+def timed_shapes(shapes: list[dict], base: str = "engine") -> list[dict]:
+    return [r for r in shapes if device_times_only(r, base)]
+
+
 def slot_speedup_range(shapes: list[dict], base: str = "engine") -> tuple[float, float] | None:
     """Call-weighted geomeans of the per-shape lower and upper speedup bounds."""
-    ranges = [(speedup_range(r, base), r["calls"]) for r in shapes]
+    ranges = [(speedup_range(r, base), r["calls"]) for r in timed_shapes(shapes, base)]
     if not ranges or any(r is None for r, _ in ranges):
         return None
     lo = weighted_geomean([(r[0], w) for r, w in ranges])
@@ -85,6 +95,9 @@ def time_ratio(shapes: list[dict]) -> float | None:
     if not shapes or any(not (r.get("engine") or {}).get("median_s") or not (r.get("candidate") or {}).get("median_s")
                          for r in shapes):
         return None
+    shapes = timed_shapes(shapes)
+    if not shapes:
+        return None
     return (sum(r["calls"] * r["engine"]["median_s"] for r in shapes)
             / sum(r["calls"] * r["candidate"]["median_s"] for r in shapes))
 
@@ -93,7 +106,7 @@ def compiled_speedup(shapes: list[dict]) -> float | None:
     """The call-weighted geomean speedup over the engine's compiled native forward: None unless every shape has one."""
     if not shapes or any(r.get("speedup_compiled") is None for r in shapes):
         return None
-    return weighted_geomean([(r["speedup_compiled"], r["calls"]) for r in shapes])
+    return weighted_geomean([(r["speedup_compiled"], r["calls"]) for r in timed_shapes(shapes, "compiled")])
 
 
 def predictor(plan: dict | None, mode: str) -> tuple[str | None, str]:
@@ -124,7 +137,8 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP, mode: str = "eager"
     plan = res.get("compiled_baseline")
     predicts, why = predictor(plan, mode)
     compiled_geomean = None if bad or not (plan or {}).get("compiles") else compiled_speedup(res["shapes"])
-    eager_geomean = None if bad else weighted_geomean([(r.get("speedup"), r["calls"]) for r in res["shapes"]])
+    eager = [(r.get("speedup"), r["calls"]) for r in timed_shapes(res["shapes"])]
+    eager_geomean = None if bad else weighted_geomean(eager)
     return {"status": verdict.check_slot(bool(bad)), "shapes": res["shapes"], "copy_ceiling_Bps": ceiling,
             "compiled_baseline": plan, "predicts": predicts, "predicts_why": why,
             "geomean_speedup_compiled": compiled_geomean,
@@ -140,6 +154,7 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP, mode: str = "eager"
             "flops_per_s": None if bad else slot_flop_rates(res["shapes"]),
             "flagged": sum(bool(r["flags"]) for r in res["shapes"]),
             "launch_in_device_time": sum(bool(r.get("launch_in_device_time")) for r in res["shapes"]),
+            "left_out": {b: len(res["shapes"]) - len(timed_shapes(res["shapes"], b)) for b in ("engine", "compiled")},
             "untimed": next((r["untimed"] for r in res["shapes"] if r.get("untimed")), "")}
 
 
@@ -188,7 +203,8 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                      + failed_at(entry)
                      + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else "")
                      + (f" (launch work in the device time of {entry['launch_in_device_time']} of "
-                        f"{len(entry['shapes'])} shapes)" if entry.get("launch_in_device_time") else "")
+                        f"{len(entry['shapes'])} shapes: their ratios left out)" if entry.get("launch_in_device_time")
+                        else "")
                      + (f", {entry['geomean_speedup_compiled']:.3f} over the compiled native forward"
                         if entry.get("geomean_speedup_compiled") else ""))
                 save()

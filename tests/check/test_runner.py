@@ -40,13 +40,33 @@ def test_big_speedups_and_impossible_bandwidth_are_flagged_not_celebrated():
     assert "## Flagged for review" in md and "| review" in md
 
 
-def test_a_speedup_whose_device_times_hold_launch_work_says_so():
+def _rendered(s: dict) -> str:
+    return render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
+                         "verdict": "PASS", "slots": [{"workload": "w", "plugin": "p", "slot": "rms_norm", **s}]})
+
+
+def test_a_ratio_whose_device_times_hold_launch_work_is_left_out_of_the_slot_and_says_so():
     slow_launch = dict(_shape(12.8, 5e11), launch_in_device_time=["engine"])
     s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": [slow_launch, _shape(0.6, 5e11)]})
-    assert s["launch_in_device_time"] == 1
-    md = render_check({"kind": "check", "engine": "vllm", "device": "cuda", "fk_version": "0", "created": "now",
-                       "verdict": "PASS", "slots": [{"workload": "w", "plugin": "p", "slot": "rms_norm", **s}]})
-    assert "; launch work in 1 of 2 shapes' device times" in md
+    assert s["launch_in_device_time"] == 1 and s["left_out"] == {"engine": 1, "compiled": 0}
+    assert s["geomean_speedup"] == pytest.approx(0.6)  # 12.8x would have made the slot read 2.77x
+    assert "0.600; 1 of 2 shapes left out (launch work in their device times)" in _rendered(s)
+
+
+def test_a_compiled_ratio_whose_native_launch_outlasts_its_spin_is_left_out():
+    shapes = [dict(_shape(1.1, 5e11), speedup_compiled=11.4, launch_in_device_time=["compiled"]),
+              dict(_shape(1.1, 5e11), speedup_compiled=1.2)]
+    s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12, "shapes": shapes,
+                          "compiled_baseline": {"compiles": True}}, mode="compiled")
+    assert s["geomean_speedup_compiled"] == pytest.approx(1.2) and s["predicted_speedup"] == pytest.approx(1.2)
+    assert s["geomean_speedup"] == pytest.approx(1.1) and s["left_out"] == {"engine": 0, "compiled": 1}
+
+
+def test_results_made_before_shapes_were_left_out_say_what_they_counted():
+    s = runner.summarise({"status": "ok", "copy_ceiling_Bps": 1e12,
+                          "shapes": [dict(_shape(12.8, 5e11), launch_in_device_time=["engine"]), _shape(0.6, 5e11)]})
+    del s["left_out"]
+    assert "; launch work in 1 of 2 shapes' device times" in _rendered(s)
 
 
 def test_a_wrong_shape_fails_the_slot_and_has_no_speedup():

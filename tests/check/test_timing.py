@@ -20,3 +20,33 @@ def test_bench_pair_times_each_function_behind_its_own_spin(monkeypatch):
     monkeypatch.setitem(clock.saved, "time.perf_counter", lambda: next(slow))
     _, _, spun = timing.bench_pair(clock, {"slow": lambda x: x}, [(1,)], 3, 0)
     assert spun == {"slow": 5e-3}
+
+
+def _fake_gpu_clock(monkeypatch, timed_launch_s: float):
+    """A clock whose warm-up launches take no time and whose timed launches take ``timed_launch_s``; it records
+    the spins each timed call went behind."""
+    clock = timing.Clock("cpu", guards.TimingIntegrity().saved)
+    clock.spin_s = 1e-3
+    monkeypatch.setitem(clock.saved, "time.perf_counter", lambda: 0.0)
+    seen: list[list[int]] = []
+
+    def time_calls(calls, host=None, spins=None):
+        seen.append(list(spins))
+        host.extend([timed_launch_s] * len(calls))
+        return [1e-4] * len(calls)
+
+    monkeypatch.setattr(clock, "time_calls", time_calls)
+    return clock, seen
+
+
+def test_a_launch_slower_when_timed_than_in_its_warm_up_is_timed_again_behind_a_spin_that_covers_it(monkeypatch):
+    clock, seen = _fake_gpu_clock(monkeypatch, 3e-3)
+    times, host, spun = timing.bench_pair(clock, {"f": lambda x: x}, [(1,)], 2, 3)
+    assert seen == [[1]] * 3 + [[5]] * 3  # 1.5 x 3 ms behind spins of 1 ms: five
+    assert spun == {"f": 5e-3} and len(times["f"]) == len(host["f"]) == 3
+
+
+def test_a_launch_the_warm_up_spin_covers_is_timed_once(monkeypatch):
+    clock, seen = _fake_gpu_clock(monkeypatch, 0.5e-3)
+    _, _, spun = timing.bench_pair(clock, {"f": lambda x: x}, [(1,)], 2, 3)
+    assert seen == [[1]] * 3 and spun == {"f": 1e-3}
