@@ -177,9 +177,10 @@ def _check_signature(slot, sig, cand, eng, device, clock, cfg, seed, values=None
 
 
 def _load(job: dict):
-    """(candidate, engine kernel) callables for the job's slot."""
+    """(candidate, engine kernel) callables for the job's slot, and whether the candidate is the engine's kernel itself
+    (``loading.engine_own``: an adapter may leave its calls on the engine's own path)."""
     from fk_adapters.engines import get
-    from fk_adapters.engines.loading import kernel_callable
+    from fk_adapters.engines.loading import engine_own, kernel_callable
     from fk_adapters.plugins import load_plugins, select_kernels
 
     spec = get(job["engine"])
@@ -191,7 +192,8 @@ def _load(job: dict):
     if job["slot"] not in chosen:
         raise LookupError(f"plugin {job['plugin']} offers no {job['slot']} kernel for {spec.name} on {job['device']}"
                           + (f" ({'; '.join(notes)})" if notes else ""))
-    return kernel_callable(chosen[job["slot"]][1], natives), natives[job["slot"]]
+    kernel, native = chosen[job["slot"]][1], natives[job["slot"]]
+    return kernel_callable(kernel, natives), native, engine_own(kernel, natives, job["slot"])
 
 
 def _compiled_native(job: dict, res: dict):
@@ -213,9 +215,9 @@ def run(job: dict) -> dict:
     integrity = guards.TimingIntegrity()  # before the plugin is imported
     clock = timing.Clock(job["device"], integrity.saved)
     slot = SLOTS[job["slot"]]
-    cand, eng = _load(job)
+    cand, eng, own = _load(job)
     res = {"status": "ok", "engine": job["engine"], "plugin": job["plugin"], "slot": job["slot"],
-           "device": job["device"], "shapes": []}
+           "device": job["device"], "engine_own": own, "shapes": []}
     native = _compiled_native(job, res)
     if job["device"] == "cuda":
         import torch

@@ -6,7 +6,7 @@ from tabulate import tabulate
 from fk_adapters import gpu_share
 from fk_adapters.check import scales, value_stats
 from fk_adapters.check.guards import MEAN_SLACK, OUTLIER_SHARE, OUTLIER_SPAN, TOLERANCES
-from fk_adapters.check.runner import failed_at, slot_speedup_range
+from fk_adapters.check.runner import STOCK, failed_at, slot_speedup_range
 from fk_adapters.results import CheckResults, CheckStatus
 
 
@@ -194,6 +194,13 @@ def _baselines(check: CheckResults) -> list[str]:
                      + (f" (compiled: `{', '.join(sources)}`)" if sources else "")
                      + (f"; predicts the run's delta: the {s['predicts']} ratio" if s.get("predicts") else "")
                      + (f" ({s['predicts_why']})" if s.get("predicts_why") and s["predicts_why"] not in what else ""))
+    stock: dict[str, list[str]] = {}
+    for s in check.slots:
+        if s.get("predicts") == STOCK:
+            stock.setdefault(s["plugin"], []).append(s["slot"])
+    lines += [f"- **{plugin}** ({', '.join(slots)}): predicts no change, 1.000: "
+              + next(s["predicts_why"] for s in check.slots if s["plugin"] == plugin and s.get("predicts") == STOCK)
+              for plugin, slots in stock.items()]
     settings = next((s["compiled_baseline"]["settings"] for s in check.slots
                      if (s.get("compiled_baseline") or {}).get("settings")), None)
     if not lines:

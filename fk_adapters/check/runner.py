@@ -109,12 +109,19 @@ def compiled_speedup(shapes: list[dict]) -> float | None:
     return weighted_geomean([(r["speedup_compiled"], r["calls"]) for r in timed_shapes(shapes, "compiled")])
 
 
-def predictor(plan: dict | None, mode: str) -> tuple[str | None, str]:
-    """Which speedup predicts the end-to-end delta of an ``fk run`` in ``mode``: ("eager" | "compiled" | None, why)."""
+STOCK = "stock"
+
+
+def predictor(plan: dict | None, mode: str, engine_own: bool = False) -> tuple[str | None, str]:
+    """Which speedup predicts the end-to-end delta of an ``fk run`` in ``mode``: ("eager" | "compiled" | "stock" |
+    None, why); "stock": none, the run's calls stay on the engine's own path (a delta of 1)."""
     if mode != "compiled":
         return "eager", "fk run --mode eager runs the engine's kernels"
     if not plan or plan.get("compiles") is None:
         return None, "the engine's compiled mode could not be read" + (f": {plan['error']}" if plan else "")
+    if plan["compiles"] and engine_own:
+        return STOCK, ("the plugin's kernel is the engine's own op: in compiled mode fk leaves its calls on the "
+                       "engine's native path, as stock runs them, so a run sees none of the ratios timed here")
     if plan["compiles"]:
         return "compiled", "the engine's compiled mode runs the slot's native forward through Inductor"
     return "eager", plan.get("why", "")
@@ -135,16 +142,17 @@ def summarise(res: dict, flag_speedup: float = FLAG_SPEEDUP, mode: str = "eager"
     bad = [r for r in res["shapes"] if r["problems"]]
     failed_scales = list(dict.fromkeys(s for r in res["shapes"] for s in r.get("failed_scales", [])))
     plan = res.get("compiled_baseline")
-    predicts, why = predictor(plan, mode)
+    predicts, why = predictor(plan, mode, bool(res.get("engine_own")))
     compiled_geomean = None if bad or not (plan or {}).get("compiles") else compiled_speedup(res["shapes"])
     eager = [(r.get("speedup"), r["calls"]) for r in timed_shapes(res["shapes"])]
     eager_geomean = None if bad else weighted_geomean(eager)
     return {"status": verdict.check_slot(bool(bad)), "shapes": res["shapes"], "copy_ceiling_Bps": ceiling,
             "compiled_baseline": plan, "predicts": predicts, "predicts_why": why,
+            "engine_own": bool(res.get("engine_own")),
             "geomean_speedup_compiled": compiled_geomean,
             "geomean_speedup_compiled_range": None if compiled_geomean is None else
             slot_speedup_range(res["shapes"], "compiled"),
-            "predicted_speedup": {"eager": eager_geomean, "compiled": compiled_geomean}.get(predicts),
+            "predicted_speedup": {"eager": eager_geomean, "compiled": compiled_geomean, STOCK: 1.0}.get(predicts),
             "failed_scales": failed_scales,
             "device_name": res.get("device_name"), "log": res.get("log"),
             "calls": sum(r["calls"] for r in res["shapes"]),

@@ -45,6 +45,10 @@ def test_which_ratio_predicts_a_run():
     assert runner.predictor(kernel, "compiled") == ("eager", "an opaque custom op")
     assert runner.predictor(compiles, "eager")[0] == "eager"
     assert runner.predictor({"compiles": None, "error": "boom"}, "compiled")[0] is None
+    # the engine's own kernel (a passthrough) stays on the engine's compiled path: no ratio timed here reaches a run
+    assert runner.predictor(compiles, "compiled", engine_own=True)[0] == runner.STOCK
+    assert runner.predictor(kernel, "compiled", engine_own=True)[0] == "eager"
+    assert runner.predictor(compiles, "eager", engine_own=True)[0] == "eager"
     assert compiled.default_mode("vllm", "cuda") == "compiled"
     assert compiled.default_mode("vllm", "cpu") == compiled.default_mode("sglang", "cuda") == "eager"
 
@@ -72,6 +76,16 @@ def test_both_ratios_and_the_predictor_reach_the_report():
                               "compiled_baseline": {"compiles": True, "includes": "x"}}, mode="eager")
     assert eager["predicts"] == "eager" and eager["predicted_speedup"] == pytest.approx(1.2)
     assert eager["geomean_speedup_compiled"] == pytest.approx(0.8)  # both ratios, whichever mode is judged
+
+
+def test_a_passthrough_in_compiled_mode_predicts_no_change_whatever_its_ratios():
+    plan = {"compiles": True, "includes": "SiluAndMul.forward_native"}
+    own = runner.summarise({"status": "ok", "engine_own": True, "shapes": [_row(1.0, 1.0, 0.77)],
+                            "compiled_baseline": plan}, mode="compiled")
+    assert own["predicts"] == runner.STOCK and own["predicted_speedup"] == 1.0
+    assert own["geomean_speedup_compiled"] == pytest.approx(0.77)  # still timed and shown
+    md = render_check(_results("compiled", ("silu_and_mul", own)))
+    assert "stock (1.000)" in md and "predicts no change, 1.000: the plugin's kernel is the engine's own op" in md
 
 
 def test_results_of_an_older_fk_check_still_render():

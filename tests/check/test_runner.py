@@ -137,6 +137,7 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
     assert {s["slot"] for s in res["slots"]} == set(vllm_slots)
     for s in res["slots"]:
         assert s["status"] == "PASSED" and all(not r["problems"] for r in s["shapes"])
+        assert s["engine_own"], s["slot"]  # passthrough hands back the engine's kernel itself
         if SLOTS[s["slot"]].untimed:  # all_reduce: judged on a world of threads, its speed exists only across ranks
             assert s["geomean_speedup"] is None
             continue
@@ -152,6 +153,7 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
     p, res = check("triton", "--plugins", "triton", "--slots", "rms_norm,silu_and_mul", "--max-shapes", "1",
                    "--repeats", "3")
     assert res["verdict"] == "PASS", p.stdout[-3000:]
+    assert not any(s["engine_own"] for s in res["slots"])
 
 
 def _norm_sig(*tensors):
