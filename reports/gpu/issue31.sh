@@ -22,7 +22,8 @@
 #             process (--no-multiprocessing) and one without: the wall-time tables say what the second process and
 #             its import cost per start (a lever for the suite's 25 minutes)
 #   checkc    `fk check` of the Triton plugin on $CAPTURE's captured shapes with both baselines: the engine's kernel
-#             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta
+#             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta.
+#             $WORKLOAD: an earlier capture's workload file instead of a fresh capture
 #   split     the Triton A/B on $SC (compiled, $AB_INTERLEAVE rounds) with its profiled step: the report's "Where the
 #             device time went" must name the kernels behind >= 80% of the delta
 . "$(dirname "$0")/hold_env.sh" i31 "$1"; shift
@@ -66,11 +67,11 @@ case $1 in
             $RUN --aa --scenario fk46-llama-3.1 --smoke --interleave 0 $mp --out "$W/startup-aa${mp:+-inproc}" | tail -1
           done ;;
         checkc)
-          $FK capture --engine "$ENGINE" --scenario "$CAPTURE" --profile --smoke --model-cache $MODELS --timeout 900 \
-            --out "$W/fk46"
+          [ -n "${WORKLOAD:-}" ] || $FK capture --engine "$ENGINE" --scenario "$CAPTURE" --profile --smoke \
+            --model-cache $MODELS --timeout 900 --out "$W/fk46"
           $FK check --engine "$ENGINE" --plugins triton,passthrough \
             --slots rms_norm,fused_add_rms_norm,silu_and_mul,rotary_embedding,gemm \
-            --workload "$W/fk46/$CAPTURE/$ENGINE.json" --max-shapes ${MAX_SHAPES:-6} --timeout 600 \
+            --workload "${WORKLOAD:-$W/fk46/$CAPTURE/$ENGINE.json}" --max-shapes ${MAX_SHAPES:-6} --timeout 600 \
             --out "$W/check-$CAPTURE" | tail -3 ;;
         split)
           $RUN --plugins triton --scenario "$SC" --smoke --interleave "${AB_INTERLEAVE:-3}" --out "$W/ab-triton-$SC" \
