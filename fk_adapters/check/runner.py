@@ -211,8 +211,8 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
                      + failed_at(entry)
                      + (f", geomean speedup {entry['geomean_speedup']:.3f}" if entry.get("geomean_speedup") else "")
                      + (f" (launch work in the device time of {entry['launch_in_device_time']} of "
-                        f"{len(entry['shapes'])} shapes: their ratios left out)" if entry.get("launch_in_device_time")
-                        else "")
+                        f"{len(entry['shapes'])} shapes: ratios with those times left out)"
+                        if entry.get("launch_in_device_time") else "")
                      + (f", {entry['geomean_speedup_compiled']:.3f} over the compiled native forward"
                         if entry.get("geomean_speedup_compiled") else ""))
                 save()
