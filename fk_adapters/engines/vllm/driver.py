@@ -178,8 +178,13 @@ class VllmDriver(skeleton.Driver):
             res["cpu_threads_bind"] = os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
 
     def start(self, job: dict, res: dict) -> None:
+        import vllm.envs as envs
         from vllm import LLM
 
+        from fk_adapters.engines.vllm import general_plugin
+
+        if envs.VLLM_ENABLE_V1_MULTIPROCESSING:  # the model is built in the engine core's process, not this one
+            general_plugin.serve_from_forks()
         self.llm = LLM(**self.model_args(job), dtype=job["dtype"], seed=job.get("seed", 0),
                        worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
 
