@@ -14,6 +14,8 @@ KINDS = (IMPORT, START, "correctness", "timed runs", "profile")
 START_PARTS = {"loading weights": re.compile(r"Loading weights took ([\d.]+) seconds"),
                "torch.compile": re.compile(r"torch\.compile took ([\d.]+) s in total"),
                "CUDA graphs": re.compile(r"Graph capturing finished in ([\d.]+) secs")}
+# vLLM spawns its engine core instead of forking it when it must (a fresh interpreter that imports vLLM again)
+SPAWNED = re.compile(r"Overriding VLLM_WORKER_MULTIPROC_METHOD to 'spawn'.*?Reasons: ([^\n]+)")
 
 
 def kind(phase: str) -> str | None:
@@ -42,8 +44,24 @@ def process(marks: list[list], wall_s: float, log_text: str = "") -> dict:
     parts = {name: sum(float(x) for x in pattern.findall(log_text)) for name, pattern in START_PARTS.items()}
     if any(parts.values()):
         out["start_parts"] = {k: round(v, 1) for k, v in parts.items() if v}
+    spawned = SPAWNED.search(log_text)
+    if spawned:
+        out["spawned"] = spawned.group(1).strip()
     out["total"] = round(wall_s, 1)
     return out
+
+
+def start_findings(runs: dict) -> list[str]:
+    """A note where vLLM spawned the engine core in one side's processes and not in the other's: the two sides did
+    not start alike (``runs``: {side: [each round's result]})."""
+    spawned = {side: [r["phases"]["spawned"] for r in rs if (r.get("phases") or {}).get("spawned")]
+               for side, rs in runs.items()}
+    if all(spawned.values()) or not any(spawned.values()):
+        return []
+    side = next(s for s, why in spawned.items() if why)
+    return [f"vLLM spawned the engine core of {len(spawned[side])} of {len(runs[side])} {side} process(es) (its "
+            f"reason: {spawned[side][0]}) and forked the other side's: the two sides' engines did not start alike "
+            "(a spawned core imports vLLM again, about 25 s, and runs in a fresh interpreter)"]
 
 
 def _processes(row: dict) -> list[dict]:

@@ -70,3 +70,23 @@ def test_processes_side_by_side_have_no_outside_share():
 
 def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
+
+
+SPAWN_LOG = ("WARNING 12-05 15:59:07 [system_utils.py:157] We must use the `spawn` multiprocessing start method. "
+             "Overriding VLLM_WORKER_MULTIPROC_METHOD to 'spawn'. See https://docs.vllm.ai/... for more information. "
+             "Reasons: CUDA is initialized\n(EngineCore pid=2829) INFO 12-05 15:59:33 [core.py:116] Initializing\n")
+
+
+def _processes(*logs):
+    return [{"phases": wall_time.process(MARKS, 60.0, log)} for log in logs]
+
+
+def test_an_engine_core_spawned_on_one_side_only_is_said():
+    """Session 47's H100 logs: vLLM spawned the candidate's engine core (fk had initialised CUDA in its driver) and
+    forked the baseline's."""
+    assert wall_time.process(MARKS, 60.0, SPAWN_LOG)["spawned"] == "CUDA is initialized"
+    (note,) = wall_time.start_findings({"baseline": _processes("", ""), "candidate": _processes(SPAWN_LOG, SPAWN_LOG)})
+    assert "spawned the engine core of 2 of 2 candidate process(es) (its reason: CUDA is initialized)" in note
+    assert "did not start alike" in note
+    assert wall_time.start_findings({"baseline": _processes("", ""), "candidate": _processes("", "")}) == []
+    assert wall_time.start_findings({"baseline": _processes(SPAWN_LOG), "candidate": _processes(SPAWN_LOG)}) == []

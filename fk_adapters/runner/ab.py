@@ -27,6 +27,7 @@ from fk_adapters import (
     probe,
     stream_agreement,
     time_split,
+    wall_time,
 )
 from fk_adapters.engine_integrity import problems as engine_problems
 from fk_adapters.engines import EngineSpec
@@ -420,7 +421,7 @@ def _run_notes(cfg: RunConfig, job: dict, runs: dict) -> tuple[list[str], list[s
     """The GPU-sharing findings that disturbed the timing, and every note the run's set-up earns the report."""
     disturbed, unwatched = gpu_share_findings(runs)
     notes = (disturbed + unwatched + jit_watch.findings(runs) + host_cpu.findings(runs)
-             + stream_agreement.findings(runs) + cpu_binding.findings(runs))
+             + stream_agreement.findings(runs) + cpu_binding.findings(runs) + wall_time.start_findings(runs))
     if job.get("graph_sizes") and cfg.engine.name == "vllm" and cfg.device == "cuda" and cfg.mode == "compiled":
         notes.append(f"vLLM captured CUDA graphs for batch sizes {job['graph_sizes']} only, on both sides: --quick / "
                      "--smoke capture up to the largest batch the job sends, not vLLM's default sizes")
