@@ -194,13 +194,12 @@ def _baselines(check: CheckResults) -> list[str]:
                      + (f" (compiled: `{', '.join(sources)}`)" if sources else "")
                      + (f"; predicts the run's delta: the {s['predicts']} ratio" if s.get("predicts") else "")
                      + (f" ({s['predicts_why']})" if s.get("predicts_why") and s["predicts_why"] not in what else ""))
-    stock: dict[str, list[str]] = {}
+    stock: dict[str, tuple[list[str], str]] = {}
     for s in check.slots:
         if s.get("predicts") == STOCK:
-            stock.setdefault(s["plugin"], []).append(s["slot"])
-    lines += [f"- **{plugin}** ({', '.join(slots)}): predicts no change, 1.000: "
-              + next(s["predicts_why"] for s in check.slots if s["plugin"] == plugin and s.get("predicts") == STOCK)
-              for plugin, slots in stock.items()]
+            stock.setdefault(s["plugin"], ([], s["predicts_why"]))[0].append(s["slot"])
+    lines += [f"- **{plugin}** ({', '.join(slots)}): predicts no change, 1.000: {why}"
+              for plugin, (slots, why) in stock.items()]
     settings = next((s["compiled_baseline"]["settings"] for s in check.slots
                      if (s.get("compiled_baseline") or {}).get("settings")), None)
     if not lines:

@@ -16,13 +16,14 @@ SRC = os.path.join(HERE, "i31", "vllm", "check-fk46-llama-3.1")
 OUT = os.path.join(HERE, "i31", "vllm", "check-fk46-llama-3.1-rejudged")
 
 results = json.load(open(os.path.join(SRC, "results.json")))
+flag_speedup = results["config"].get("flag_speedup", runner.FLAG_SPEEDUP)
 for i, s in enumerate(results["slots"]):
-    res = {"status": "ok", "copy_ceiling_Bps": s.get("copy_ceiling_Bps", 0.0), "compiled_baseline":
-           s.get("compiled_baseline"), "engine_own": s["plugin"] == "passthrough",
-           "shapes": [dict(r, flags=[f for f in r.get("flags", []) if "review" not in f and "impossible" not in f])
-                      for r in s["shapes"]]}
-    results["slots"][i] = {**s, **runner.summarise(res, results["config"].get("flag_speedup", runner.FLAG_SPEEDUP),
-                                                   results["config"]["mode"])}
+    ceiling = s.get("copy_ceiling_Bps", 0.0)
+    shapes = [dict(r, flags=[f for f in r.get("flags", []) if f not in runner.flags(r, ceiling, flag_speedup)])
+              for r in s["shapes"]]  # the driver's own flags; summarise adds its own again
+    res = {"status": "ok", "copy_ceiling_Bps": ceiling, "compiled_baseline": s.get("compiled_baseline"),
+           "engine_own": s["plugin"] == "passthrough", "shapes": shapes}
+    results["slots"][i] = {**s, **runner.summarise(res, flag_speedup, results["config"]["mode"])}
 results["command"] = "reports/gpu/s47-h100/rejudge.py (the hold's: " + results["command"] + ")"
 os.makedirs(OUT, exist_ok=True)
 with open(os.path.join(OUT, "results.json"), "w") as f:
