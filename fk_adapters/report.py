@@ -280,13 +280,12 @@ def _time_split_lines(rows: list[dict]) -> list[str]:
     from fk_adapters import time_split
 
     lines = ["", "## Where the device time went (the profiled step)", "",
-             "One profiled step of each side (the same requests; CUDA kernels sorted into op families by "
-             "`fk_adapters/op_families.py`): device time only (not the host's), of a small batch, not the timed "
-             "phases above.", ""]
+             "One profiled run of each side (the same requests, after the timed phases; CUDA kernels sorted into op "
+             "families by `fk_adapters/op_families.py`): device time only (not the host's).", ""]
     perf = {r["scenario"]: r.get("perf") for r in rows}
     for name, s in split:
         lines += time_split.markdown(name, s)
-        lines += _step_against_timed(s, perf.get(name))
+        lines += time_split.timed_lines(s["timed"]) if s.get("timed") else _step_against_timed(s, perf.get(name))
     return lines
 
 

@@ -14,7 +14,9 @@ KINDS = (IMPORT, START, "correctness", "timed runs", "profile")
 START_PARTS = {"loading weights": re.compile(r"Loading weights took ([\d.]+) seconds"),
                "torch.compile": re.compile(r"torch\.compile took ([\d.]+) s in total"),
                "CUDA graphs": re.compile(r"Graph capturing finished in ([\d.]+) secs")}
-# vLLM spawns its engine core instead of forking it when it must (a fresh interpreter that imports vLLM again)
+# vLLM's warning when it must spawn (a fresh interpreter that imports vLLM again) instead of forking: its reason. Any
+# vLLM process may log it (a forked engine core that initialised CUDA does), so only the driver's record
+# (``engine_core``) says the engine core itself was spawned
 SPAWNED = re.compile(r"Overriding VLLM_WORKER_MULTIPROC_METHOD to 'spawn'.*?Reasons: ([^\n]+)")
 
 
@@ -29,9 +31,10 @@ def kind(phase: str) -> str | None:
     return None
 
 
-def process(marks: list[list], wall_s: float, log_text: str = "") -> dict:
+def process(marks: list[list], wall_s: float, log_text: str = "", engine_core: str | None = None) -> dict:
     """Seconds per kind in one engine process. ``marks``: [phase, seconds since the process started] of its progress
-    lines; before the first, the import; the first is its start; each lasts until the next of another kind."""
+    lines; before the first, the import; the first is its start; each lasts until the next of another kind.
+    ``engine_core``: "spawned" or "forked", as the driver recorded how its engine core started (vLLM)."""
     out = dict.fromkeys(KINDS, 0.0)
     current, since = IMPORT, 0.0
     for n, (phase, t) in enumerate(marks):
@@ -44,9 +47,9 @@ def process(marks: list[list], wall_s: float, log_text: str = "") -> dict:
     parts = {name: sum(float(x) for x in pattern.findall(log_text)) for name, pattern in START_PARTS.items()}
     if any(parts.values()):
         out["start_parts"] = {k: round(v, 1) for k, v in parts.items() if v}
-    spawned = SPAWNED.search(log_text)
-    if spawned:
-        out["spawned"] = spawned.group(1).strip()
+    if engine_core == "spawned":
+        why = SPAWNED.search(log_text)
+        out["spawned"] = why.group(1).strip() if why else "vLLM's start method was spawn"
     out["total"] = round(wall_s, 1)
     return out
 

@@ -77,16 +77,26 @@ SPAWN_LOG = ("WARNING 12-05 15:59:07 [system_utils.py:157] We must use the `spaw
              "Reasons: CUDA is initialized\n(EngineCore pid=2829) INFO 12-05 15:59:33 [core.py:116] Initializing\n")
 
 
-def _processes(*logs):
-    return [{"phases": wall_time.process(MARKS, 60.0, log)} for log in logs]
+def _processes(*logs, core="spawned"):
+    return [{"phases": wall_time.process(MARKS, 60.0, log, core if log else "forked")} for log in logs]
 
 
 def test_an_engine_core_spawned_on_one_side_only_is_said():
     """Session 47's H100 logs: vLLM spawned the candidate's engine core (fk had initialised CUDA in its driver) and
     forked the baseline's."""
-    assert wall_time.process(MARKS, 60.0, SPAWN_LOG)["spawned"] == "CUDA is initialized"
+    assert wall_time.process(MARKS, 60.0, SPAWN_LOG, "spawned")["spawned"] == "CUDA is initialized"
     (note,) = wall_time.start_findings({"baseline": _processes("", ""), "candidate": _processes(SPAWN_LOG, SPAWN_LOG)})
     assert "spawned the engine core of 2 of 2 candidate process(es) (its reason: CUDA is initialized)" in note
     assert "did not start alike" in note
     assert wall_time.start_findings({"baseline": _processes("", ""), "candidate": _processes("", "")}) == []
     assert wall_time.start_findings({"baseline": _processes(SPAWN_LOG), "candidate": _processes(SPAWN_LOG)}) == []
+
+
+def test_the_warning_of_a_forked_engine_core_is_no_spawn():
+    """Session 48's H100 logs: the candidate's engine core was forked, then fk's install there initialised CUDA and
+    vLLM logged its "must use spawn" warning from the child; the driver recorded "forked", and that decides."""
+    assert "spawned" not in wall_time.process(MARKS, 60.0, SPAWN_LOG, "forked")
+    assert "spawned" not in wall_time.process(MARKS, 60.0, SPAWN_LOG)  # no record (another engine): no claim
+    assert wall_time.start_findings({"baseline": _processes("", ""),
+                                     "candidate": _processes(SPAWN_LOG, core="forked")}) == []
+    assert wall_time.process(MARKS, 60.0, "", "spawned")["spawned"] == "vLLM's start method was spawn"

@@ -141,8 +141,12 @@ class Driver:
             return out
 
     def profile_job(self, job: dict) -> list[dict]:
-        """A token model's profiled steps: the first prompts of its correctness job (another family overrides)."""
+        """A token model's profiled run: one run of the latency workload the job names (the requests its timed repeats
+        serve), else the first prompts of its correctness job (another family overrides)."""
         p = job["profile"]
+        if p.get("latency"):
+            w = job["perf"]["latency"][p["latency"]]
+            return self.profile_steps(w["prompts"], w["output_len"])
         return self.profile_steps(job["correctness"]["prompts"][: p.get("requests", 4)], p.get("max_tokens", 8))
 
     def clocked(self, fn, *args, **kwargs) -> tuple[float, object]:

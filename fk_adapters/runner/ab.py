@@ -327,7 +327,16 @@ def _seeded_weights(cfg: RunConfig, sc: Scenario, echo) -> tuple[str, str, float
 # The profiled batch: the first correctness prompts (up to 32, the batch the fk46 throughput workloads run at under
 # --smoke and their latency batch32), 16 tokens each, so the step's decode resembles the timed ones (4 x 8 before
 # session 42: a batch-4 step whose speedup fell outside the timed ones explained none of their delta)
-PROFILED_STEPS = {"requests": 32, "max_tokens": 16}
+PROFILED_STEPS = {"requests": 32, "max_tokens": 16}  # where the job times no latency workload
+
+
+def profiled_run(job: dict) -> dict:
+    """What the profiled run serves: one run of the job's largest-batch latency workload, the requests its timed repeats
+    serve, so the profile's delta and its attribution are that workload's (``time_split.against_timed``)."""
+    latency = (job.get("perf") or {}).get("latency") or {}
+    if not latency or not all("prompts" in w and "output_len" in w for w in latency.values()):
+        return dict(PROFILED_STEPS)
+    return dict(PROFILED_STEPS, latency=max(latency, key=lambda name: len(latency[name]["prompts"])))
 
 
 def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
@@ -340,7 +349,7 @@ def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
         if "latency_repeats" in job["perf"]:
             job["perf"]["latency_repeats"] = cfg.repeats
     if cfg.profile:
-        job["profile"] = dict(PROFILED_STEPS)
+        job["profile"] = profiled_run(job)
     return job
 
 
@@ -390,7 +399,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         return row
     native = native_names(cfg, base)
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
-    where = time_split.split(base.get("profile"), cand.get("profile"))
+    where = _time_split(job, base, cand, row.get("perf"))
     if where:
         row["time_split"] = where
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
@@ -402,6 +411,15 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     if notes:
         row["notes"] = row.get("notes", []) + notes
     return row
+
+
+def _time_split(job: dict, base: dict, cand: dict, perf: dict | None) -> dict | None:
+    """Where the profiled run's device time went, set against its workload's timed delta where it served one."""
+    where = time_split.split(base.get("profile"), cand.get("profile"))
+    timed = where and time_split.against_timed(where, perf, (job.get("profile") or {}).get("latency"))
+    if timed:
+        where["timed"] = timed
+    return where
 
 
 def _no_weights(cfg: RunConfig, sc: Scenario, why: str) -> dict:

@@ -82,7 +82,7 @@ def _run(python, driver, job_path, result_path, log_path, full_env, timeout_s, e
     res["log"] = log_path
     with open(log_path, errors="replace") as f:
         text = f.read()
-    res["phases"] = wall_time.process(marks, wall, text)
+    res["phases"] = wall_time.process(marks, wall, text, res.get("engine_core"))
     if shared is not None:
         res["gpu_share"] = shared
         with open(os.path.join(run_dir, GPU_SHARE_FILE), "w") as f:

@@ -259,3 +259,16 @@ def test_a_compile_inside_the_profiled_step_is_recorded(clock, tmp_path, monkeyp
     engine.compile_kernel = triton_compiles
     assert engine.run(job).get("profile_compiled") == "fused_moe_kernel x1"
     assert FakeProfilingEngine(Clock()).run(job).get("profile_compiled") is None
+
+
+def test_a_profile_naming_a_latency_workload_serves_its_requests(clock):
+    """The profiled run is one run of the latency workload the job names (its prompts, its length), after a warm-up
+    run of the same requests; without one, the first correctness prompts."""
+    job = dict(JOB, perf=dict(JOB["perf"], latency={"batch3": {"prompts": PROMPTS, "output_len": 5}}),
+               profile={"requests": 2, "max_tokens": 3, "latency": "batch3"})
+    eng = FakeEngine(clock)
+    eng.run(job)
+    assert [s for s in eng.seen if s.startswith("profile")] == ["profile 3x5", "profile 3x5"]
+    eng = FakeEngine(clock)
+    eng.run(JOB)
+    assert [s for s in eng.seen if s.startswith("profile")] == ["profile 2x3", "profile 2x3"]

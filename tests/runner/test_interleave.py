@@ -201,8 +201,8 @@ def test_a_reused_baseline_brings_the_gpu_watch_of_its_run(fake, tmp_path):
     sc = scenarios.load("tiny-llama")
     prev = tmp_path / "prev" / "logs" / sc.name / "baseline"
     prev.mkdir(parents=True)
-    job = dict(ab.build_job(sc, str(tmp_path / "m"), "eager", False, engine="vllm"),
-               profile=dict(ab.PROFILED_STEPS))
+    job = ab.build_job(sc, str(tmp_path / "m"), "eager", False, engine="vllm")
+    job["profile"] = ab.profiled_run(job)
     base = fake("py", "drv", job, str(prev), {}, 1.0)
     for name, data in (("job.json", job), ("result.json", base),
                        ("gpu_share.json", {"watched": True, "samples": 3, "foreign": [FOREIGN]}),

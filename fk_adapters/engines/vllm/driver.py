@@ -161,6 +161,12 @@ def cpu_threads_bind(workers: int) -> str | None:
     return "|".join(",".join(map(str, cpus[i * per:(i + 1) * per])) for i in range(workers))
 
 
+def engine_core_start() -> str:
+    """How vLLM started the engine core from this process: "spawned" where it set its start method to spawn here
+    (any process may log vLLM's "must use spawn" warning: a forked engine core that initialises CUDA logs it too)."""
+    return "spawned" if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "spawn" else "forked"
+
+
 class VllmDriver(skeleton.Driver):
     """``vllm.LLM`` in this process; evidence from its workers through fk's worker extension (``fk_*`` RPCs)."""
 
@@ -187,6 +193,8 @@ class VllmDriver(skeleton.Driver):
             general_plugin.serve_from_forks()
         self.llm = LLM(**self.model_args(job), dtype=job["dtype"], seed=job.get("seed", 0),
                        worker_extension_cls="fk_adapters.engines.vllm.worker_ext.FkWorkerExtension", **self.args)
+        if envs.VLLM_ENABLE_V1_MULTIPROCESSING:
+            res["engine_core"] = engine_core_start()
 
     def model_args(self, job: dict) -> dict:
         """Where ``vllm.LLM`` finds the model and its tokenizer: token-id prompts need none."""

@@ -93,3 +93,12 @@ def test_a_smoke_jobs_graph_sizes_reach_vllm_on_cuda_only(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cc = driver.engine_args(job)["compilation_config"]
     assert cc["cudagraph_capture_sizes"] == [1, 2, 4] and cc["pass_config"] == {"fuse_allreduce_rms": False}
+
+
+def test_the_engine_core_start_is_read_from_this_process(monkeypatch):
+    """vLLM sets its start method to spawn in the process that spawns (``_maybe_force_spawn``): that, not a warning in
+    the log, says the engine core was spawned."""
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    assert driver.engine_core_start() == "forked"
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    assert driver.engine_core_start() == "spawned"
