@@ -55,16 +55,20 @@ def process(marks: list[list], wall_s: float, log_text: str = "", engine_core: s
 
 
 def start_findings(runs: dict) -> list[str]:
-    """A note where vLLM spawned the engine core in one side's processes and not in the other's: the two sides did
-    not start alike (``runs``: {side: [each round's result]})."""
+    """A note where vLLM spawned the engine core in one side's processes and not in the other's, and one where fk's
+    install initialised CUDA in a forked engine core: the two sides did not start alike (``runs``: {side: [each round's
+    result]})."""
     spawned = {side: [r["phases"]["spawned"] for r in rs if (r.get("phases") or {}).get("spawned")]
                for side, rs in runs.items()}
+    cuda = sum(any(rec.get("cuda_initialized_by_install") for rec in r.get("loads") or []) for r in runs["candidate"])
+    out = [f"fk's install initialised CUDA in the forked engine core of {cuda} of {len(runs['candidate'])} candidate "
+           "process(es): vLLM spawns that core's workers (tensor parallelism) where stock forks them"] if cuda else []
     if all(spawned.values()) or not any(spawned.values()):
-        return []
+        return out
     side = next(s for s, why in spawned.items() if why)
     return [f"vLLM spawned the engine core of {len(spawned[side])} of {len(runs[side])} {side} process(es) (its "
             f"reason: {spawned[side][0]}) and forked the other side's: the two sides' engines did not start alike "
-            "(a spawned core imports vLLM again, about 25 s, and runs in a fresh interpreter)"]
+            "(a spawned core imports vLLM again, about 25 s, and runs in a fresh interpreter)"] + out
 
 
 def _processes(row: dict) -> list[dict]:

@@ -100,3 +100,13 @@ def test_the_warning_of_a_forked_engine_core_is_no_spawn():
     assert wall_time.start_findings({"baseline": _processes("", ""),
                                      "candidate": _processes(SPAWN_LOG, core="forked")}) == []
     assert wall_time.process(MARKS, 60.0, "", "spawned")["spawned"] == "vLLM's start method was spawn"
+
+
+def test_an_install_that_initialised_cuda_in_a_forked_engine_core_is_said():
+    """The load record says when fk's install initialised CUDA in the engine core it forked into (vLLM then spawns that
+    core's workers where stock forks them)."""
+    forked = {"phases": {}, "loads": [{"installed_in": "a fork of fk's driver", "cuda_initialized_by_install": True}]}
+    clean = {"phases": {}, "loads": [{"installed_in": "a fork of fk's driver"}]}
+    (note,) = wall_time.start_findings({"baseline": [{"phases": {}}] * 2, "candidate": [forked, clean]})
+    assert note.startswith("fk's install initialised CUDA in the forked engine core of 1 of 2 candidate process(es)")
+    assert wall_time.start_findings({"baseline": [{"phases": {}}], "candidate": [clean]}) == []

@@ -76,4 +76,19 @@ def load_and_install(engine: str, device: str, install, detail: dict, slots=None
         probe.record_load(engine, detail)
         raise
     probe.record_load(engine, detail)
+    _recorded[engine] = detail
     return detail
+
+
+_recorded: dict[str, dict] = {}  # this process's load record per engine, for hosts entered after the install
+
+
+def entered_later(engine: str, name: str, where: str) -> None:
+    """Host ``name``, listed at the install, was registered later (when its module was imported) as ``where``: the load
+    record lists it so (with the drift note it may carry)."""
+    detail = _recorded.get(engine)
+    if not detail or where == name:
+        return
+    for entry in detail.get("installed", {}).values():
+        entry["entered"] = [where if w == name else w for w in entry["entered"]]
+    probe.record_load(engine, detail)

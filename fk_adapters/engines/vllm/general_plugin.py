@@ -63,8 +63,20 @@ def _install(where: str = "vLLM's plugin call") -> None:
     from fk_adapters.engines.loading import load_and_install
     from fk_adapters.engines.vllm.install import install
 
+    cuda = _cuda_initialized() if where == FORK_OF_FRONT_END else None
     load_and_install("vllm", _device(), install, _detail)
+    if cuda is False and _cuda_initialized():  # stock's forked engine core has no CUDA yet at this point
+        from fk_adapters import probe
+
+        _detail["cuda_initialized_by_install"] = True
+        probe.record_load("vllm", _detail)
     log.info("fk-adapters: installed %s", {s: v["plugin"] for s, v in _detail["installed"].items()})
+
+
+def _cuda_initialized() -> bool:
+    import torch
+
+    return torch.cuda.is_initialized()
 
 
 def _record_inherited() -> None:

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from fk_adapters import safety
 from fk_adapters.check import compiled_vllm
-from fk_adapters.engines import install_common
+from fk_adapters.engines import after_import, install_common, loading
 from fk_adapters.engines.vllm import collective, layers, linear_attention
 from fk_adapters.engines.vllm.natives import NATIVES
 from fk_adapters.kernel import Kernel
@@ -29,28 +30,44 @@ def _rotary_classes():
     return sorted(set(out), key=lambda c: (c is not RotaryEmbedding, c.__name__))
 
 
-def _targets():
-    """(in-tree classes, the slots they host, builder of the replacement class)."""
+def _targets(later: bool = True):
+    """(in-tree classes, the slots they host, builder of the replacement class); with ``later``, the ``LATER`` hosts
+    too, their modules imported now."""
+    import importlib
+
     from vllm.model_executor.layers import linear
     from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
     from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     from vllm.model_executor.layers.layernorm import RMSNorm
-    from vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn import KimiGatedDeltaNetAttention
-    from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
-    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2, Mixer2RMSNormGated
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-    return [([RMSNorm], ("rms_norm", "fused_add_rms_norm"), layers.rms_norm_class),
-            ([SiluAndMul], ("silu_and_mul",), layers.silu_and_mul_class),
-            ([GeluAndMul], ("gelu_and_mul",), layers.gelu_and_mul_class),
-            (_rotary_classes(), ("rotary_embedding",), layers.rotary_class),
-            ([getattr(linear, name) for name in LINEAR_CLASSES], ("gemm",), layers.linear_class),
-            ([ParallelLMHead], ("gemm",), layers.lm_head_class),
-            ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class),
-            ([QwenGatedDeltaNetAttention], linear_attention.GDN, linear_attention.gdn_class),
-            ([KimiGatedDeltaNetAttention], linear_attention.GDN, linear_attention.kda_class),
-            ([MambaMixer2], linear_attention.SSD, linear_attention.mamba2_class),
-            ([Mixer2RMSNormGated], ("gated_rms_norm",), layers.gated_norm_class)]
+    now = [([RMSNorm], ("rms_norm", "fused_add_rms_norm"), layers.rms_norm_class),
+           ([SiluAndMul], ("silu_and_mul",), layers.silu_and_mul_class),
+           ([GeluAndMul], ("gelu_and_mul",), layers.gelu_and_mul_class),
+           (_rotary_classes(), ("rotary_embedding",), layers.rotary_class),
+           ([getattr(linear, name) for name in LINEAR_CLASSES], ("gemm",), layers.linear_class),
+           ([ParallelLMHead], ("gemm",), layers.lm_head_class),
+           ([UnquantizedFusedMoEMethod], ("fused_moe",), layers.moe_method_class)]
+    return now + [([getattr(importlib.import_module(module), name)], slots, build)
+                  for module, name, slots, build in (LATER if later else ())]
+
+
+_GDN, _MAMBA2 = "vllm.model_executor.layers.mamba.gdn.", "vllm.model_executor.layers.mamba.mamba_mixer2"
+_LA = linear_attention
+# (module, class, the slots it hosts, builder): registered when vLLM imports the module, not by the install. Importing
+# the linear-attention layers runs flash-linear-attention's device query, which initialises CUDA; in the engine core
+# fk's install runs in (forked from fk's driver), vLLM then logs "must use spawn" and would spawn its workers where a
+# stock run forks them (session 48's H100 logs). vLLM imports a model's layer modules before it builds one.
+LATER = ((_GDN + "qwen_gdn_linear_attn", "QwenGatedDeltaNetAttention", _LA.GDN, _LA.gdn_class),
+         (_GDN + "kimi_gdn_linear_attn", "KimiGatedDeltaNetAttention", _LA.GDN, _LA.kda_class),
+         (_MAMBA2, "MambaMixer2", _LA.SSD, _LA.mamba2_class),
+         (_MAMBA2, "Mixer2RMSNormGated", ("gated_rms_norm",), layers.gated_norm_class))
+
+
+class _Later(NamedTuple):
+    """A ``LATER`` host: its class, by module and name."""
+    module: str
+    name: str
 
 
 # registered by runtime class name: subclasses with their own name (0.32's GateLinear router, ...) stay stock
@@ -92,7 +109,8 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     own = install_common.engine_own_ops(chosen, NATIVES)
     layers.NATIVE_PATH.clear()
     layers.NATIVE_PATH.update({s: key for s, key in own.items() if s in compiled_vllm.LAYERS})
-    hosts = [((base, build), slots) for classes, slots, build in _targets() for base in classes]
+    hosts = [((base, build), slots) for classes, slots, build in _targets(later=False) for base in classes]
+    hosts += [((_Later(module, name), build), slots) for module, name, slots, build in LATER]
     own_seams = ("paged_attention", collective.SLOT)
     entered = install_common.enter(chosen, {s: op for s, op in wrapped.items() if s not in own_seams}, hosts,
                                    lambda host, mine: _register(*host, mine, chosen))
@@ -140,8 +158,14 @@ def _register_attention(op, chosen: dict, own: dict) -> str:
 
 
 def _register(base, build, mine: dict, chosen: dict) -> str:
-    """Register the replacement of in-tree class ``base`` with the ops ``mine``; its entry for the report."""
+    """Register the replacement of in-tree class ``base`` with the ops ``mine``; its entry for the report. A ``_Later``
+    host is registered when vLLM imports its module (its entry then gains any drift note in the load record)."""
     from vllm.model_executor.custom_op import CustomOp, PluggableLayer, op_registry_oot
+
+    if isinstance(base, _Later):
+        after_import.when_imported(base.module, lambda module: loading.entered_later(
+            "vllm", base.name, _register(getattr(module, base.name), build, mine, chosen)))
+        return base.name
 
     if base.__name__ in op_registry_oot:
         raise RuntimeError(f"vLLM class {base.__name__} already has an out-of-tree replacement "

@@ -73,3 +73,29 @@ def test_a_real_fork_of_the_driver_installs_in_the_child_before_anything_else(mo
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert marker.read_text() == f"{child} {gp.FORK_OF_FRONT_END}"
+
+
+def test_an_install_in_a_fork_that_initialises_cuda_is_recorded(monkeypatch):
+    """Session 48: importing vLLM's Kimi GDN layer in the forked engine core initialised CUDA there; the record says
+    so, as stock's forked core has none yet at that point. A fresh process (vLLM's plugin call) is not judged."""
+    from fk_adapters import probe
+    from fk_adapters.engines import loading
+
+    cuda, records = {"on": False}, []
+    monkeypatch.setattr(gp, "_loaded_in", None)
+    monkeypatch.setattr(gp, "_detail", {})
+    monkeypatch.setattr(gp, "_device", lambda: "cuda")
+    monkeypatch.setattr(gp, "_cuda_initialized", lambda: cuda["on"])
+    monkeypatch.setattr(probe, "record_load", lambda engine, detail: records.append(dict(detail)))
+
+    def install(engine, device, install, detail):
+        cuda["on"] = True  # the install imported a module that queried the device
+        detail["installed"] = {}
+
+    monkeypatch.setattr(loading, "load_and_install", install)
+    gp._install(gp.FORK_OF_FRONT_END)
+    assert gp._detail["cuda_initialized_by_install"] is True and records[-1]["cuda_initialized_by_install"] is True
+    cuda["on"], records[:] = False, []
+    monkeypatch.setattr(gp, "_detail", {})
+    gp._install()
+    assert "cuda_initialized_by_install" not in gp._detail and records == []
