@@ -290,7 +290,9 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
             "correct": not problems, "base": _correctness_figures(b_row), "head": _correctness_figures(h_row),
             "head_failures": list(h_row.get("failures") or []), "kernels": kernels, "stopped": stopped,
             "problems": problems, "notes": notes,
-            "time": time_split.moved(b_row.get("time_split"), h_row.get("time_split"))}
+            "time": time_split.moved(b_row.get("time_split"), h_row.get("time_split")),
+            "timed": {side: (r.get("time_split") or {}).get("timed") for side, r in (("BASE", b_row), ("HEAD", h_row))
+                      if (r.get("time_split") or {}).get("timed")}}
 
 
 def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
@@ -662,12 +664,14 @@ def _time_details(cmp: CompareResults) -> list[str]:
     rows = [[sc["scenario"], t["family"], f"{t['base_us']:.0f} ({t['base_stock_us']:.0f})",
              f"{t['head_us']:.0f} ({t['head_stock_us']:.0f})", f"{t['delta_us']:+.0f}"]
             for sc in cmp.scenarios for t in sc.get("time") or [] if t["base_us"] or t["head_us"]]
+    timed = [f"- {sc['scenario']}, {side}: " + time_split.timed_lines(t)[0]
+             for sc in cmp.scenarios for side, t in (sc.get("timed") or {}).items()]
     if not rows:
         return []
     return _details("Where the device time moved (the profiled step, GPU)", [
         "Candidate device µs per op family in BASE's and HEAD's profiled step (stock's in brackets).", "",
         tabulate(rows, headers=["scenario", "op family", "BASE µs (stock)", "HEAD µs (stock)", "Δ µs"],
-                 tablefmt="github")])
+                 tablefmt="github")] + ([""] + timed if timed else []))
 
 
 def _summary_table(cmp: CompareResults) -> str:

@@ -80,6 +80,12 @@ def test_compare_shows_where_heads_candidate_moved_the_time():
         "gemm", 950.0, 820.0, -130.0)
     text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
     assert "Where the device time moved" in text and "| gemm" in text and "950 (800)" in text and "-130" in text
+    assert "one run of **latency" not in text  # no profiled workload on either side: no such line
+    head_row["time_split"]["timed"] = {"workload": "latency batch32", "timed_speedup": 0.9, "profiled_speedup": 0.88,
+                                       "timed_delta_us": 1000.0, "kernels_delta_us": 900.0, "named_share": 0.9,
+                                       "accounts": True}
+    text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
+    assert "HEAD: The profiled run is one run of **latency batch32**" in text and "**90%** of the timed delta" in text
 
 
 def test_the_wait_before_each_launch_is_named_for_the_kernel_the_device_waited_for():

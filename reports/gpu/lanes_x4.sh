@@ -484,6 +484,11 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       done
     done
     cp "$ROOT/host-topology.txt" "${OUT:?}/" 2>/dev/null
+    # what a cold first engine start compiles (session 48: a silent 57-102 s after vLLM's graph capture, on the first
+    # process of a fresh machine only): the JIT caches it may fill, their sizes and newest files, to decide what to
+    # carry from one hold to the next
+    { du -sh ~/.cache/flashinfer ~/.triton/cache ~/.cache/vllm /tmp/fk-models/vllm-cache/* 2>/dev/null
+      find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
   *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s41-sglang|s42-vllm|pack"; exit 2 ;;
