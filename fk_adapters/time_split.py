@@ -166,8 +166,10 @@ def _mover_lines(m: dict | None) -> list[str]:
     idle = ("" if m["idle_share"] is None else
             f"; the device's wait on the host, {m['idle_delta_us']:+.0f} µs, is {100 * m['idle_share']:.0f}%"
             + (f" ({m['named_wait_us']:+.0f} µs of it before these kernels' launches)" if waits else ""))
+    over = (" (over 100%: the kernels not listed moved the other way, e.g. the rest of those a replacement displaced)"
+            if m["named_share"] > 1.005 else "")
     return [f"Kernels whose {what} moved most: {named}. These {len(m['kernels'])} kernels name "
-            f"**{100 * m['named_share']:.0f}%** of the step's delta of {m['step_delta_us']:+.0f} µs{idle}.", ""]
+            f"**{100 * m['named_share']:.0f}%** of the step's delta of {m['step_delta_us']:+.0f} µs{over}{idle}.", ""]
 
 
 def moved(base_split: dict | None, head_split: dict | None) -> list[dict]:

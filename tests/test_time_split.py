@@ -177,3 +177,14 @@ def test_the_profiled_run_is_set_against_its_workloads_timed_delta():
     assert time_split.against_timed(s, _latency(0.001, 0.0012), "batch1") is None  # not timed
     assert time_split.against_timed(time_split.split(_profile({"k": 1.0}), _profile({"k": 2.0})),
                                     _latency(0.001, 0.0012), "batch32") is None  # no waits measured: no claim
+
+
+def test_a_named_share_over_100_percent_says_why():
+    """Session 48: the listed movers named 207% of the step's delta, the displaced GEMM kernels outside the list."""
+    base = _profile({f"nvjet_{i}": 100.0 for i in range(10)})
+    cand = _profile({"fk_triton_gemm_kernel": 1100.0})
+    s = time_split.split(base, cand)
+    assert s["movers"]["named_share"] > 1
+    assert "the kernels not listed moved the other way" in "\n".join(time_split.markdown("x", s))
+    assert "not listed" not in "\n".join(time_split.markdown("x", time_split.split(base, _profile(
+        {**base[0]["kernel_us"], "nvjet_0": 300.0}))))
