@@ -117,7 +117,8 @@ def _scales(row: dict) -> str:
 def render_check(results) -> str:
     """The markdown report of ``fk check`` results (its record, or the results file's content)."""
     check = results if isinstance(results, CheckResults) else CheckResults.from_dict(results)
-    lines = _header(check) + ["", "## Per slot", "", _slot_table(check.slots)] + _baselines(check)
+    lines = (_header(check) + ["", "## Per slot", "", _slot_table(check.slots)] + _baselines(check)
+             + _prediction_lines(check.run_predictions))
     shared = [f"- **{s['workload']} {s['plugin']}:{s['slot']}**: another process used the GPU during its timings "
               f"({gpu_share.describe(s['gpu_shared_with'])}): its speedups are not comparable"
               for s in check.slots if s.get("gpu_shared_with")]
@@ -176,6 +177,27 @@ def _header(check: CheckResults) -> list[str]:
         "engine's, or no farther from it than the engine's worst element (the result's mean error vs float64 then "
         f"within {MEAN_SLACK:g}x the engine's); up to {OUTLIER_SHARE:.2%} of the elements may lie outside, each within "
         f"{OUTLIER_SPAN:g}x the tolerance (counted in the result column)"]
+
+
+def _prediction_lines(predictions: list[dict]) -> list[str]:
+    """The run each (workload, plugin) predicts, from the capture's device-time shares (``check/prediction.py``)."""
+    if not predictions:
+        return []
+
+    def pct(d: dict) -> str:
+        return ", ".join(f"{s} {100 * v:.1f}%" for s, v in sorted(d.items(), key=lambda kv: -kv[1])) or "-"
+
+    rows = [[p["workload"], p["plugin"], "-" if p["speedup"] is None else f"{p['speedup']:.3f}", pct(p["weighed"]),
+             pct(p["as_stock"]) + (f"; other kernels {100 * p['rest_as_stock']:.1f}%" if p["rest_as_stock"] else ""),
+             ", ".join(p["not_passed"]) or "-"] for p in predictions]
+    return ["", "## The run this predicts", "",
+            "Each checked slot's predicting speedup (section Baselines) weighted by its share of the device time the "
+            "workload's capture profiled; every slot not checked, and the kernels outside slot calls, taken as stock "
+            "(1.000). A plugin that replaces a slot listed as stock changes the run there too, unpredicted. No "
+            "prediction where a checked slot did not pass. Speedup: stock time / candidate time.", "",
+            tabulate(rows, headers=["workload", "plugin", "predicted run speedup", "slots weighed (share)",
+                                    "taken as stock (share)", "did not pass"], tablefmt="github",
+                     disable_numparse=True)]
 
 
 def _baselines(check: CheckResults) -> list[str]:

@@ -8,7 +8,7 @@ import os
 import platform
 
 from fk_adapters import __version__, gpu_share
-from fk_adapters.check import timing
+from fk_adapters.check import prediction, timing
 from fk_adapters.results import CheckStatus, Kind, stamp, verdict
 from fk_adapters.runner.proc import run_job
 
@@ -181,6 +181,7 @@ def run_check(spec, plugin_slots: dict[str, list[str]], workloads: list[dict], d
 
     def save() -> None:  # after every slot: an interrupted check keeps what finished, as a FAIL
         finish(results, (len(results["slots"]), total))
+        results["run_predictions"] = prediction.run_predictions(results["slots"], workloads)
         with open(path, "w") as f:
             json.dump(results, f, indent=1, default=str)
 

@@ -136,6 +136,7 @@ class CheckResults(EngineResults):
     slots: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     verdict: str = ""
+    run_predictions: list[dict] = field(default_factory=list)  # check/prediction.py (none before session 48)
 
 
 @dataclass
