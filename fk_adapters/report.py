@@ -292,11 +292,12 @@ def _time_split_lines(rows: list[dict]) -> list[str]:
 def _step_against_timed(s: dict, perf: dict | None) -> list[str]:
     """The profiled step's speedup (its device time plus the device's wait on the host) beside the timed workloads'
     ones: a step whose speedup lies outside theirs does not explain their delta."""
+    from fk_adapters import time_split
     from fk_adapters.aggregates import speedups
 
-    if s.get("baseline_idle_us") is None or s.get("candidate_idle_us") is None:
+    step = time_split.step_speedup(s)
+    if step is None:
         return []
-    step = (s["baseline_us"] + s["baseline_idle_us"]) / (s["candidate_us"] + s["candidate_idle_us"])
     timed = [v for kind in speedups(perf).values() for v in kind.values()]
     if not timed:
         return []

@@ -72,6 +72,14 @@ def _movers(base: dict[str, float], cand: dict[str, float], step_b: float, idle_
             "named_wait_us": round(sum(wait[n] for n in ranked), 1) if timed_waits else None}
 
 
+def step_speedup(s: dict) -> float | None:
+    """The profiled step's stock / candidate time, its kernels' and the device's waits on the host between them; None
+    where a side's profile predates the waits."""
+    if s.get("baseline_idle_us") is None or s.get("candidate_idle_us") is None:
+        return None
+    return (s["baseline_us"] + s["baseline_idle_us"]) / (s["candidate_us"] + s["candidate_idle_us"])
+
+
 def against_timed(s: dict, perf: dict | None, latency: str | None) -> dict | None:
     """The profiled run, one run of the latency workload ``latency`` (the requests its timed repeats serve), beside
     that workload's timed medians: the timed delta a run, the share of it the kernels name (their device time's delta
@@ -85,8 +93,7 @@ def against_timed(s: dict, perf: dict | None, latency: str | None) -> dict | Non
     timed_us = (cand_s - base_s) * 1e6
     still = abs(timed_us) < STILL * base_s * 1e6
     share = None if still else m["kernels_delta_us"] / timed_us
-    step = s["baseline_us"] + s["baseline_idle_us"], s["candidate_us"] + s["candidate_idle_us"]
-    return {"workload": f"latency {latency}", "timed_speedup": base_s / cand_s, "profiled_speedup": step[0] / step[1],
+    return {"workload": f"latency {latency}", "timed_speedup": base_s / cand_s, "profiled_speedup": step_speedup(s),
             "timed_delta_us": round(timed_us, 1), "kernels_delta_us": m["kernels_delta_us"], "named_share": share,
             "accounts": None if still else ACCOUNTS[0] <= share <= ACCOUNTS[1]}
 
