@@ -9,6 +9,7 @@ IMPORT, START = "python + engine import", "engine start"
 # Of a scenario's span (weights to verdict), what no engine process holds: waiting for the GPU lock, and fk's own work
 # between processes (judging, profiles read, result files, a process's exit).
 WAIT, OUTSIDE = "waiting for the GPU", "fk outside processes"
+REFERENCE = "float32 reference"  # its engine process whole: correctness only, its own start
 KINDS = (IMPORT, START, "correctness", "timed runs", "profile")
 # What vLLM logs about its start (seen in vLLM 0.26's logs under reports/gpu): parts of "engine start".
 START_PARTS = {"loading weights": re.compile(r"Loading weights took ([\d.]+) seconds"),
@@ -71,21 +72,33 @@ def start_findings(runs: dict) -> list[str]:
             "(a spawned core imports vLLM again, about 25 s, and runs in a fresh interpreter)"] + out
 
 
-def _processes(row: dict) -> list[dict]:
+def _ran_here(runs: list[dict]) -> list[dict]:
+    return [r for r in runs if r.get("phases") and not r.get("reused_from")]
+
+
+def _sides(row: dict) -> list[dict]:
     rounds = (row.get("rounds") or {}).get("runs")
     runs = [r for side in rounds for r in side] if rounds else [row.get("baseline") or {}, row.get("candidate") or {}]
-    return [r for r in runs + [row.get("reference") or {}] if r.get("phases") and not r.get("reused_from")]
+    return _ran_here(runs)
 
 
 def scenario(row: dict) -> dict | None:
-    """A scenario's wall time: the seeded weights, and per kind the sum over the engine processes it started (reused
-    runs cost nothing here); None for a row from before fk timed phases."""
-    procs = _processes(row)
+    """A scenario's wall time: the seeded weights, per kind the sum over the two sides' engine processes it started,
+    the float32 reference's processes whole (``REFERENCE``: with an engine's float32 run that failed before HF
+    transformers made it; ``reference_reused`` where it came from elsewhere); reused runs cost nothing here. None for
+    a row from before fk timed phases."""
+    reference = row.get("reference") or {}
+    sides, ref = _sides(row), _ran_here([reference, reference.get("failed_first") or {}])
+    procs = sides + ref
     if not procs and "weights_s" not in row:
         return None
     out = {"weights": row.get("weights_s", 0.0), "processes": len(procs)}
-    for k in (*KINDS, "total"):
-        out[k] = round(sum(p["phases"].get(k, 0.0) for p in procs), 1)
+    for k in KINDS:
+        out[k] = round(sum(p["phases"].get(k, 0.0) for p in sides), 1)
+    out[REFERENCE] = round(sum(p["phases"].get("total", 0.0) for p in ref), 1)
+    if (row.get("reference") or {}).get("reused_from"):
+        out["reference_reused"] = True
+    out["total"] = round(sum(p["phases"].get("total", 0.0) for p in procs), 1)
     out[WAIT] = round(sum(p.get("gpu_wait_s", 0.0) for p in procs), 1)
     outside = row.get("span_s", 0.0) - out["weights"] - out["total"] - out[WAIT]
     if "span_s" in row and outside >= 0:  # < 0: processes ran side by side (--gpus), their sum is no span
@@ -96,6 +109,10 @@ def scenario(row: dict) -> dict | None:
     return out
 
 
+def _reference_cell(s: dict) -> str:
+    return "reused" if s.get("reference_reused") else f"{s[REFERENCE]:.0f}" if s[REFERENCE] else "-"
+
+
 def markdown(rows: list[dict], run_wall_s: float | None) -> list[str]:
     """The table of every scenario's wall time, and the run's total."""
     from tabulate import tabulate
@@ -103,7 +120,8 @@ def markdown(rows: list[dict], run_wall_s: float | None) -> list[str]:
     split = [(r["scenario"], s) for r in rows if (s := scenario(r))]
     if not split:
         return []
-    table = [[name, s["processes"], f"{s['weights']:.0f}", *(f"{s[k]:.0f}" for k in KINDS), f"{s['total']:.0f}",
+    table = [[name, s["processes"], f"{s['weights']:.0f}", *(f"{s[k]:.0f}" for k in KINDS), _reference_cell(s),
+              f"{s['total']:.0f}",
               f"{s.get(WAIT, 0):.0f}", f"{s[OUTSIDE]:.0f}" if OUTSIDE in s else "-",
               ", ".join(f"{k} {v:.0f}" for k, v in (s.get("start_parts") or {}).items()) or "-"]
              for name, s in split]
@@ -113,10 +131,11 @@ def markdown(rows: list[dict], run_wall_s: float | None) -> list[str]:
         total += f" {run_wall_s - sum(spans):.0f} s of it outside the scenarios (fk's set-up, the report and plots " \
                  "written after each)."
     return ["", "## Where the wall time went", "",
-            "Seconds per scenario, summed over the engine processes it started (both sides, every round, the float32 "
-            "reference; runs reused from another folder cost nothing here): each process's phases as its progress "
-            f"lines arrived, and what the engine logged of its start; beside them, the waits for fk's GPU lock and "
+            "Seconds per scenario, summed over the engine processes it started (both sides, every round; runs reused "
+            "from another folder or fk's reference store cost nothing here): each side's process's phases as its "
+            "progress lines arrived, the float32 reference's process whole, and what the engine logged of its start "
+            "(every process); beside them, the waits for fk's GPU lock and "
             f"the rest of the scenario's span that no engine process held (fk judging, reading profiles, writing "
             f"files; '-' where processes ran side by side).{total}", "",
-            tabulate(table, headers=["scenario", "processes", "seeded weights", *KINDS, "processes' total", WAIT,
-                                     OUTSIDE, "of the start (engine log)"], tablefmt="github")]
+            tabulate(table, headers=["scenario", "processes", "seeded weights", *KINDS, REFERENCE, "processes' total",
+                                     WAIT, OUTSIDE, "of the start (engine log)"], tablefmt="github")]

@@ -32,9 +32,28 @@ def test_a_scenario_sums_its_processes_and_leaves_reused_ones_out():
            "reference": _side(104.5)}
     s = wall_time.scenario(row)
     assert s["processes"] == 2 and s["weights"] == 12.0 and s["total"] == 209.0
-    assert s["start_parts"]["torch.compile"] == 60.4 and s["engine start"] == 120.0 and s["timed runs"] == 50.0
+    assert s["start_parts"]["torch.compile"] == 60.4  # the engine's own log: every process it started
+    assert s["engine start"] == 60.0 and s["timed runs"] == 25.0  # the sides' processes
+    assert s[wall_time.REFERENCE] == 104.5 and "reference_reused" not in s  # the float32 process, whole
     md = "\n".join(wall_time.markdown([row], 250.0))
     assert "| s " in md and "4.2 min" in md and "torch.compile 60" in md
+    header, _, line = wall_time.markdown([row], 250.0)[-1].split("\n")
+    assert dict(zip(_cells(header), _cells(line)))[wall_time.REFERENCE] == "104"
+
+
+def test_an_engines_failed_float32_run_counts_with_the_transformers_reference_after_it():
+    row = {"scenario": "s", "weights_s": 0.0, "baseline": _side(100.0), "candidate": _side(100.0),
+           "reference": dict(_side(30.0), failed_first=_side(20.0))}
+    s = wall_time.scenario(row)
+    assert s["processes"] == 4 and s[wall_time.REFERENCE] == 50.0 and s["total"] == 250.0
+
+
+def test_a_reused_or_absent_reference_reads_so():
+    row = {"scenario": "s", "weights_s": 0.0, "baseline": _side(100.0), "candidate": _side(100.0)}
+    for ref, cell in (({}, "-"), (_side(50.0, reused=True), "reused")):
+        header, _, line = wall_time.markdown([dict(row, reference=ref)], 250.0)[-1].split("\n")
+        cells = dict(zip(_cells(header), _cells(line)))
+        assert cells[wall_time.REFERENCE] == cell and cells["processes' total"] == "200"
 
 
 def test_interleaved_rounds_count_every_process():

@@ -28,7 +28,10 @@ def add_parser(sub):
     p.add_argument("--reference-from", default="", metavar="DIR",
                    help="reuse the float32 reference run (bf16/fp16 runs that fail the fixed thresholds need one) of "
                         "an earlier fk run's --out DIR, when it made one for the same job (e.g. the A/A run before a "
-                        "series of plugin runs); otherwise it runs again")
+                        "series of plugin runs); otherwise fk's reference store's, else it runs again")
+    p.add_argument("--fresh-reference", action="store_true",
+                   help="make the float32 reference again (and keep it) even where fk's reference store "
+                        "(FK_CACHE_HOME/references) holds one for the same job, engine files and device")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine run before it is killed")
     p.add_argument("--interleave", type=int, default=None, metavar="N",
                    help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the "
@@ -198,6 +201,7 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
                      profile=given["device"] == "cuda" if args.profile is None else args.profile,
                      multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                      baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),
+                     fresh_reference=args.fresh_reference,
                      interleave=args.interleave, gpus=tuple(args.gpus), force=args.force,
                      command=common.command_line(), **given)
 

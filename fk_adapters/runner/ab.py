@@ -25,6 +25,7 @@ from fk_adapters import (
     machine,
     metrics,
     probe,
+    reference_store,
     stream_agreement,
     time_split,
     wall_time,
@@ -59,6 +60,7 @@ class RunConfig:
     model_cache: str = ""
     baseline_from: str = ""
     reference_from: str = ""  # an earlier fk run whose float32 reference run (same job) this run reuses
+    fresh_reference: bool = False  # make the float32 reference again, not from fk's reference store
     interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
     # CUDA device sets (CUDA_VISIBLE_DEVICES values): round 1 on the first, later rounds side by side, one set each;
     # without rounds to spread, a suite's scenarios side by side, one set each (``spreads_scenarios``)
@@ -158,7 +160,7 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
             "reused_age_s", "runtime", "gpu_share", "gpu_wait_s", "kept_from_partial", "phases", "cpu_binding",
-            "host_cpus")
+            "host_cpus", "failed_first")
     out = {k: res[k] for k in keep if k in res}
     if (res.get("perf") or {}).get("timeline"):  # each timed call's start, seconds and host load: to explain a slow one
         out["timeline"] = res["perf"]["timeline"]
@@ -384,7 +386,7 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     row["correctness"] = correctness(base, cand, sc.dtype)
     if wants_reference(row["correctness"], sc.dtype, cfg.engine.name, sc.family):
         row["correctness"], row["reference"] = _judge_by_reference(cfg, sc, job, row["correctness"], base, cand, echo)
-        row["notes"] = [row["correctness"]["summary"]] + row.get("notes", [])
+        row["notes"] = [row["correctness"]["summary"]] + _reused_note(row["reference"]) + row.get("notes", [])
     if _rounds(cfg) > 1:
         row["perf"] = metrics.performance_rounds([r.get("perf", {}) for r in runs["baseline"]],
                                                  [r.get("perf", {}) for r in runs["candidate"]])
@@ -504,19 +506,20 @@ def wants_reference(c: dict, dtype: str, engine: str = "", family: str = "llm") 
 
 
 def reference_job(job: dict) -> dict:
-    """The same job in float32, correctness only (no perf, no profile), its engine sized for the correctness
+    """The same job in float32, correctness only (no perf, no profile), in eager mode (the reference times nothing:
+    no compile, no CUDA graphs to capture; the engine's own ops, unfused), its engine sized for the correctness
     batches: float32 halves the cache, and vLLM refuses a Mamba model whose ``max_num_seqs`` (256 by default) exceeds
     its cache blocks (fk46-mamba2 in float32 on an H100: 138)."""
-    out = {k: v for k, v in job.items() if k not in ("perf", "profile")}
+    out = {k: v for k, v in job.items() if k not in ("perf", "profile", "graph_sizes")}
     out["dtype"] = "float32"
+    if "mode" in out:
+        out["mode"] = "eager"
     largest = max(map(len, prompt_batches(out))) if "correctness" in job else 0
     if largest and "engine_args" in job:
         room = 1 << (largest - 1).bit_length()  # the largest batch, rounded up to a power of two
         args = dict(job["engine_args"])
         args["max_num_seqs"] = min(int(args.get("max_num_seqs") or room), room)
         out["engine_args"] = args
-        if job.get("graph_sizes"):  # no CUDA graph for a batch it cannot hold
-            out["graph_sizes"] = [n for n in job["graph_sizes"] if n <= args["max_num_seqs"]] or [1]
     return out
 
 
@@ -529,39 +532,86 @@ def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict,
 
     The stock engine runs ``reference_job`` (logs/<scenario>/reference). Where it cannot (e.g. a kernel it has in bf16
     only, or an engine that declares ``no_float32``), HF transformers' implementation of the same checkpoint runs it
-    (logs/<scenario>/reference-transformers). Either is taken from --baseline-from's or --reference-from's run
-    instead when that run made it for the same job."""
+    (logs/<scenario>/reference-transformers). Either is taken from --baseline-from's or --reference-from's run, else
+    from fk's reference store (``reference_store``), instead when one was made for the same job; one made here is
+    kept in the store."""
     ref_job = reference_job(job)
     fallback = transformers_reference_job(job, sc) if cfg.engine.name != TRANSFORMERS else None
     cannot = "" if fallback is None else (
         f"{cfg.engine.name} has no float32 path ({cfg.engine.no_float32})" if cfg.engine.no_float32 else
         f"the baseline is {cfg.engine.name}'s own float32 run: an independent implementation judges" if (
             job.get("dtype") == "float32") else "")
-    for source in filter(None, (cfg.baseline_from, cfg.reference_from)):
-        try:
-            own, res = cannot, None
-            if not cannot:
-                res = reuse_run(source, sc.name, ref_job, REFERENCE)
-                own = "" if res.get("status") == "ok" else _ended(f"{cfg.engine.name}'s float32 run", res)
-            if own and fallback is not None:
-                res = reuse_run(source, sc.name, fallback, TRANSFORMERS_REFERENCE)
-        except BaselineMismatch as exc:
-            if source == cfg.reference_from:
-                echo(f"{sc.name} [reference] not reused: {exc}")
-            continue
-        if res.get("status") == "ok":
-            echo(f"{sc.name} [reference] reused from {res['reused_from']}")
-            return res, own
-    own = cannot
+    kinds = ([] if cannot else [(REFERENCE, ref_job, cfg.engine.name)]) + (
+        [] if fallback is None else [(TRANSFORMERS_REFERENCE, fallback, TRANSFORMERS)])
+    found = _reused_reference(cfg, sc, kinds, cannot, echo)
+    if found:
+        return found
+    own, failed = cannot, None
     if not cannot:
         res = _engine_process(cfg, sc, ref_job, os.path.join(cfg.out_dir, "logs", sc.name, REFERENCE), [],
                               "reference", echo)
         if res["status"] == "ok" or fallback is None:
+            _store_reference(cfg, sc, kinds[0], res, "")
             return res, ""
-        own = _ended(f"{cfg.engine.name}'s float32 run", res)
+        own, failed = _ended(f"{cfg.engine.name}'s float32 run", res), res
     echo(f"{sc.name}: {own}; HF transformers' implementation of the checkpoint runs it in float32 instead")
-    return _engine_process(cfg, sc, fallback, os.path.join(cfg.out_dir, "logs", sc.name, TRANSFORMERS_REFERENCE), [],
-                           "reference: transformers", echo, engines.get(TRANSFORMERS)), own
+    res = _engine_process(cfg, sc, fallback, os.path.join(cfg.out_dir, "logs", sc.name, TRANSFORMERS_REFERENCE), [],
+                          "reference: transformers", echo, engines.get(TRANSFORMERS))
+    _store_reference(cfg, sc, kinds[-1], res, own)
+    if failed is not None:  # its process's time counts too (wall_time)
+        res["failed_first"] = _summary(failed)
+    return res, own
+
+
+def _reused_reference(cfg: RunConfig, sc: Scenario, kinds: list, cannot: str, echo) -> tuple[dict, str] | None:
+    """A float32 reference for ``kinds`` ((side, job, engine) in the order they are tried) that --baseline-from's or
+    --reference-from's run made, else fk's reference store; with why the engine did not make it itself."""
+    for source in filter(None, (cfg.baseline_from, cfg.reference_from)):
+        try:
+            own, res = cannot, None
+            for side, ref_job, _ in kinds:
+                res = reuse_run(source, sc.name, ref_job, side)
+                if res.get("status") == "ok" or side == TRANSFORMERS_REFERENCE:
+                    break
+                own = _ended(f"{cfg.engine.name}'s float32 run", res)
+        except BaselineMismatch as exc:
+            if source == cfg.reference_from:
+                echo(f"{sc.name} [reference] not reused: {exc}")
+            continue
+        if res is not None and res.get("status") == "ok":
+            echo(f"{sc.name} [reference] reused from {res['reused_from']}")
+            return res, own
+    for kind in [] if cfg.fresh_reference else kinds:
+        where = _store_folder(cfg, sc, kind)
+        stored = where and reference_store.made(where)
+        try:
+            res = reuse_run(where, sc.name, kind[1], kind[0]) if stored else None
+        except BaselineMismatch as exc:  # a stored folder someone emptied or edited: the run made here replaces it
+            echo(f"{sc.name} [reference] not reused from fk's reference store: {exc}")
+            shutil.rmtree(where, ignore_errors=True)
+            res = None
+        if res is not None:
+            res["reused_age_s"] = round(time.time() - stored.get("at", time.time()))
+            echo(f"{sc.name} [reference] reused from fk's reference store: {where} (made {stored.get('made', '?')} "
+                 f"on {stored.get('host', '?')})")
+            return res, stored.get("why_not_engine", "")
+    return None
+
+
+def _store_folder(cfg: RunConfig, sc: Scenario, kind: tuple) -> str:
+    """The reference store's folder for ``kind`` ((side, job, engine)); "" where its engine is not verified stock."""
+    side, ref_job, engine = kind
+    gpus = gpu_share.gpu_names(cfg.gpus[0] if cfg.gpus else None) if cfg.device == "cuda" else []
+    who = reference_store.identity(cfg.engine_integrity.get(engine), ",".join(gpus) or cfg.device)
+    return reference_store.folder(who, sc.name, side, ref_job) if who else ""
+
+
+def _store_reference(cfg: RunConfig, sc: Scenario, kind: tuple, res: dict, why_not_engine: str) -> None:
+    """Keep a reference this run made in fk's store, when it is one: ended ok, with no fk plugin loaded."""
+    where = res.get("status") == "ok" and not res.get("loads") and _store_folder(cfg, sc, kind)
+    if where:
+        reference_store.keep(where, sc.name, kind[0], os.path.join(cfg.out_dir, "logs", sc.name, kind[0]),
+                             why_not_engine)
 
 
 def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, base: dict, cand: dict,
@@ -581,6 +631,15 @@ def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, ba
         made_by = f"HF transformers {ref.get('engine_version', '?')}, as {own}"
     judged = None if error else metrics.reference_correctness(base, cand, ref)
     return metrics.with_reference(fixed, judged, error, made_by), _summary(ref)
+
+
+def _reused_note(ref: dict) -> list[str]:
+    """Where a reused float32 reference was made (no engine process made it in this run)."""
+    if not ref.get("reused_from"):
+        return []
+    age = ref.get("reused_age_s")
+    return [f"the float32 reference was not run here: reused from `{ref['reused_from']}`"
+            + (f", made {_duration(age)} ago" if age is not None else "")]
 
 
 def _ended(who: str, res: dict) -> str:

