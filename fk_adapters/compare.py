@@ -164,14 +164,22 @@ def side_interval(r: dict, seed: int = 0) -> dict | None:
     return out
 
 
-def delta_interval(b: dict, h: dict, seed: int = 0) -> dict | None:
-    """HEAD ratio / BASE ratio with its interval (bootstrap when both files have per-repeat values, else range)."""
+def shared_baselines(b_row: dict, h_row: dict) -> bool:
+    """Whether BASE's and HEAD's rows of a scenario timed the same baseline engine processes, round by round (an
+    `fk run --with-aa`'s A/A and its candidate): each round's baseline ran once, its log the same file in both."""
+    logs = [[r.get("log") for r in ((row.get("rounds") or {}).get("runs") or [[]])[0]] for row in (b_row, h_row)]
+    return len(logs[0]) > 1 and all(logs[0]) and logs[0] == logs[1]
+
+
+def delta_interval(b: dict, h: dict, shared: bool = False, seed: int = 0) -> dict | None:
+    """HEAD ratio / BASE ratio with its interval (bootstrap when both files have per-repeat values, else range;
+    ``shared``: the same baseline processes, ``stats.rounds_delta_interval``)."""
     if not b or not h or b.get("ratio") is None or h.get("ratio") is None:
         return None
     bb, bc, bp = _values(b)
     hb, hc, hp = _values(h)
     if bb is not None and hb is not None and bp and hp:
-        return stats.rounds_delta_interval(bb, bc, hb, hc)
+        return stats.rounds_delta_interval(bb, bc, hb, hc, shared)
     if bb is not None and hb is not None:
         out = stats.bootstrap_ratio_of_ratios(bb, bc, hb, hc, bp, hp, n_boot=N_BOOT, conf=CONF, seed=seed)
         out["method"] = "bootstrap"
@@ -339,7 +347,7 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
         if bm != hm:
             notes.append(f"{kind} {workload}: BASE measured {bm}, HEAD {hm}: not compared")
             continue
-        delta = None if unclean else delta_interval(br, hr)
+        delta = None if unclean else delta_interval(br, hr, shared_baselines(b_row, h_row))
         margin = margin_of(h_row["scenario"], kind, workload, hm)
         if delta and delta.get("note") == stats.NO_INTERVAL:
             margin = compounded(margin)

@@ -206,11 +206,18 @@ def rounds_interval(base: Sequence[float], cand: Sequence[float]) -> dict:
 
 
 def rounds_delta_interval(base_b: Sequence[float], base_c: Sequence[float], head_b: Sequence[float],
-                          head_c: Sequence[float]) -> dict:
+                          head_c: Sequence[float], shared: bool = False) -> dict:
     """HEAD's round ratio over BASE's (two independent interleaved runs) with a 95% t-interval on the difference of
     their mean log round ratios (Welch's standard error, the smaller run's degrees of freedom: conservative).
 
-    Returns {"ratio", "lo", "hi", "n", "paired_base": True, "paired_head": True, "method": "t over rounds"}."""
+    Returns {"ratio", "lo", "hi", "n", "paired_base": True, "paired_head": True, "method": "t over rounds"}.
+
+    ``shared``: both runs' baselines are the same engine processes (`fk run --with-aa`: its A/A as BASE, its
+    candidate as HEAD); they cancel round by round: HEAD's candidate over BASE's, paired by round (the same point, a
+    t-interval on their round ratios)."""
+    if shared and len(base_c) == len(head_c):
+        return dict(rounds_interval(base_c, head_c), paired_base=True, paired_head=True,
+                    method="t over rounds (shared baselines: HEAD's candidate over BASE's, round by round)")
     b, h = rounds_interval(base_b, base_c), rounds_interval(head_b, head_c)
     n = min(b["n"], h["n"])
     point = _div(h["ratio"], b["ratio"])

@@ -77,9 +77,11 @@ def _ran_here(runs: list[dict]) -> list[dict]:
 
 
 def _sides(row: dict) -> list[dict]:
+    """The processes of both sides, every round, and a --with-aa run's second stock process of each round."""
     rounds = (row.get("rounds") or {}).get("runs")
     runs = [r for side in rounds for r in side] if rounds else [row.get("baseline") or {}, row.get("candidate") or {}]
-    return _ran_here(runs)
+    partner = ((row.get("aa") or {}).get("rounds") or {}).get("runs") or [[], []]
+    return _ran_here(runs + partner[1])
 
 
 def scenario(row: dict) -> dict | None:

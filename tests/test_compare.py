@@ -376,3 +376,15 @@ def test_runs_whose_engine_processes_were_bound_otherwise_are_warned_of():
     assert cmp["warnings"][1].startswith("the A/A run ran with FK_BIND_CPUS=0, HEAD with FK_BIND_CPUS=gpu")
     del base["cpu_binding"]  # a run made before fk recorded it: nothing to tell
     assert compare.compare(base, results(row()))["warnings"] == []
+
+
+def test_only_rows_that_timed_the_same_baseline_processes_count_as_sharing_them():
+    def rounds(*logs):
+        return {"rounds": {"runs": [[{"log": log} for log in logs], []]}}
+
+    same = rounds("/o/logs/s/baseline/engine.log", "/o/logs/s/baseline-r2/engine.log")
+    assert compare.shared_baselines(same, copy.deepcopy(same))
+    other = rounds("/p/logs/s/baseline/engine.log", "/p/logs/s/baseline-r2/engine.log")
+    assert not compare.shared_baselines(same, other)
+    assert not compare.shared_baselines(rounds("/o/b.log"), rounds("/o/b.log"))  # one round: nothing to pair
+    assert not compare.shared_baselines(row(), row())  # rows without rounds

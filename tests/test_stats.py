@@ -142,3 +142,18 @@ def test_ratio_of_ratios():
     assert d["paired_base"] and d["paired_head"] and d["n"] == 8
     single = stats.bootstrap_ratio_of_ratios([1.0], [1.0], hb, hc, True, True)
     assert single["note"] == stats.NO_INTERVAL and single["lo"] == single["hi"]
+
+
+def test_a_delta_over_shared_baselines_pairs_the_two_candidates_round_by_round():
+    """--with-aa: BASE (the A/A) and HEAD (the candidate) timed against the same stock processes. A slow or fast
+    baseline process moves both ratios alike and cancels: the interval is the candidates' own, round by round; as two
+    independent runs (Welch) the baselines' spread would count twice."""
+    base = [100.0, 80.0, 120.0, 95.0, 110.0]  # process to process: +-20%
+    partner = [101.0, 100.0, 99.0, 100.5, 99.5]
+    cand = [96.0, 95.0, 94.5, 95.5, 94.0]
+    shared = stats.rounds_delta_interval(base, partner, base, cand, shared=True)
+    alone = stats.rounds_interval(partner, cand)
+    assert (shared["ratio"], shared["lo"], shared["hi"]) == (alone["ratio"], alone["lo"], alone["hi"])
+    assert shared["hi"] < 1.0 and "shared baselines" in shared["method"]  # 5% slower, and the interval says so
+    welch = stats.rounds_delta_interval(base, partner, base, cand)
+    assert welch["ratio"] == pytest.approx(shared["ratio"]) and welch["hi"] > 1.0  # wider: it cannot tell

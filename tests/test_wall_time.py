@@ -62,6 +62,14 @@ def test_interleaved_rounds_count_every_process():
     assert wall_time.scenario(row)["processes"] == 6
 
 
+def test_with_aa_the_second_stock_process_of_every_round_counts_too():
+    rounds = [[_side(100.0)] * 3, [_side(100.0)] * 3]
+    row = {"scenario": "s", "weights_s": 0.0, "rounds": {"runs": rounds},
+           "aa": {"rounds": {"runs": [rounds[0], [_side(50.0)] * 3]}}}
+    s = wall_time.scenario(row)
+    assert s["processes"] == 9 and s["total"] == 750.0
+
+
 def test_rows_from_before_phases_were_timed_render_nothing():
     assert wall_time.scenario({"scenario": "old", "baseline": {"wall_s": 3}}) is None
     assert wall_time.markdown([{"scenario": "old"}], None) == []

@@ -44,14 +44,27 @@ def run(args) -> int:
                               head_path=args.head, max_margin=args.max_margin)
     except cmp_mod.CompareError as exc:
         raise UsageError(str(exc)) from None
-    docs = {"md": cmp_mod.to_markdown(cmp), "json": json.dumps(cmp, indent=1, default=str) + "\n",
-            "csv": cmp_mod.to_csv(cmp)}
+    docs = write(args.out, cmp) if args.out else documents(cmp)
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        docs["md"] += common.plots_section(args.out, cmp, "compare")  # deltas.png beside compare.md
-        for fmt, text in docs.items():
-            with open(os.path.join(args.out, f"compare.{fmt}"), "w") as f:
-                f.write(text)
         print(f"{cmp['verdict']}: wrote compare.md, compare.json, compare.csv to {args.out}", file=sys.stderr)
     sys.stdout.write(docs[args.format])
     return 0 if cmp["verdict"] == Verdict.PASS else 1
+
+
+def documents(cmp: dict) -> dict[str, str]:
+    """A comparison as markdown, JSON and CSV, by format."""
+    from fk_adapters import compare as cmp_mod
+
+    return {"md": cmp_mod.to_markdown(cmp), "json": json.dumps(cmp, indent=1, default=str) + "\n",
+            "csv": cmp_mod.to_csv(cmp)}
+
+
+def write(out: str, cmp: dict) -> dict[str, str]:
+    """``documents`` written to compare.md (with its plots beside it), compare.json and compare.csv in ``out``."""
+    docs = documents(cmp)
+    os.makedirs(out, exist_ok=True)
+    docs["md"] += common.plots_section(out, cmp, "compare")  # deltas.png beside compare.md
+    for fmt, text in docs.items():
+        with open(os.path.join(out, f"compare.{fmt}"), "w") as f:
+            f.write(text)
+    return docs

@@ -37,6 +37,11 @@ def add_parser(sub):
                    help="N rounds of baseline and candidate (A B, B A, A B, ...), each in a fresh engine process; the "
                         f"ratios pair round by round, with an interval from {MIN_ROUNDS} rounds on (N >= 2; default on "
                         f"a GPU: {MIN_ROUNDS}, without --baseline-from; elsewhere one process per side, no interval)")
+    p.add_argument("--with-aa", action="store_true",
+                   help="with --interleave: a second stock process in every round (A B A', the three first in turn), "
+                        "so the same rounds also give the A/A, the noise floor the candidate's deltas are judged "
+                        "against (OUT/aa/results.json and report.md; OUT/compare-aa/: fk compare of the candidate "
+                        "against it): one process a round more instead of a second run of its own")
     p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",
                    help="CUDA device sets (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 for TP=2): with "
                         "--interleave, round 1 runs on the first, later rounds side by side, one set each; without, "
@@ -108,6 +113,11 @@ def run(args) -> int:
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     if args.interleave is None:  # a GPU timing is a claim: measure the variation between engine processes
         args.interleave = MIN_ROUNDS if device == "cuda" and not (args.baseline_from or args.correctness_only) else 0
+    if args.with_aa and (args.aa or args.interleave < 2):
+        raise UsageError("--with-aa adds a second stock process to each round of --interleave N (N >= 2) of a "
+                         "candidate: " + ("--aa is already stock against stock" if args.aa else
+                                          "give --interleave N (on a GPU the default is "
+                                          f"{MIN_ROUNDS}, unless --baseline-from or --correctness-only)"))
     _check_gpu_sets(args.gpus, chosen)
     if args.gpus and (device != "cuda" or (args.interleave < 2 and len({sc.name for sc in chosen}) < 2)):
         raise UsageError("--gpus spreads a CUDA run over device sets, either the interleaved rounds of each scenario "
@@ -167,6 +177,7 @@ def _candidate(args) -> tuple[list[str], list]:
         raise UsageError("--interleave runs its own baseline in every round: it cannot reuse --baseline-from")
     if args.interleave and args.correctness_only:
         raise UsageError("--interleave pairs timings round by round: --correctness-only times nothing")
+
     if args.repeats < 0 or (args.repeats and args.correctness_only):
         raise UsageError("--repeats N needs N >= 1, and a run that times something (not --correctness-only)")
     if len(set(args.gpus)) != len(args.gpus) or any(not d.replace(",", "").isdigit() for d in args.gpus):
@@ -201,9 +212,12 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
                      profile=given["device"] == "cuda" if args.profile is None else args.profile,
                      multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                      baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),
-                     fresh_reference=args.fresh_reference,
+                     fresh_reference=args.fresh_reference, with_aa=args.with_aa,
                      interleave=args.interleave, gpus=tuple(args.gpus), force=args.force,
                      command=common.command_line(), **given)
+
+
+COMPARE_AA = "compare-aa"
 
 
 def _run_suite(cfg: RunConfig, chosen, version: str) -> dict:
@@ -213,7 +227,29 @@ def _run_suite(cfg: RunConfig, chosen, version: str) -> dict:
     except ResumeMismatch as exc:
         raise UsageError(str(exc)) from None
     common.write_report(cfg.out_dir, results)
+    if cfg.with_aa:
+        _beside_aa(cfg.out_dir, results)
     return results
+
+
+def _beside_aa(out: str, results: dict) -> None:
+    """A --with-aa run's A/A of the same rounds: its report, and `fk compare` of the candidate against it (each
+    delta judged against that floor) in OUT/compare-aa/."""
+    from fk_adapters import compare
+    from fk_adapters.cli import compare_cmd
+
+    aa_path = os.path.join(out, results["with_aa"]["results"])
+    aa = common.read_json(aa_path, "A/A")
+    common.write_report(os.path.dirname(aa_path), aa)
+    try:
+        cmp = compare.compare(aa, results, noise_floor=compare.noise_floor_from_aa(aa, aa_path), base_path=aa_path,
+                              head_path=os.path.join(out, "results.json"))
+    except compare.CompareError as exc:
+        print(f"  the A/A of the same rounds could not judge the candidate's deltas: {exc}", flush=True)
+        return
+    compare_cmd.write(os.path.join(out, COMPARE_AA), cmp)
+    print(f"  candidate against the A/A of the same rounds: {cmp['verdict_line']} -> "
+          f"{os.path.join(out, COMPARE_AA, 'compare.md')}", flush=True)
 
 
 def _combine(out: str, all_results: list[dict], integrity: dict) -> dict:

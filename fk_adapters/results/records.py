@@ -109,6 +109,8 @@ class RunResults(EngineResults):
     verdict: str = ""
     problems: list[str] = field(default_factory=list)
     noise_floor: dict | None = None  # an A/A run's
+    # --with-aa: {"results": the A/A of the same rounds (a path beside this file), "noise_floor": its floor}
+    with_aa: dict | None = None
     wall_s: float | None = None  # this invocation's wall time (scenarios kept from an interrupted run not included)
 
 

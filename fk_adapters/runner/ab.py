@@ -61,6 +61,8 @@ class RunConfig:
     baseline_from: str = ""
     reference_from: str = ""  # an earlier fk run whose float32 reference run (same job) this run reuses
     fresh_reference: bool = False  # make the float32 reference again, not from fk's reference store
+    # with interleaved rounds: a second stock process in every round, whose A/A against the first is the row's "aa"
+    with_aa: bool = False
     interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
     # CUDA device sets (CUDA_VISIBLE_DEVICES values): round 1 on the first, later rounds side by side, one set each;
     # without rounds to spread, a suite's scenarios side by side, one set each (``spreads_scenarios``)
@@ -174,12 +176,20 @@ def _rounds(cfg: RunConfig) -> int:
 
 
 ORDER = "A B, B A, A B, ... (each side first in alternate rounds)"
+# --with-aa: a second stock process (A') in every round, the three in turn first
+ORDER_WITH_AA = "A B A', B A' A, A' A B, ... (each of the three first in turn)"
+AA_PARTNER = "aa"  # that process's side: logs/<scenario>/aa, aa-r2, ...; the row's A/A of the same rounds
 
 
-def _round_order(rnd: int) -> tuple[str, str]:
+def _round_order(rnd: int, with_aa: bool = False) -> tuple[str, ...]:
     """Which side runs first in round ``rnd``: baseline in odd rounds, candidate in even ones. On the H100 the second
     process of an A/A pair ran 0.7-9.5% faster in every round of A B A B (reports/gpu/deltas-h100): alternating the
-    order spreads any such position effect over both sides instead of adding it to the ratio."""
+    order spreads any such position effect over both sides instead of adding it to the ratio. ``with_aa``: the three
+    sides rotate (ORDER_WITH_AA)."""
+    if with_aa:
+        sides = ("baseline", "candidate", AA_PARTNER)
+        k = (rnd - 1) % 3
+        return sides[k:] + sides[:k]
     return ("baseline", "candidate") if rnd % 2 else ("candidate", "baseline")
 
 
@@ -238,7 +248,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
 
     Round 1 runs the whole job (correctness, profile, perf); later rounds the same job without the profile.
     Stops after a round in which a run did not end ok, and returns those runs as (side, result) pairs."""
-    runs: dict = {"baseline": [], "candidate": []}
+    runs: dict = {"baseline": [], "candidate": []} | ({AA_PARTNER: []} if cfg.with_aa else {})
     if cfg.baseline_from:
         runs["baseline"].append(reuse_baseline(cfg.baseline_from, sc.name, job))
         age = runs["baseline"][0].get("reused_age_s")
@@ -246,16 +256,16 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
              + (f", made {_duration(age)} ago on this machine hold" if age is not None else ""))
     n = _rounds(cfg)
     later = {k: v for k, v in job.items() if k != "profile"}
-    plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins}
+    plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins, AA_PARTNER: []}
 
     def one_round(rnd: int, devices: str = "") -> dict:
         out = {}
-        for side in _round_order(rnd):
+        for side in _round_order(rnd, cfg.with_aa):
             if len(runs[side]) >= rnd:
                 continue
             tag = side if n == 1 else f"{side} {rnd}/{n}" + (f" on GPU {devices}" if devices else "")
-            out[side] = _engine_process(cfg, sc, job if rnd == 1 else later, _run_dir(cfg, sc, side, rnd),
-                                        plugins_of[side], tag, echo, devices=devices)
+            out[side] = _engine_process(cfg, sc, job if rnd == 1 and side != AA_PARTNER else later,
+                                        _run_dir(cfg, sc, side, rnd), plugins_of[side], tag, echo, devices=devices)
             out[side]["round"] = rnd
         return out
 
@@ -362,14 +372,24 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         return _no_weights(cfg, sc, str(exc))
     job = scenario_job(cfg, sc, model_dir)
     runs, bad = _engine_runs(cfg, sc, job, echo)
+    weights = {"weights": weights_key, "weights_s": weights_s}
+    row = judged_row(cfg, sc, job, {side: runs[side] for side in ("baseline", "candidate")}, bad, weights, echo)
+    if cfg.with_aa:  # the stock engine's second process of every round against its first: the A/A of these rounds
+        row[AA_PARTNER] = judged_row(replace(cfg, aa=True), sc, job,
+                                     {"baseline": runs["baseline"], "candidate": runs[AA_PARTNER]}, bad, weights, echo)
+    return row
+
+
+def judged_row(cfg: RunConfig, sc: Scenario, job: dict, runs: dict, bad: list, weights: dict, echo) -> dict:
+    """A scenario's row from its engine processes (``runs``: {"baseline": [each round], "candidate": [...]}; ``bad``:
+    the (side, result) pairs of runs that did not end ok): correctness, perf, evidence and verdict."""
     base, cand = runs["baseline"][0], runs["candidate"][0]
-    row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, "weights": weights_key,
-           "weights_s": weights_s,
+    row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, **weights,
            "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")
                      if k in sc.model},
            "baseline": _summary(base), "candidate": _summary(cand), "failures": [], "timeout_s": cfg.timeout_s}
     if _rounds(cfg) > 1:
-        row["rounds"] = {"planned": _rounds(cfg), "order": ORDER,
+        row["rounds"] = {"planned": _rounds(cfg), "order": ORDER_WITH_AA if cfg.with_aa else ORDER,
                          "runs": [[_summary(r) for r in runs["baseline"]], [_summary(r) for r in runs["candidate"]]]}
     if base["loads"]:
         row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
@@ -399,6 +419,12 @@ def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
         row["failures"] += _round_checks(cfg, runs, {})
         row["status"] = verdict.aa_status(row)
         return row
+    return _judged_candidate(cfg, job, runs, row)
+
+
+def _judged_candidate(cfg: RunConfig, job: dict, runs: dict, row: dict) -> dict:
+    """``row`` with the candidate's evidence (its kernels ran: calls, profiler names), time split and verdict."""
+    base, cand = runs["baseline"][0], runs["candidate"][0]
     native = native_names(cfg, base)
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
     where = _time_split(job, base, cand, row.get("perf"))
@@ -703,6 +729,8 @@ def run_key(cfg: RunConfig) -> dict:
             "code": cfg.code}
     if cfg.repeats:  # only when given: the key of a run without it stays what it was
         key["repeats"] = cfg.repeats
+    if cfg.with_aa:  # likewise
+        key["with_aa"] = True
     tuning = machine.tuning_env()
     if tuning:  # likewise
         key["tuning_env"] = tuning
@@ -783,6 +811,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
         results["scenarios"] = [rows[sc.name] for sc in scenarios if sc.name in rows]
         results["wall_s"] = round(time.monotonic() - t0, 1)
         finish(results, cfg, (len(rows), n))
+        _publish_aa(cfg, results, (len(rows), n))
         _write_atomic(path, results)
 
     def lane(lane_cfg: RunConfig) -> None:
@@ -890,6 +919,27 @@ def finish(results: dict, cfg: RunConfig, progress: tuple[int, int] | None = Non
     results["problems"] = problems
     if cfg.aa:
         results["noise_floor"] = measured_noise_floor(results)
+
+
+def _publish_aa(cfg: RunConfig, results: dict, progress: tuple[int, int]) -> None:
+    """Write a --with-aa run's ``aa_results`` (OUT/aa/results.json) and say where in its own results, with its floor."""
+    if not cfg.with_aa:
+        return
+    aa = aa_results(cfg, results, progress)
+    results["with_aa"] = {"results": os.path.join(AA_PARTNER, "results.json"), "noise_floor": aa["noise_floor"]}
+    os.makedirs(os.path.join(cfg.out_dir, AA_PARTNER), exist_ok=True)
+    _write_atomic(os.path.join(cfg.out_dir, AA_PARTNER, "results.json"), aa)
+
+
+def aa_results(cfg: RunConfig, results: dict, progress: tuple[int, int] | None = None) -> dict:
+    """A --with-aa run's A/A of the same rounds (each row's ``aa``: the second stock process against the first) as
+    the results file of an `fk run --aa`, its noise floor included, for its own report and `fk compare --aa`."""
+    aa_cfg = replace(cfg, aa=True, out_dir=os.path.join(cfg.out_dir, AA_PARTNER))
+    out = _suite_header(aa_cfg, results["engine_version"])
+    out["scenarios"] = [r[AA_PARTNER] for r in results["scenarios"] if AA_PARTNER in r]
+    out["wall_s"] = results.get("wall_s")
+    finish(out, aa_cfg, progress)
+    return out
 
 
 def measured_noise_floor(results: dict) -> dict | None:

@@ -12,7 +12,8 @@
 #   adapter   the adapter's cost: A/A, then passthrough, $ROUNDS (5) interleaved rounds each, on llama31-8b-decode and
 #             llama31-8b-4l-prefill, compiled (vLLM) / default (SGLang): the passthrough's 95% interval (its report)
 #             beside the A/A's, the floor of the same hold ($ADAPTER_SIDES: "aa", "pass" or both, the default; two
-#             lanes of one machine can take one each; $ADAPTER_GPUS, e.g. "0 1": `fk run --gpus`, the rounds after the
+#             lanes of one machine can take one each; "with": one passthrough run with --with-aa, its A/A in the same
+#             rounds, 3 processes a round instead of 4, and fk compare of the two written by fk run itself; $ADAPTER_GPUS, e.g. "0 1": `fk run --gpus`, the rounds after the
 #             first side by side on those GPUs; $ADAPTER_ARGS: more `fk run` options, e.g. "--smoke" for fk46 scenarios)
 #   warm      before timed lanes start side by side: one passthrough A/B of each $ADAPTER_SC, one process a side and
 #             the float32 reference, untimed by anyone; every variant's compile caches (Inductor's, Triton's) are then
@@ -50,6 +51,10 @@ case $1 in
             if wants "${ADAPTER_SIDES:-aa pass}" aa; then
               $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} "${WARM[@]}" \
                 --out "$W/adapter-aa-$S" | tail -1
+            fi
+            if wants "${ADAPTER_SIDES:-aa pass}" with; then  # one run: the passthrough with the A/A of its rounds
+              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --with-aa $GPUS_ARG ${ADAPTER_ARGS:-} \
+                "${WARM[@]}" --out "$W/adapter-with-aa-$S" | tail -2
             fi
             if wants "${ADAPTER_SIDES:-aa pass}" pass; then
               REF=("${WARM[@]}"); [ -z "${REF[*]}" ] && [ -f "$W/adapter-aa-$S/results.json" ] && \

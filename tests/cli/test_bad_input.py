@@ -91,6 +91,9 @@ def test_run_flags_that_contradict_each_other_are_refused(no_engine, capsys, tmp
     refused(capsys, [*base, "--interleave", "3", "--correctness-only"], "--correctness-only times nothing")
     refused(capsys, [*base, "--interleave", "3", "--baseline-from", str(tmp_path)], "cannot reuse --baseline-from")
     refused(capsys, [*base, "--interleave", "1"], "needs N >= 2 rounds")
+    refused(capsys, [*base, "--with-aa"], "give --interleave N")  # on CPU: one process a side by default
+    aa = ["run", "--aa", *TINY, "--out", str(tmp_path / "o")]
+    refused(capsys, [*aa, "--interleave", "3", "--with-aa"], "--aa is already stock against stock")
 
 
 def test_check_counts_below_their_least_are_refused(no_engine, capsys, workload, tmp_path):

@@ -21,7 +21,7 @@ class FakeEngine:
         cand = side.startswith("candidate")
         rnd = len([c for c in self.calls if c[0].startswith(side.split("-")[0])])
         tps = 100.0 * (self.speed if cand else 1.0) * (1 + 0.01 * rnd)  # drift shared by both sides of a round
-        res = {"status": "ok", "wall_s": 1.0, "run_dir": run_dir,
+        res = {"status": "ok", "wall_s": 1.0, "run_dir": run_dir, "log": os.path.join(run_dir, "engine.log"),
                "calls": 0 if (cand and rnd == self.silent_round) else (10 if cand else 0),
                "perf": {"throughput": {"w": [{"tokens_per_s": tps}, {"tokens_per_s": tps}]},
                         "latency": {"b1": [{"latency_s": 1.0 / tps}]}}}
@@ -299,3 +299,38 @@ def test_a_vllm_candidate_is_traced_in_every_process_the_baseline_as_vllm_defaul
     cfg = _cfg(tmp_path)
     assert ab._env(cfg, sc, ["p"])["VLLM_USE_AOT_COMPILE"] == "0"  # its trace is the native path's proof
     assert "VLLM_USE_AOT_COMPILE" not in ab._env(cfg, sc, [])
+
+
+# ------------------------------------------------------------- --with-aa: the A/A of the same rounds, beside the A/B
+
+
+def test_with_aa_each_round_runs_a_second_stock_process_the_three_first_in_turn(fake, tmp_path):
+    fake.speed = 0.97
+    row = ab.run_scenario(_cfg(tmp_path, interleave=3, with_aa=True), scenarios.load("tiny-llama"),
+                          echo=lambda m: None)
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "aa", "candidate-r2", "aa-r2", "baseline-r2",
+                                          "aa-r3", "baseline-r3", "candidate-r3"]
+    assert [c[0] for c in fake.calls if c[1]] == ["baseline", "candidate"]  # the partner is never profiled
+    assert row["status"] == "PASSED" and row["perf"]["throughput"]["w"]["tokens_per_s"]["ratio"] == pytest.approx(0.97)
+    aa = row[ab.AA_PARTNER]
+    assert aa["status"] == "PASSED" and aa["perf"]["throughput"]["w"]["tokens_per_s"]["ratio"] == pytest.approx(1.0)
+    assert aa["rounds"]["runs"][0] == row["rounds"]["runs"][0]  # the same stock processes on both rows
+    assert len(aa["rounds"]["runs"][1]) == 3
+    assert row["rounds"]["order"] == aa["rounds"]["order"] == ab.ORDER_WITH_AA and "evidence" not in aa
+
+
+def test_a_with_aa_run_writes_its_aa_results_and_judges_the_candidate_against_them(fake, tmp_path):
+    from fk_adapters import compare
+
+    fake.speed = 0.90
+    results = ab.run_suite(_cfg(tmp_path, interleave=3, with_aa=True), [scenarios.load("tiny-llama")], "0.32.0",
+                           echo=lambda m: None)
+    with open(tmp_path / "out" / "aa" / "results.json") as f:
+        aa = json.load(f)
+    assert aa["aa"] is True and aa["candidate"] == "baseline (A/A)" and aa["verdict"] == "PASS"
+    assert results["with_aa"] == {"results": os.path.join("aa", "results.json"), "noise_floor": aa["noise_floor"]}
+    assert aa["noise_floor"]["value"] == pytest.approx(0.0, abs=1e-9)  # the fake's stock processes agree
+    cmp = compare.compare(aa, results, noise_floor=compare.noise_floor_from_aa(aa))
+    tput = next(p for p in cmp["perf"] if p["kind"] == "throughput")
+    assert tput["delta"]["method"].startswith("t over rounds (shared baselines")
+    assert tput["delta"]["ratio"] == pytest.approx(0.90) and tput["verdict"] == "slower"
