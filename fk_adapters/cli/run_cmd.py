@@ -38,8 +38,9 @@ def add_parser(sub):
                         f"ratios pair round by round, with an interval from {MIN_ROUNDS} rounds on (N >= 2; default on "
                         f"a GPU: {MIN_ROUNDS}, without --baseline-from; elsewhere one process per side, no interval)")
     p.add_argument("--with-aa", action="store_true",
-                   help="with --interleave: a second stock process in every round (A B A', the three first in turn), "
-                        "so the same rounds also give the A/A, the noise floor the candidate's deltas are judged "
+                   help="with --interleave: a second stock process in every round (A B A', B A' A, ...: every place "
+                        "and order in turn), so the same rounds also give the A/A, the noise floor the candidate's "
+                        "deltas are judged "
                         "against (OUT/aa/results.json and report.md; OUT/compare-aa/: fk compare of the candidate "
                         "against it): one process a round more instead of a second run of its own")
     p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",

@@ -176,20 +176,23 @@ def _rounds(cfg: RunConfig) -> int:
 
 
 ORDER = "A B, B A, A B, ... (each side first in alternate rounds)"
-# --with-aa: a second stock process (A') in every round, the three in turn first
-ORDER_WITH_AA = "A B A', B A' A, A' A B, ... (each of the three first in turn)"
+# --with-aa: a second stock process (A') in every round. The three rotate, then rotate the other way: after 3 rounds
+# each has held each place once; after 5, each pair has run in either order 3:2 (as A B, B A, ... does); after 6,
+# every order once. (A plain rotation would run B before A' in 4 rounds of 5.)
+ORDER_WITH_AA = "A B A', B A' A, A' A B, A A' B, B A A', A' B A, ... (every place and every pair's order in turn)"
 AA_PARTNER = "aa"  # that process's side: logs/<scenario>/aa, aa-r2, ...; the row's A/A of the same rounds
+_WITH_AA_ROUNDS = (("baseline", "candidate", AA_PARTNER), ("candidate", AA_PARTNER, "baseline"),
+                   (AA_PARTNER, "baseline", "candidate"), ("baseline", AA_PARTNER, "candidate"),
+                   ("candidate", "baseline", AA_PARTNER), (AA_PARTNER, "candidate", "baseline"))
 
 
 def _round_order(rnd: int, with_aa: bool = False) -> tuple[str, ...]:
     """Which side runs first in round ``rnd``: baseline in odd rounds, candidate in even ones. On the H100 the second
     process of an A/A pair ran 0.7-9.5% faster in every round of A B A B (reports/gpu/deltas-h100): alternating the
     order spreads any such position effect over both sides instead of adding it to the ratio. ``with_aa``: the three
-    sides rotate (ORDER_WITH_AA)."""
+    sides in ORDER_WITH_AA."""
     if with_aa:
-        sides = ("baseline", "candidate", AA_PARTNER)
-        k = (rnd - 1) % 3
-        return sides[k:] + sides[:k]
+        return _WITH_AA_ROUNDS[(rnd - 1) % len(_WITH_AA_ROUNDS)]
     return ("baseline", "candidate") if rnd % 2 else ("candidate", "baseline")
 
 
