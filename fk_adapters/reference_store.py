@@ -36,10 +36,30 @@ def identity(engine_entry: dict | None, device: str) -> dict | None:
             "tuning_env": machine.tuning_env()}
 
 
+def weights_fingerprint(model_dir: str | None, edge: int = 1 << 20) -> str:
+    """The checkpoint in ``model_dir`` as its files' names, sizes and first and last ``edge`` bytes: a job names its
+    checkpoint by folder, and a folder written again (another fk's seeded weights, another generator) holds other
+    numbers under the same name. Seeded random weights differ everywhere, so their edges tell them apart."""
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(model_dir or ""):
+        dirs.sort()
+        for name in sorted(f for f in files if not f.endswith(".lock")):
+            path = os.path.join(root, name)
+            size = os.path.getsize(path)
+            h.update(f"{os.path.relpath(path, model_dir)}:{size}:".encode())
+            with open(path, "rb") as f:
+                h.update(f.read(edge))
+                if size > 2 * edge:
+                    f.seek(size - edge)
+                    h.update(f.read(edge))
+    return h.hexdigest()
+
+
 def folder(who: dict, scenario: str, side: str, job: dict) -> str:
-    """The store's folder for this reference; it holds ``logs/<scenario>/<side>/`` as the run that made it did."""
-    digest = hashlib.sha256(json.dumps({"who": who, "side": side, "job": job}, sort_keys=True,
-                                       default=str).encode()).hexdigest()[:20]
+    """The store's folder for this reference (the job's checkpoint by ``weights_fingerprint``); it holds
+    ``logs/<scenario>/<side>/`` as the run that made it did."""
+    key = {"who": who, "side": side, "job": job, "weights": weights_fingerprint(job.get("model_dir"))}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
     return os.path.join(user_cache.home(), FOLDER, f"{scenario}-{side}-{digest}")
 
 

@@ -20,3 +20,16 @@ def test_keep_leaves_a_reference_already_stored_in_place(tmp_path):
     other = reference_store.folder(reference_store.identity(STOCK, "NVIDIA H200"), "sc", "reference",
                                    {"dtype": "float32"})
     assert other != where and not reference_store.made(other)
+
+
+def test_a_checkpoint_written_again_under_the_same_folder_is_another_reference(tmp_path):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"\x01" * (3 << 20))
+    job = {"model_dir": str(model), "dtype": "float32"}
+    who = reference_store.identity(STOCK, "cpu")
+    first = reference_store.folder(who, "sc", "reference", job)
+    assert reference_store.folder(who, "sc", "reference", dict(job)) == first
+    (model / "model.safetensors").write_bytes(b"\x01" * ((3 << 20) - 1) + b"\x02")  # its last byte differs
+    assert reference_store.folder(who, "sc", "reference", job) != first
