@@ -456,12 +456,13 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # baseline 146 s, candidate 94 s, the float32 reference now eager), then the adapter's cost on llama31-8b-decode:
     # the passthrough with the A/A of the same rounds (--with-aa), 5 rounds, compiled (a warm process about 45-70 s:
     # session 48's one H100 started in 16 s, session 33's 4-GPU host in 40 s; about 11-17 minutes for the 15 processes)
-    lane V-0 31 vllm 0 STEPS="split adapter" SC=fk46-llama-3.1 AB_INTERLEAVE=0 ADAPTER_SC=llama31-8b-decode \
-      ADAPTER_SIDES=with ;;
+    # Then, as far as the hold goes, the prefill pair the same way (llama31-8b-4l-prefill, 4 layers)
+    lane V-0 31 vllm 0 STEPS="split adapter" SC=fk46-llama-3.1 AB_INTERLEAVE=0 \
+      ADAPTER_SC="llama31-8b-decode llama31-8b-4l-prefill" ADAPTER_SIDES=with ;;
   s51-sglang-h100)  # one GPU, SGLang (15 parts + the cutlass wheel, about 2.5 minutes): issue 31's decode pair in
     # SGLang's default mode at 5 rounds (session 33 ran 3: passthrough 0.999 [0.996, 1.002], floor 0.52%), the
-    # passthrough with the A/A of the same rounds (--with-aa, 15 processes)
-    lane S-0 31 sglang 0 STEPS="adapter" ADAPTER_SC=llama31-8b-decode ADAPTER_SIDES=with ;;
+    # passthrough with the A/A of the same rounds (--with-aa, 15 processes); then the prefill pair the same way
+    lane S-0 31 sglang 0 STEPS="adapter" ADAPTER_SC="llama31-8b-decode llama31-8b-4l-prefill" ADAPTER_SIDES=with ;;
   s45-kimi-h200)  # one H200, vLLM: issue 30's Kimi-Linear leftovers, wrong-gdn (eager, correctness only: must FAIL)
     # and the passthrough (compiled, correctness only: must PASS with vLLM's KDA kernels proven by calls)
     lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass" ;;
