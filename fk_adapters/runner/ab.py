@@ -628,9 +628,12 @@ def _reused_reference(cfg: RunConfig, sc: Scenario, kinds: list, cannot: str, ec
 
 
 def _store_folder(cfg: RunConfig, sc: Scenario, kind: tuple) -> str:
-    """The reference store's folder for ``kind`` ((side, job, engine)); "" where its engine is not verified stock."""
+    """The reference store's folder for ``kind`` ((side, job, engine)); "" where its engine is not verified stock, or
+    on CUDA where nvidia-smi cannot name the GPUs."""
     side, ref_job, engine = kind
     gpus = gpu_share.gpu_names(cfg.gpus[0] if cfg.gpus else None) if cfg.device == "cuda" else []
+    if cfg.device == "cuda" and not gpus:
+        return ""
     who = reference_store.identity(cfg.engine_integrity.get(engine), ",".join(gpus) or cfg.device)
     return reference_store.folder(who, sc.name, side, ref_job) if who else ""
 

@@ -308,3 +308,17 @@ def test_a_stored_reference_with_its_files_gone_runs_again(stored_fake, tmp_path
     assert any("[reference] not reused from fk's reference store: no reference run" in m for m in seen)
     assert row["correctness"] == first["correctness"]
     assert _run_stock(tmp_path, "fifth")["reference"]["reused_from"] == stored  # the new one stored in its place
+
+
+def test_on_cuda_a_reference_is_kept_under_its_gpus_names_and_not_at_all_without_them(stored_fake, tmp_path,
+                                                                                       monkeypatch):
+    names = {"names": ["NVIDIA H100 80GB HBM3"]}
+    monkeypatch.setattr(ab.gpu_share, "gpu_names", lambda visible=None: names["names"])
+    monkeypatch.setattr(ab.gpu_share, "foreign", lambda res: [])
+    _run_stock(tmp_path, "h100", device="cuda", profile=False)
+    assert "reused_from" in _run_stock(tmp_path, "h100-again", device="cuda", profile=False)["reference"]
+    names["names"] = ["NVIDIA H200"]
+    assert "reused_from" not in _run_stock(tmp_path, "h200", device="cuda", profile=False)["reference"]
+    names["names"] = []  # nvidia-smi cannot tell: neither kept nor reused
+    _run_stock(tmp_path, "unknown", device="cuda", profile=False)
+    assert "reused_from" not in _run_stock(tmp_path, "unknown-again", device="cuda", profile=False)["reference"]
