@@ -146,8 +146,8 @@ def _header(run: RunResults) -> list[str]:
         floor = (run.with_aa.get("noise_floor") or {}).get("value")
         lines.append("- with the A/A of the same rounds (a second stock process in each): noise floor "
                      + (f"±{floor * 100:.2f}%" if floor is not None else "not measured")
-                     + f" (`{run.with_aa['results']}`); the candidate's deltas judged against it in "
-                     "`compare-aa/compare.md`")
+                     + f" (`{run.with_aa['results']}`, {run.with_aa.get('verdict', '?')}); the candidate's deltas "
+                     "judged against it in `compare-aa/compare.md`")
     if run.command:
         lines.append(f"- command: `{run.command}`")
     return lines

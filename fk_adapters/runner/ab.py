@@ -932,7 +932,8 @@ def _publish_aa(cfg: RunConfig, results: dict, progress: tuple[int, int]) -> Non
     if not cfg.with_aa:
         return
     aa = aa_results(cfg, results, progress)
-    results["with_aa"] = {"results": os.path.join(AA_PARTNER, "results.json"), "noise_floor": aa["noise_floor"]}
+    results["with_aa"] = {"results": os.path.join(AA_PARTNER, "results.json"), "verdict": aa["verdict"],
+                          "noise_floor": aa["noise_floor"]}
     os.makedirs(os.path.join(cfg.out_dir, AA_PARTNER), exist_ok=True)
     _write_atomic(os.path.join(cfg.out_dir, AA_PARTNER, "results.json"), aa)
 

@@ -332,7 +332,13 @@ def test_a_with_aa_run_writes_its_aa_results_and_judges_the_candidate_against_th
     with open(tmp_path / "out" / "aa" / "results.json") as f:
         aa = json.load(f)
     assert aa["aa"] is True and aa["candidate"] == "baseline (A/A)" and aa["verdict"] == "PASS"
-    assert results["with_aa"] == {"results": os.path.join("aa", "results.json"), "noise_floor": aa["noise_floor"]}
+    assert results["with_aa"] == {"results": os.path.join("aa", "results.json"), "verdict": "PASS",
+                                  "noise_floor": aa["noise_floor"]}
+    from fk_adapters import report
+    from fk_adapters.results.records import RunResults
+    header = "\n".join(report._header(RunResults.from_dict(results)))
+    assert "with the A/A of the same rounds (a second stock process in each): noise floor ±0.00% (`aa/results.json`, " \
+           "PASS)" in header
     assert aa["noise_floor"]["value"] == pytest.approx(0.0, abs=1e-9)  # the fake's stock processes agree
     cmp = compare.compare(aa, results, noise_floor=compare.noise_floor_from_aa(aa))
     tput = next(p for p in cmp["perf"] if p["kind"] == "throughput")
