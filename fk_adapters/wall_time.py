@@ -98,7 +98,7 @@ def scenario(row: dict) -> dict | None:
     for k in KINDS:
         out[k] = round(sum(p["phases"].get(k, 0.0) for p in sides), 1)
     out[REFERENCE] = round(sum(p["phases"].get("total", 0.0) for p in ref), 1)
-    if (row.get("reference") or {}).get("reused_from"):
+    if reference.get("reused_from"):
         out["reference_reused"] = True
     out["total"] = round(sum(p["phases"].get("total", 0.0) for p in procs), 1)
     out[WAIT] = round(sum(p.get("gpu_wait_s", 0.0) for p in procs), 1)

@@ -40,9 +40,8 @@ def add_parser(sub):
     p.add_argument("--with-aa", action="store_true",
                    help="with --interleave: a second stock process in every round (A B A', B A' A, ...: every place "
                         "and order in turn), so the same rounds also give the A/A, the noise floor the candidate's "
-                        "deltas are judged "
-                        "against (OUT/aa/results.json and report.md; OUT/compare-aa/: fk compare of the candidate "
-                        "against it): one process a round more instead of a second run of its own")
+                        "deltas are judged against (OUT/aa/results.json and report.md; OUT/compare-aa/: fk compare "
+                        "of the candidate against it): one process a round more instead of a second run of its own")
     p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",
                    help="CUDA device sets (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 for TP=2): with "
                         "--interleave, round 1 runs on the first, later rounds side by side, one set each; without, "
