@@ -26,7 +26,8 @@
 #             (eager) and the Inductor-compiled native forward (vLLM's compiled mode); which predicts the A/B's delta.
 #             $WORKLOAD: an earlier capture's workload file instead of a fresh capture
 #   split     the Triton A/B on $SC (compiled, $AB_INTERLEAVE rounds) with its profiled step: the report's "Where the
-#             device time went" must name the kernels behind >= 80% of the delta
+#             device time went" must name the kernels behind >= 80% of the delta. AB_SIZE="" (set, empty): at full
+#             size, not --smoke (folder ab-triton-$SC-full); $AB_ARGS: more `fk run` options (e.g. --repeats 1)
 . "$(dirname "$0")/hold_env.sh" i31 "$1"; shift
 SC=${SC:-fk46-llama-3.1}
 CAPTURE=${CAPTURE:-fk46-llama-3.1}
@@ -79,8 +80,8 @@ case $1 in
             --workload "${WORKLOAD:-$W/fk46/$CAPTURE/$ENGINE.json}" --max-shapes ${MAX_SHAPES:-6} --timeout 600 \
             --out "$W/check-$CAPTURE" | tail -3 ;;
         split)
-          $RUN --plugins triton --scenario "$SC" --smoke --interleave "${AB_INTERLEAVE:-3}" --out "$W/ab-triton-$SC" \
-            | tail -1 ;;
+          $RUN --plugins triton --scenario "$SC" ${AB_SIZE---smoke} --interleave "${AB_INTERLEAVE:-3}" ${AB_ARGS:-} \
+            --out "$W/ab-triton-$SC${AB_SIZE+-full}" | tail -1 ;;
       esac
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
     done

@@ -469,6 +469,12 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # 12 processes a model, about 100-120 s each on session 41's H200
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next fk46-mamba2}" ADAPTER_SIDES=with \
       ROUNDS=4 ADAPTER_ARGS="--quick" ;;
+  s53-fullsize-h100)  # one GPU, vLLM: issue 31's first full-size A/B (FastKernels' three throughput workloads at
+    # every request, not --smoke): the compiled fk46-llama-3.1 Triton A/B, one process a side, one timed repeat after
+    # the warm-up pass (docs/design/suite-time.md: at an assumed 20k tok/s about 7.5 minutes a process). It measures
+    # the real rate, which plans the rounds of the later holds
+    # (a slower rate: --timeout 1500 lets the baseline finish and measure it even if the candidate is cut)
+    lane V-0 31 vllm 0 STEPS="split" SC=fk46-llama-3.1 AB_SIZE="" AB_INTERLEAVE=0 AB_ARGS="--repeats 1 --timeout 1500" ;;
   s45-kimi-h200)  # one H200, vLLM: issue 30's Kimi-Linear leftovers, wrong-gdn (eager, correctness only: must FAIL)
     # and the passthrough (compiled, correctness only: must PASS with vLLM's KDA kernels proven by calls)
     lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass" ;;
@@ -509,5 +515,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s51-sglang-h100|s52-linear-h100|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s51-sglang-h100|s52-linear-h100|s53-fullsize-h100|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
