@@ -299,6 +299,7 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
             "head_failures": list(h_row.get("failures") or []), "kernels": kernels, "stopped": stopped,
             "problems": problems, "notes": notes,
             "time": time_split.moved(b_row.get("time_split"), h_row.get("time_split")),
+            "slot_time": time_split.moved_slots(b_row.get("time_split"), h_row.get("time_split")),
             "timed": {side: (r.get("time_split") or {}).get("timed") for side, r in (("BASE", b_row), ("HEAD", h_row))
                       if (r.get("time_split") or {}).get("timed")}}
 
@@ -676,10 +677,14 @@ def _time_details(cmp: CompareResults) -> list[str]:
              for sc in cmp.scenarios for side, t in (sc.get("timed") or {}).items()]
     if not rows:
         return []
+    slots = [[sc["scenario"], t["slot"], _num(t["base_us"], ".0f"), _num(t["head_us"], ".0f"),
+              _num(t["delta_us"], "+.0f")] for sc in cmp.scenarios for t in sc.get("slot_time") or []]
+    per_slot = ["", "The plugin's own kernels (its declared kernel names) per slot, device µs in each profiled step.",
+                "", tabulate(slots, headers=["scenario", "slot", "BASE µs", "HEAD µs", "Δ µs"], tablefmt="github")]
     return _details("Where the device time moved (the profiled step, GPU)", [
         "Candidate device µs per op family in BASE's and HEAD's profiled step (stock's in brackets).", "",
         tabulate(rows, headers=["scenario", "op family", "BASE µs (stock)", "HEAD µs (stock)", "Δ µs"],
-                 tablefmt="github")] + ([""] + timed if timed else []))
+                 tablefmt="github")] + (per_slot if slots else []) + ([""] + timed if timed else []))
 
 
 def _summary_table(cmp: CompareResults) -> str:

@@ -2,7 +2,7 @@
 kernels that ran on one side only (a replacement's own kernels; an engine fusion the replacement broke)."""
 from __future__ import annotations
 
-from fk_adapters import op_families
+from fk_adapters import kernel_names, op_families
 
 TOP_KERNELS = 5
 MOVERS = 8  # the kernels whose device time moved most, named with their share of the step's delta
@@ -45,6 +45,29 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
     out["movers"] = _movers(base, cand, tb + (out["baseline_idle_us"] or 0.0), out["baseline_idle_us"],
                             out["candidate_idle_us"], (_waits(base_profile), _waits(cand_profile)))
     return out
+
+
+def per_slot(s: dict, evidence: dict, cand_profile: list[dict] | None) -> list[dict]:
+    """Per slot whose plugin kernel ran by its declared kernel names: those kernels' device µs in the candidate's
+    profiled step, beside its op family's µs on both sides. The family's stock µs is the slot's own where no other
+    slot of the family ran here (``family_alone``); otherwise the family's rows hold both slots' kernels."""
+    cand = op_families.merge_kernel_us(cand_profile)
+    family_of: dict[str, str] = {}
+    for fam, slots in op_families.SLOT_FAMILIES.items():  # a slot in two families (gated_rms_norm): the first
+        for slot in slots:
+            family_of.setdefault(slot, fam)
+    ran = {slot: ev for slot, ev in (evidence.get("slots") or {}).items()
+           if ev.get("status") == "exercised" and ev.get("kernel_names")}
+    fams = {r["family"]: r for r in s["families"]}
+    rows = []
+    for slot, ev in sorted(ran.items()):
+        fam = family_of.get(slot, op_families.OTHER)
+        us = sum(v for k, v in cand.items() if any(kernel_names.matches(n, k) for n in ev["kernel_names"]))
+        rows.append({"slot": slot, "family": fam, "kernels_us": round(us, 1),
+                     "family_baseline_us": fams.get(fam, {}).get("baseline_us", 0.0),
+                     "family_candidate_us": fams.get(fam, {}).get("candidate_us", 0.0),
+                     "family_alone": not any(family_of.get(o) == fam for o in ran if o != slot)})
+    return rows
 
 
 def _movers(base: dict[str, float], cand: dict[str, float], step_b: float, idle_b: float | None,
@@ -148,12 +171,29 @@ def markdown(scenario: str, s: dict) -> list[str]:
              f"{s['candidate_us']:.0f} µs in the candidate (baseline / candidate {s['step_ratio']:.3f}).{idle}", "",
              tabulate(rows, headers=["op family", "catalog slots", "baseline µs", "candidate µs", "Δ µs",
                                      "share of Δ"], tablefmt="github"), ""]
+    lines += _slot_lines(s.get("slots") or [])
     lines += _mover_lines(s.get("movers"))
     for key, who in (("only_candidate", "Only in the candidate"), ("only_baseline", "Only in the baseline")):
         if s[key]:
             lines.append(f"{who} (largest first): " + "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, "
                                                                 f"{k['us']:.0f} µs)" for k in s[key]))
     return lines + [""]
+
+
+def _slot_lines(rows: list[dict]) -> list[str]:
+    """Per slot: the plugin's own kernels' device time in the candidate's step, beside its family's."""
+    from tabulate import tabulate
+
+    if not rows:
+        return []
+    table = [[r["slot"], f"{r['kernels_us']:.0f}", r["family"], f"{r['family_baseline_us']:.0f}",
+              f"{r['family_candidate_us']:.0f}", "yes" if r["family_alone"] else "no: the family's rows hold both"]
+             for r in rows]
+    return ["Per slot: the device time of the plugin's own kernels (its declared kernel names) in the candidate's "
+            "step, beside its op family's on both sides (the stock engine's kernels have no slot's name: where the "
+            "slot is its family's only one here, the family's baseline µs is the slot's).", "",
+            tabulate(table, headers=["slot", "plugin kernels µs", "op family", "family baseline µs",
+                                     "family candidate µs", "only slot of its family here"], tablefmt="github"), ""]
 
 
 def _mover_lines(m: dict | None) -> list[str]:
@@ -193,3 +233,15 @@ def moved(base_split: dict | None, head_split: dict | None) -> list[dict]:
                      "head_stock_us": rh.get("baseline_us", 0.0), "head_us": rh.get("candidate_us", 0.0),
                      "delta_us": round(rh.get("candidate_us", 0.0) - rb.get("candidate_us", 0.0), 1)})
     return sorted(rows, key=lambda r: -abs(r["delta_us"]))
+
+
+def moved_slots(base_split: dict | None, head_split: dict | None) -> list[dict]:
+    """Per slot, the device µs of the plugin's own kernels in BASE's profiled step and in HEAD's (``per_slot``), largest
+    move first; [] unless both were profiled with per-slot rows."""
+    b = {r["slot"]: r["kernels_us"] for r in (base_split or {}).get("slots") or []}
+    h = {r["slot"]: r["kernels_us"] for r in (head_split or {}).get("slots") or []}
+    if not b or not h:
+        return []
+    rows = [{"slot": slot, "base_us": b.get(slot), "head_us": h.get(slot),
+             "delta_us": round(h[slot] - b[slot], 1) if slot in b and slot in h else None} for slot in set(b) | set(h)]
+    return sorted(rows, key=lambda r: -abs(r["delta_us"] or 0.0))

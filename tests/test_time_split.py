@@ -81,6 +81,15 @@ def test_compare_shows_where_heads_candidate_moved_the_time():
     text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
     assert "Where the device time moved" in text and "| gemm" in text and "950 (800)" in text and "-130" in text
     assert "one run of **latency" not in text  # no profiled workload on either side: no such line
+    assert "per slot, device µs" not in text  # splits without per-slot rows (an older fk's): no slot table
+    ev = {"slots": {"gemm": {"status": "exercised", "kernel_names": ["fk_triton_gemm_kernel"]}}}
+    for r in (base_row, head_row):
+        r["time_split"]["slots"] = time_split.per_slot(r["time_split"], ev, _profile(
+            {"fk_triton_gemm_kernel": r["time_split"]["candidate_us"] - 100.0}))
+    assert time_split.moved_slots(base_row["time_split"], head_row["time_split"]) == [
+        {"slot": "gemm", "base_us": 950.0, "head_us": 820.0, "delta_us": -130.0}]
+    text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
+    assert "per slot, device µs in each profiled step" in text and "| s1         | gemm   |       950 |" in text
     head_row["time_split"]["timed"] = {"workload": "latency batch32", "timed_speedup": 0.9, "profiled_speedup": 0.88,
                                        "timed_delta_us": 1000.0, "kernels_delta_us": 900.0, "named_share": 0.9,
                                        "accounts": True}
@@ -188,3 +197,31 @@ def test_a_named_share_over_100_percent_says_why():
     assert "the kernels not listed moved the other way" in "\n".join(time_split.markdown("x", s))
     assert "not listed" not in "\n".join(time_split.markdown("x", time_split.split(base, _profile(
         {**base[0]["kernel_us"], "nvjet_0": 300.0}))))
+
+
+def test_each_slot_that_ran_gets_its_plugin_kernels_device_time_beside_its_family():
+    base = _profile({"nvjet_tst_128x64": 800.0, "vllm::rms_norm_kernel": 40.0, "vllm::fused_add_rms_norm_kernel": 60.0,
+                     "flash_fwd_kernel": 100.0})
+    cand = _profile({"fk_triton_gemm_kernel": 950.0, "fk_triton_rms_norm_kernel": 30.0,
+                     "vllm::fused_add_rms_norm_kernel": 60.0, "flash_fwd_kernel": 100.0})
+    s = time_split.split(base, cand)
+    evidence = {"slots": {
+        "gemm": {"status": "exercised", "kernel_names": ["fk_triton_gemm_kernel"]},
+        "rms_norm": {"status": "exercised", "kernel_names": ["fk_triton_rms_norm_kernel"]},
+        "fused_add_rms_norm": {"status": "exercised", "kernel_names": ["fk_triton_fused_add_rms_norm_kernel"]},
+        "silu_and_mul": {"status": "not exercised", "kernel_names": ["fk_triton_silu_and_mul_kernel"]},
+        "rotary_embedding": {"status": "exercised", "kernel_names": []}}}  # no names declared: proven by calls
+    rows = {r["slot"]: r for r in time_split.per_slot(s, evidence, cand)}
+    assert sorted(rows) == ["fused_add_rms_norm", "gemm", "rms_norm"]
+    assert rows["gemm"] == {"slot": "gemm", "family": "gemm", "kernels_us": 950.0, "family_baseline_us": 800.0,
+                            "family_candidate_us": 950.0, "family_alone": True}
+    assert rows["rms_norm"]["kernels_us"] == 30.0 and rows["rms_norm"]["family_baseline_us"] == 100.0
+    assert rows["fused_add_rms_norm"]["kernels_us"] == 0.0  # declared, exercised, yet none of its kernels profiled
+    assert not rows["rms_norm"]["family_alone"] and not rows["fused_add_rms_norm"]["family_alone"]
+    s["slots"] = list(rows.values())
+    text = "\n".join(time_split.markdown("x", s))
+    slot_table = text.split("Per slot")[1].splitlines()
+    table = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+             for line in slot_table if line.startswith("| ") and "plugin kernels" not in line}
+    assert table["gemm"] == ["950", "gemm", "800", "950", "yes"]
+    assert table["rms_norm"][-1] == "no: the family's rows hold both"

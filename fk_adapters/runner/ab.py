@@ -432,6 +432,7 @@ def _judged_candidate(cfg: RunConfig, job: dict, runs: dict, row: dict) -> dict:
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
     where = _time_split(job, base, cand, row.get("perf"))
     if where:
+        where["slots"] = time_split.per_slot(where, row["evidence"], cand.get("profile"))
         row["time_split"] = where
     row["plugin_code"] = evidence.plugin_code(cand["loads"])
     row["status"], more = verdict.scenario(row, cand["loads"], cfg.allow_unexercised)
