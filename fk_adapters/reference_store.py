@@ -55,10 +55,11 @@ def weights_fingerprint(model_dir: str | None, edge: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def folder(who: dict, scenario: str, side: str, job: dict) -> str:
-    """The store's folder for this reference (the job's checkpoint by ``weights_fingerprint``); it holds
-    ``logs/<scenario>/<side>/`` as the run that made it did."""
-    key = {"who": who, "side": side, "job": job, "weights": weights_fingerprint(job.get("model_dir"))}
+def folder(who: dict, scenario: str, side: str, job: dict, weights: str | None = None) -> str:
+    """The store's folder for this reference (the job's checkpoint by ``weights_fingerprint``, given as ``weights``
+    where the caller has it); it holds ``logs/<scenario>/<side>/`` as the run that made it did."""
+    weights = weights_fingerprint(job.get("model_dir")) if weights is None else weights
+    key = {"who": who, "side": side, "job": job, "weights": weights}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
     return os.path.join(user_cache.home(), FOLDER, f"{scenario}-{side}-{digest}")
 

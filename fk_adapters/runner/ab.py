@@ -571,21 +571,20 @@ def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict,
         f"{cfg.engine.name} has no float32 path ({cfg.engine.no_float32})" if cfg.engine.no_float32 else
         f"the baseline is {cfg.engine.name}'s own float32 run: an independent implementation judges" if (
             job.get("dtype") == "float32") else "")
-    kinds = ([] if cannot else [(REFERENCE, ref_job, cfg.engine.name)]) + (
-        [] if fallback is None else [(TRANSFORMERS_REFERENCE, fallback, TRANSFORMERS)])
+    kinds = _with_store_folders(cfg, sc, ([] if cannot else [(REFERENCE, ref_job, cfg.engine.name)]) + (
+        [] if fallback is None else [(TRANSFORMERS_REFERENCE, fallback, TRANSFORMERS)]))
     found = _reused_reference(cfg, sc, kinds, cannot, echo)
     if found:
         return found
     own, failed = cannot, None
     if not cannot:
-        res = _engine_process(cfg, sc, ref_job, os.path.join(cfg.out_dir, "logs", sc.name, REFERENCE), [],
-                              "reference", echo)
+        res = _engine_process(cfg, sc, ref_job, _run_dir(cfg, sc, REFERENCE, 1), [], "reference", echo)
         if res["status"] == "ok" or fallback is None:
             _store_reference(cfg, sc, kinds[0], res, "")
             return res, ""
         own, failed = _ended(f"{cfg.engine.name}'s float32 run", res), res
     echo(f"{sc.name}: {own}; HF transformers' implementation of the checkpoint runs it in float32 instead")
-    res = _engine_process(cfg, sc, fallback, os.path.join(cfg.out_dir, "logs", sc.name, TRANSFORMERS_REFERENCE), [],
+    res = _engine_process(cfg, sc, fallback, _run_dir(cfg, sc, TRANSFORMERS_REFERENCE, 1), [],
                           "reference: transformers", echo, engines.get(TRANSFORMERS))
     _store_reference(cfg, sc, kinds[-1], res, own)
     if failed is not None:  # its process's time counts too (wall_time)
@@ -594,12 +593,13 @@ def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict,
 
 
 def _reused_reference(cfg: RunConfig, sc: Scenario, kinds: list, cannot: str, echo) -> tuple[dict, str] | None:
-    """A float32 reference for ``kinds`` ((side, job, engine) in the order they are tried) that --baseline-from's or
-    --reference-from's run made, else fk's reference store; with why the engine did not make it itself."""
+    """A float32 reference for ``kinds`` ((side, job, engine, store folder) in the order they are tried) that
+    --baseline-from's or --reference-from's run made, else fk's reference store; with why the engine did not make it
+    itself."""
     for source in filter(None, (cfg.baseline_from, cfg.reference_from)):
         try:
             own, res = cannot, None
-            for side, ref_job, _ in kinds:
+            for side, ref_job, *_ in kinds:
                 res = reuse_run(source, sc.name, ref_job, side)
                 if res.get("status") == "ok" or side == TRANSFORMERS_REFERENCE:
                     break
@@ -611,11 +611,10 @@ def _reused_reference(cfg: RunConfig, sc: Scenario, kinds: list, cannot: str, ec
         if res is not None and res.get("status") == "ok":
             echo(f"{sc.name} [reference] reused from {res['reused_from']}")
             return res, own
-    for kind in [] if cfg.fresh_reference else kinds:
-        where = _store_folder(cfg, sc, kind)
+    for side, ref_job, _, where in [] if cfg.fresh_reference else kinds:
         stored = where and reference_store.made(where)
         try:
-            res = reuse_run(where, sc.name, kind[1], kind[0]) if stored else None
+            res = reuse_run(where, sc.name, ref_job, side) if stored else None
         except BaselineMismatch as exc:  # a stored folder someone emptied or edited: the run made here replaces it
             echo(f"{sc.name} [reference] not reused from fk's reference store: {exc}")
             shutil.rmtree(where, ignore_errors=True)
@@ -628,23 +627,25 @@ def _reused_reference(cfg: RunConfig, sc: Scenario, kinds: list, cannot: str, ec
     return None
 
 
-def _store_folder(cfg: RunConfig, sc: Scenario, kind: tuple) -> str:
-    """The reference store's folder for ``kind`` ((side, job, engine)); "" where its engine is not verified stock, or
-    on CUDA where nvidia-smi cannot name the GPUs."""
-    side, ref_job, engine = kind
+def _with_store_folders(cfg: RunConfig, sc: Scenario, kinds: list[tuple]) -> list[tuple]:
+    """Each of ``kinds`` ((side, job, engine)) with its folder in fk's reference store, named once for both the look-up
+    and the keeping: "" where its engine is not verified stock, or on CUDA where nvidia-smi cannot name the GPUs."""
     gpus = gpu_share.gpu_names(cfg.gpus[0] if cfg.gpus else None) if cfg.device == "cuda" else []
-    if cfg.device == "cuda" and not gpus:
-        return ""
-    who = reference_store.identity(cfg.engine_integrity.get(engine), ",".join(gpus) or cfg.device)
-    return reference_store.folder(who, sc.name, side, ref_job) if who else ""
+    weights = reference_store.weights_fingerprint(kinds[0][1].get("model_dir")) if kinds else ""
+    out = []
+    for side, ref_job, engine in kinds:
+        who = None if cfg.device == "cuda" and not gpus else reference_store.identity(
+            cfg.engine_integrity.get(engine), ",".join(gpus) or cfg.device)
+        out.append((side, ref_job, engine, reference_store.folder(who, sc.name, side, ref_job, weights) if who else ""))
+    return out
 
 
 def _store_reference(cfg: RunConfig, sc: Scenario, kind: tuple, res: dict, why_not_engine: str) -> None:
-    """Keep a reference this run made in fk's store, when it is one: ended ok, with no fk plugin loaded."""
-    where = res.get("status") == "ok" and not res.get("loads") and _store_folder(cfg, sc, kind)
-    if where:
-        reference_store.keep(where, sc.name, kind[0], os.path.join(cfg.out_dir, "logs", sc.name, kind[0]),
-                             why_not_engine)
+    """Keep a reference this run made in fk's store (``kind``'s folder), when it is one: ended ok, with no fk plugin
+    loaded."""
+    side, _, _, where = kind
+    if where and res.get("status") == "ok" and not res.get("loads"):
+        reference_store.keep(where, sc.name, side, _run_dir(cfg, sc, side, 1), why_not_engine)
 
 
 def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, base: dict, cand: dict,
