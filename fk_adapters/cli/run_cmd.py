@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from fk_adapters import engines
 from fk_adapters.cli import common
@@ -42,6 +43,10 @@ def add_parser(sub):
                         "and order in turn), so the same rounds also give the A/A, the noise floor the candidate's "
                         "deltas are judged against (OUT/aa/results.json and report.md; OUT/compare-aa/: fk compare "
                         "of the candidate against it): one process a round more instead of a second run of its own")
+    p.add_argument("--time-budget", type=float, default=0.0, metavar="SECONDS",
+                   help="with --interleave: seconds this fk run may take (e.g. what is left of a machine hold); no "
+                        "later round starts that, as long as the longest round so far, would end past it; the rounds "
+                        "that ran are judged (an interval from 3) and the report says how many of those planned ran")
     p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",
                    help="CUDA device sets (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 for TP=2): with "
                         "--interleave, round 1 runs on the first, later rounds side by side, one set each; without, "
@@ -113,6 +118,8 @@ def run(args) -> int:
     mode = args.mode or ("eager" if device == "cpu" else "compiled")
     if args.interleave is None:  # a GPU timing is a claim: measure the variation between engine processes
         args.interleave = MIN_ROUNDS if device == "cuda" and not (args.baseline_from or args.correctness_only) else 0
+    if args.time_budget and (args.time_budget < 0 or not args.interleave):
+        raise UsageError("--time-budget SECONDS (> 0) limits the rounds of --interleave N: give both")
     if args.with_aa and (args.aa or args.interleave < 2):
         raise UsageError("--with-aa adds a second stock process to each round of --interleave N (N >= 2) of a "
                          "candidate: " + ("--aa is already stock against stock" if args.aa else
@@ -214,6 +221,7 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
                      baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),
                      fresh_reference=args.fresh_reference, with_aa=args.with_aa,
                      interleave=args.interleave, gpus=tuple(args.gpus), force=args.force,
+                     stop_by=time.time() + args.time_budget if args.time_budget else 0.0,
                      command=common.command_line(), **given)
 
 

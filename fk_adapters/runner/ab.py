@@ -64,6 +64,7 @@ class RunConfig:
     # with interleaved rounds: a second stock process in every round, whose A/A against the first is the row's "aa"
     with_aa: bool = False
     interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
+    stop_by: float = 0.0  # epoch seconds (--time-budget): no later round starts that would not end by then
     # CUDA device sets (CUDA_VISIBLE_DEVICES values): round 1 on the first, later rounds side by side, one set each;
     # without rounds to spread, a suite's scenarios side by side, one set each (``spreads_scenarios``)
     gpus: tuple[str, ...] = ()
@@ -274,8 +275,15 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
 
     sets = cfg.gpus or ("",)
     batches = [[1]] + [list(range(r, min(r + len(sets), n + 1))) for r in range(2, n + 1, len(sets))]
+    longest = 0.0
     for batch in batches:  # round 1 alone (it warms the compile caches both sides then share), later ones side by side
+        if batch[0] > 1 and cfg.stop_by and time.time() + longest > cfg.stop_by:
+            echo(f"{sc.name}: round {batch[0]} of {n} not started: as long as the longest so far ({longest:.0f} s) "
+                 "it would end past --time-budget")
+            break
+        t0 = time.time()
         done = side_by_side(one_round, list(zip(batch, sets)))
+        longest = max(longest, time.time() - t0)
         for side in runs:
             runs[side] += [d[side] for d in done if side in d]
         bad = [(side, d[side]) for d in done for side in d if d[side]["status"] != "ok"]
@@ -397,6 +405,10 @@ def judged_row(cfg: RunConfig, sc: Scenario, job: dict, runs: dict, bad: list, w
     if base["loads"]:
         row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
     disturbed, notes = _run_notes(cfg, job, runs)
+    if _rounds(cfg) > 1 and not bad and len(runs["candidate"]) < _rounds(cfg):
+        row["rounds"]["ran"] = len(runs["candidate"])
+        notes.insert(0, f"{len(runs['candidate'])} of the {_rounds(cfg)} planned rounds ran: the next would have "
+                        "ended past --time-budget; the rounds that ran are judged")
     if notes:
         row["notes"] = notes
     if bad:

@@ -34,6 +34,9 @@ CAPTURE=${CAPTURE:-fk46-llama-3.1}
 ROUNDS=${ROUNDS:-5}
 RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncovered"
 GPUS_ARG=${ADAPTER_GPUS:+--gpus $ADAPTER_GPUS}
+# $HOLD_END (epoch seconds, exported at launch: when the hold's device time runs out, less the pack's): the interleaved
+# runs start no round that would end past it (`fk run --time-budget`), so what ran is judged, not lost
+budget() { [ -n "${HOLD_END:-}" ] && echo "--time-budget $(( HOLD_END - $(date +%s) > 60 ? HOLD_END - $(date +%s) : 60 ))"; }
 
 case $1 in
   runs)
@@ -50,17 +53,17 @@ case $1 in
           for S in ${ADAPTER_SC:-llama31-8b-decode llama31-8b-4l-prefill}; do
             WARM=(); [ -n "${REF_WARM:-}" ] && [ -d "$W/warm-$S" ] && WARM=(--reference-from "$W/warm-$S")
             if wants "${ADAPTER_SIDES:-aa pass}" aa; then
-              $RUN --aa --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} "${WARM[@]}" \
+              $RUN --aa --scenario "$S" --interleave "$ROUNDS" $(budget) $GPUS_ARG ${ADAPTER_ARGS:-} "${WARM[@]}" \
                 --out "$W/adapter-aa-$S" | tail -1
             fi
             if wants "${ADAPTER_SIDES:-aa pass}" with; then  # one run: the passthrough with the A/A of its rounds
-              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --with-aa $GPUS_ARG ${ADAPTER_ARGS:-} \
+              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" --with-aa $(budget) $GPUS_ARG ${ADAPTER_ARGS:-} \
                 "${WARM[@]}" --out "$W/adapter-with-aa-$S" | tail -2
             fi
             if wants "${ADAPTER_SIDES:-aa pass}" pass; then
               REF=("${WARM[@]}"); [ -z "${REF[*]}" ] && [ -f "$W/adapter-aa-$S/results.json" ] && \
                 REF=(--reference-from "$W/adapter-aa-$S")
-              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $GPUS_ARG ${ADAPTER_ARGS:-} "${REF[@]}" \
+              $RUN --plugins passthrough --scenario "$S" --interleave "$ROUNDS" $(budget) $GPUS_ARG ${ADAPTER_ARGS:-} "${REF[@]}" \
                 --out "$W/adapter-pass-$S" | tail -1
             fi
           done ;;

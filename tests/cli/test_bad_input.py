@@ -94,6 +94,8 @@ def test_run_flags_that_contradict_each_other_are_refused(no_engine, capsys, tmp
     refused(capsys, [*base, "--with-aa"], "give --interleave N")  # on CPU: one process a side by default
     aa = ["run", "--aa", *TINY, "--out", str(tmp_path / "o")]
     refused(capsys, [*aa, "--interleave", "3", "--with-aa"], "--aa is already stock against stock")
+    refused(capsys, [*base, "--time-budget", "600"], "limits the rounds of --interleave N")  # CPU: no rounds
+    refused(capsys, [*base, "--interleave", "3", "--time-budget", "-1"], "--time-budget SECONDS (> 0)")
 
 
 def test_check_counts_below_their_least_are_refused(no_engine, capsys, workload, tmp_path):

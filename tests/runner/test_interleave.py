@@ -344,3 +344,34 @@ def test_a_with_aa_run_writes_its_aa_results_and_judges_the_candidate_against_th
     tput = next(p for p in cmp["perf"] if p["kind"] == "throughput")
     assert tput["delta"]["method"].startswith("t over rounds (shared baselines")
     assert tput["delta"]["ratio"] == pytest.approx(0.90) and tput["verdict"] == "slower"
+
+
+# ------------------------------------------------------------- --time-budget: no round started that would end past it
+
+
+def test_a_time_budget_starts_no_round_that_would_end_past_it_and_judges_those_that_ran(fake, monkeypatch, tmp_path):
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(ab.time, "time", lambda: clock["now"])
+    calls = []
+
+    def slow(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        clock["now"] += 50.0  # every engine process takes 50 s: a round of two 100 s
+        calls.append(os.path.basename(run_dir))
+        tps = 100.0 * (0.97 if "candidate" in run_dir else 1.0)
+        return {"status": "ok", "wall_s": 50.0, "run_dir": run_dir, "calls": 10 if "candidate" in run_dir else 0,
+                "perf": {"throughput": {"w": [{"tokens_per_s": tps}]}}}
+    monkeypatch.setattr(ab, "run_job", slow)
+    said = []
+    row = ab.run_scenario(_cfg(tmp_path, interleave=5, stop_by=1000.0 + 350.0), scenarios.load("tiny-llama"),
+                          echo=said.append)
+    assert len(calls) == 6  # rounds 1-3 end at 300 s; a fourth would end at 400 s, past 350 s
+    assert row["rounds"]["planned"] == 5 and row["rounds"]["ran"] == 3
+    assert row["notes"][0].startswith("3 of the 5 planned rounds ran: the next would have ended past --time-budget")
+    assert any("round 4 of 5 not started" in m for m in said)
+    r = row["perf"]["throughput"]["w"]["tokens_per_s"]
+    assert r["rounds"] == 3 and r["ratio"] == pytest.approx(0.97)
+
+
+def test_without_a_time_budget_every_planned_round_runs(fake, tmp_path):
+    row = ab.run_scenario(_cfg(tmp_path, interleave=4), scenarios.load("tiny-llama"), echo=lambda m: None)
+    assert len(fake.calls) == 8 and "ran" not in row["rounds"]
