@@ -255,8 +255,9 @@ def _evidence_lines(run: RunResults) -> list[str]:
 
 
 def _perf_lines(run: RunResults, perf_rows: list[list[str]]) -> list[str]:
-    rounds = run.interleave or 1
-    how = (f"{rounds} interleaved rounds (A B, B A, ...: each a fresh engine process); one value per "
+    rounds = variation.rounds(run)
+    cut = f" (of {run.interleave} planned: --time-budget)" if rounds < (run.interleave or 1) else ""
+    how = (f"{rounds} interleaved rounds{cut} (A B, B A, ...: each a fresh engine process); one value per "
            "process (the median of its repeats), medians over rounds" if rounds > 1 else
            "Medians over repeats in one engine process per side")
     lines = ["", "## Performance (candidate / baseline)", "",

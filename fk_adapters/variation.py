@@ -18,8 +18,11 @@ SINGLE_PAIR = ("one engine process per side: the variation between engine proces
 
 
 def rounds(results) -> int:
-    """How many interleaved rounds a run ran: ``results`` is its record (``results.RunResults``) or its dict."""
-    return int((results.get("interleave") if isinstance(results, dict) else results.interleave) or 1)
+    """How many interleaved rounds a run ran (``results``: its record, ``results.RunResults``, or its dict): those
+    planned, or fewer where a scenario stopped early (``--time-budget``: its ``rounds.ran``)."""
+    planned, rows = ((results.get("interleave"), results.get("scenarios") or []) if isinstance(results, dict)
+                     else (results.interleave, results.scenarios))
+    return min([int(planned or 1), *(r["rounds"]["ran"] for r in rows if "ran" in (r.get("rounds") or {}))])
 
 
 def between_processes(results: dict) -> bool:

@@ -375,3 +375,24 @@ def test_a_time_budget_starts_no_round_that_would_end_past_it_and_judges_those_t
 def test_without_a_time_budget_every_planned_round_runs(fake, tmp_path):
     row = ab.run_scenario(_cfg(tmp_path, interleave=4), scenarios.load("tiny-llama"), echo=lambda m: None)
     assert len(fake.calls) == 8 and "ran" not in row["rounds"]
+
+
+def test_rounds_a_time_budget_cut_below_three_carry_no_interval(fake, monkeypatch, tmp_path):
+    from fk_adapters import report, variation
+    from fk_adapters.results.records import RunResults
+
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(ab.time, "time", lambda: clock["now"])
+    engine = ab.run_job
+
+    def slow(*args, **kw):
+        clock["now"] += 50.0
+        return engine(*args, **kw)
+    monkeypatch.setattr(ab, "run_job", slow)
+    results = ab.run_suite(_cfg(tmp_path, interleave=5, stop_by=1000.0 + 250.0), [scenarios.load("tiny-llama")],
+                           "0.32.0", echo=lambda m: None)
+    assert results["interleave"] == 5 and variation.rounds(results) == 2  # planned 5; 2 ran
+    assert variation.why_not(results).startswith("2 interleaved rounds: too few for an interval")
+    run = RunResults.from_dict(results)
+    assert variation.interval(results["scenarios"][0]["perf"]["throughput"]["w"]["tokens_per_s"], results) is None
+    assert "2 interleaved rounds (of 5 planned: --time-budget)" in "\n".join(report._perf_lines(run, []))
