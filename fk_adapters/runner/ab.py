@@ -790,7 +790,11 @@ def finished_rows(cfg: RunConfig, path: str, echo=print) -> dict:
     unwritten = [n for n, r in rows.items() if r.get("weights_error")]
     if unwritten:
         echo(f"running again {len(unwritten)} scenario(s) whose seeded weights failed ({', '.join(unwritten)})")
-    return {n: r for n, r in rows.items() if n not in retry and n not in unwritten}
+    cut = [n for n, r in rows.items() if (r.get("rounds") or {}).get("ran", _rounds(cfg)) < _rounds(cfg)]
+    if cut:
+        echo(f"running again {len(cut)} scenario(s) that --time-budget stopped before their last round "
+             f"({', '.join(cut)}): all {_rounds(cfg)} rounds")
+    return {n: r for n, r in rows.items() if n not in retry and n not in unwritten and n not in cut}
 
 
 def _key_diff(old: dict, new: dict) -> str:

@@ -396,3 +396,7 @@ def test_rounds_a_time_budget_cut_below_three_carry_no_interval(fake, monkeypatc
     run = RunResults.from_dict(results)
     assert variation.interval(results["scenarios"][0]["perf"]["throughput"]["w"]["tokens_per_s"], results) is None
     assert "2 interleaved rounds (of 5 planned: --time-budget)" in "\n".join(report._perf_lines(run, []))
+    lines = []  # run again into the same --out without the budget: the cut scenario is not kept as finished
+    again = ab.run_suite(_cfg(tmp_path, interleave=5), [scenarios.load("tiny-llama")], "0.32.0", echo=lines.append)
+    assert any("running again 1 scenario(s) that --time-budget stopped" in m for m in lines)
+    assert variation.rounds(again) == 5 and "ran" not in again["scenarios"][0]["rounds"]
