@@ -790,7 +790,7 @@ def finished_rows(cfg: RunConfig, path: str, echo=print) -> dict:
     unwritten = [n for n, r in rows.items() if r.get("weights_error")]
     if unwritten:
         echo(f"running again {len(unwritten)} scenario(s) whose seeded weights failed ({', '.join(unwritten)})")
-    cut = [n for n, r in rows.items() if (r.get("rounds") or {}).get("ran", _rounds(cfg)) < _rounds(cfg)]
+    cut = [n for n, r in rows.items() if "ran" in (r.get("rounds") or {})]  # set only where rounds were left out
     if cut:
         echo(f"running again {len(cut)} scenario(s) that --time-budget stopped before their last round "
              f"({', '.join(cut)}): all {_rounds(cfg)} rounds")

@@ -36,7 +36,7 @@ RUN="$FK run --engine $ENGINE --model-cache $MODELS --timeout 900 --allow-uncove
 GPUS_ARG=${ADAPTER_GPUS:+--gpus $ADAPTER_GPUS}
 # $HOLD_END (epoch seconds, exported at launch: when the hold's device time runs out, less the pack's): the interleaved
 # runs start no round that would end past it (`fk run --time-budget`), so what ran is judged, not lost
-budget() { [ -n "${HOLD_END:-}" ] && echo "--time-budget $(( HOLD_END - $(date +%s) > 60 ? HOLD_END - $(date +%s) : 60 ))"; }
+budget() { [ -n "${HOLD_END:-}" ] || return 0; local left=$(( HOLD_END - $(date +%s) )); echo "--time-budget $(( left > 60 ? left : 60 ))"; }
 
 case $1 in
   runs)

@@ -349,22 +349,27 @@ def test_a_with_aa_run_writes_its_aa_results_and_judges_the_candidate_against_th
 # ------------------------------------------------------------- --time-budget: no round started that would end past it
 
 
-def test_a_time_budget_starts_no_round_that_would_end_past_it_and_judges_those_that_ran(fake, monkeypatch, tmp_path):
+@pytest.fixture
+def fifty_second_runs(fake, monkeypatch):
+    """The fake engine's every process takes 50 s of a fake clock that starts at 1000 s."""
     clock = {"now": 1000.0}
     monkeypatch.setattr(ab.time, "time", lambda: clock["now"])
-    calls = []
+    engine = ab.run_job
 
-    def slow(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
-        clock["now"] += 50.0  # every engine process takes 50 s: a round of two 100 s
-        calls.append(os.path.basename(run_dir))
-        tps = 100.0 * (0.97 if "candidate" in run_dir else 1.0)
-        return {"status": "ok", "wall_s": 50.0, "run_dir": run_dir, "calls": 10 if "candidate" in run_dir else 0,
-                "perf": {"throughput": {"w": [{"tokens_per_s": tps}]}}}
+    def slow(*args, **kw):
+        clock["now"] += 50.0
+        return engine(*args, **kw)
     monkeypatch.setattr(ab, "run_job", slow)
+    return fake
+
+
+def test_a_time_budget_starts_no_round_that_would_end_past_it_and_judges_those_that_ran(fifty_second_runs, tmp_path):
+    fake = fifty_second_runs
+    fake.speed = 0.97
     said = []
     row = ab.run_scenario(_cfg(tmp_path, interleave=5, stop_by=1000.0 + 350.0), scenarios.load("tiny-llama"),
                           echo=said.append)
-    assert len(calls) == 6  # rounds 1-3 end at 300 s; a fourth would end at 400 s, past 350 s
+    assert len(fake.calls) == 6  # rounds 1-3 end at 300 s; a fourth would end at 400 s, past 350 s
     assert row["rounds"]["planned"] == 5 and row["rounds"]["ran"] == 3
     assert row["notes"][0].startswith("3 of the 5 planned rounds ran: the next would have ended past --time-budget")
     assert any("round 4 of 5 not started" in m for m in said)
@@ -377,18 +382,10 @@ def test_without_a_time_budget_every_planned_round_runs(fake, tmp_path):
     assert len(fake.calls) == 8 and "ran" not in row["rounds"]
 
 
-def test_rounds_a_time_budget_cut_below_three_carry_no_interval(fake, monkeypatch, tmp_path):
+def test_rounds_a_time_budget_cut_below_three_carry_no_interval(fifty_second_runs, tmp_path):
     from fk_adapters import report, variation
     from fk_adapters.results.records import RunResults
 
-    clock = {"now": 1000.0}
-    monkeypatch.setattr(ab.time, "time", lambda: clock["now"])
-    engine = ab.run_job
-
-    def slow(*args, **kw):
-        clock["now"] += 50.0
-        return engine(*args, **kw)
-    monkeypatch.setattr(ab, "run_job", slow)
     results = ab.run_suite(_cfg(tmp_path, interleave=5, stop_by=1000.0 + 250.0), [scenarios.load("tiny-llama")],
                            "0.32.0", echo=lambda m: None)
     assert results["interleave"] == 5 and variation.rounds(results) == 2  # planned 5; 2 ran
