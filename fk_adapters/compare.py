@@ -60,7 +60,7 @@ import statistics
 
 from tabulate import tabulate
 
-from fk_adapters import host_cpu, stats, time_split, variation
+from fk_adapters import host_cpu, stats, time_attribution, time_split, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.results import (
     CompareResults,
@@ -673,7 +673,7 @@ def _time_details(cmp: CompareResults) -> list[str]:
     rows = [[sc["scenario"], t["family"], f"{t['base_us']:.0f} ({t['base_stock_us']:.0f})",
              f"{t['head_us']:.0f} ({t['head_stock_us']:.0f})", f"{t['delta_us']:+.0f}"]
             for sc in cmp.scenarios for t in sc.get("time") or [] if t["base_us"] or t["head_us"]]
-    timed = [f"- {sc['scenario']}, {side}: " + time_split.timed_lines(t)[0]
+    timed = [f"- {sc['scenario']}, {side}: " + time_attribution.timed_lines(t)[0]
              for sc in cmp.scenarios for side, t in (sc.get("timed") or {}).items()]
     if not rows:
         return []

@@ -284,15 +284,16 @@ def _time_split_lines(rows: list[dict]) -> list[str]:
     split = [(r["scenario"], r["time_split"]) for r in rows if r.get("time_split")]
     if not split:
         return []
-    from fk_adapters import time_split
+    from fk_adapters import time_attribution, time_split
 
     lines = ["", "## Where the device time went (the profiled step)", "",
-             "One profiled run of each side (the same requests, after the timed phases; CUDA kernels sorted into op "
-             "families by `fk_adapters/op_families.py`): device time only (not the host's).", ""]
+             "One profiled run of each side (round 1's, in a run of interleaved rounds; the same requests, after the "
+             "timed phases; CUDA kernels sorted into op families by `fk_adapters/op_families.py`): device time only "
+             "(not the host's).", ""]
     perf = {r["scenario"]: r.get("perf") for r in rows}
     for name, s in split:
         lines += time_split.markdown(name, s)
-        lines += time_split.timed_lines(s["timed"]) if s.get("timed") else _step_against_timed(s, perf.get(name))
+        lines += time_attribution.timed_lines(s["timed"]) if s.get("timed") else _step_against_timed(s, perf.get(name))
     return lines
 
 

@@ -180,7 +180,8 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000}
 
 
-def _t95(df: int) -> float:
+def t95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom (between tabled ones: the wider)."""
     return _T95[max(k for k in _T95 if k <= df)] if df < 120 else 1.96
 
 
@@ -200,7 +201,7 @@ def rounds_interval(base: Sequence[float], cand: Sequence[float]) -> dict:
     if n < 2:
         out["note"] = NO_INTERVAL
         return out
-    half = _t95(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    half = t95(n - 1) * statistics.stdev(logs) / math.sqrt(n)
     out["lo"], out["hi"] = math.exp(mean - half), math.exp(mean + half)
     return out
 
@@ -228,6 +229,6 @@ def rounds_delta_interval(base_b: Sequence[float], base_c: Sequence[float], head
         return out
     var = [statistics.variance([math.log(_div(float(c), float(x))) for x, c in zip(bs, cs)]) / len(bs)
            for bs, cs in ((base_b, base_c), (head_b, head_c))]
-    half = _t95(n - 1) * math.sqrt(sum(var))
+    half = t95(n - 1) * math.sqrt(sum(var))
     out["lo"], out["hi"] = point * math.exp(-half), point * math.exp(half)
     return out

@@ -7,7 +7,6 @@ from fk_adapters import kernel_names, op_families
 TOP_KERNELS = 5
 MOVERS = 8  # the kernels whose device time moved most, named with their share of the step's delta
 STILL = 0.01  # a step whose time moved less than this fraction is not attributed: its delta is noise
-ACCOUNTS = (0.8, 1.25)  # the profiled kernels' delta over the timed one: within, the profile accounts for the delta
 
 
 def _families(kernel_us: dict[str, float]) -> dict[str, float]:
@@ -101,40 +100,6 @@ def step_speedup(s: dict) -> float | None:
     if s.get("baseline_idle_us") is None or s.get("candidate_idle_us") is None:
         return None
     return (s["baseline_us"] + s["baseline_idle_us"]) / (s["candidate_us"] + s["candidate_idle_us"])
-
-
-def against_timed(s: dict, perf: dict | None, latency: str | None) -> dict | None:
-    """The profiled run, one run of the latency workload ``latency`` (the requests its timed repeats serve), beside
-    that workload's timed medians: the timed delta a run, the share of it the kernels name (their device time's delta
-    and the device's wait before their launches, summed over every kernel), and whether that accounts for it
-    (``ACCOUNTS``). None unless the workload was timed and the profile measured the waits."""
-    t = (((perf or {}).get("latency") or {}).get(latency) or {}).get("latency_s") if latency else None
-    m = s.get("movers") or {}
-    if not t or m.get("named_wait_us") is None or "kernels_delta_us" not in m:
-        return None
-    base_s, cand_s = t["baseline"]["median"], t["candidate"]["median"]
-    timed_us = (cand_s - base_s) * 1e6
-    still = abs(timed_us) < STILL * base_s * 1e6
-    share = None if still else m["kernels_delta_us"] / timed_us
-    return {"workload": f"latency {latency}", "timed_speedup": base_s / cand_s, "profiled_speedup": step_speedup(s),
-            "timed_delta_us": round(timed_us, 1), "kernels_delta_us": m["kernels_delta_us"], "named_share": share,
-            "accounts": None if still else ACCOUNTS[0] <= share <= ACCOUNTS[1]}
-
-
-def timed_lines(t: dict) -> list[str]:
-    """The profiled run against its workload's timed delta, in words."""
-    head = (f"The profiled run is one run of **{t['workload']}** (the requests its timed repeats serve): stock / "
-            f"candidate {t['profiled_speedup']:.3f} profiled (device time and the device's waits on the host), "
-            f"{t['timed_speedup']:.3f} timed (medians).")
-    if t["accounts"] is None:
-        return [head + f" Its timed delta, {t['timed_delta_us'] / 1000:+.1f} ms a run, is under {100 * STILL:.0f}% "
-                "of stock's: nothing to attribute.", ""]
-    verdict = ("so the table above accounts for the timed delta" if t["accounts"] else
-               f"outside {ACCOUNTS[0]:.0%}-{ACCOUNTS[1]:.0%}: the profile does not account for the timed delta (the "
-               "profiler's own cost, or host work the device did not wait for)")
-    return [head + f" The kernels' time moved by {t['kernels_delta_us'] / 1000:+.1f} ms (device time and the waits "
-            f"before their launches), **{100 * t['named_share']:.0f}%** of the timed delta of "
-            f"{t['timed_delta_us'] / 1000:+.1f} ms a run: {verdict}.", ""]
 
 
 def _waits(profiles: list[dict]) -> dict[str, float] | None:

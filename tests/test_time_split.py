@@ -154,40 +154,6 @@ def test_the_report_sets_the_profiled_steps_speedup_beside_the_timed_ones():
     assert "speedup" not in "\n".join(report._time_split_lines([old]))
 
 
-def _latency(base_s, cand_s):
-    return {"latency": {"batch32": {"latency_s": {"ratio": cand_s / base_s, "baseline": {"median": base_s},
-                                                  "candidate": {"median": cand_s}}}}}
-
-
-def test_the_profiled_run_is_set_against_its_workloads_timed_delta():
-    """The profiled run serves the timed latency workload's requests: its kernels' delta (device time and the waits
-    before their launches, every kernel) is a share of that workload's timed delta, and accounts for it or not."""
-    from fk_adapters import report
-
-    base = _timed({"copy": 10.0, "nvjet_gemm": 800.0}, [(0, 10, "copy"), (10, 810, "nvjet_gemm")])
-    cand = _timed({"copy": 10.0, "fk_triton_gemm_kernel": 900.0},
-                  [(0, 10, "copy"), (110, 1010, "fk_triton_gemm_kernel")])  # +100 device, +100 waiting on its launch
-    s = time_split.split(base, cand)
-    assert s["movers"]["kernels_delta_us"] == 200.0
-    t = time_split.against_timed(s, _latency(0.00100, 0.00122), "batch32")  # timed: +220 µs a run
-    assert t["workload"] == "latency batch32" and t["timed_delta_us"] == 220.0
-    assert abs(t["named_share"] - 200 / 220) < 1e-9 and t["accounts"] is True
-    assert abs(t["profiled_speedup"] - 810 / 1010) < 1e-9 and abs(t["timed_speedup"] - 1 / 1.22) < 1e-9
-    row = {"scenario": "x", "time_split": dict(s, timed=t), "perf": _latency(0.00100, 0.00122)}
-    text = "\n".join(report._time_split_lines([row]))
-    assert "one run of **latency batch32**" in text and "**91%** of the timed delta of +0.2 ms a run" in text
-    assert "accounts for the timed delta" in text and "lies outside them" not in text
-    far = time_split.against_timed(s, _latency(0.00100, 0.00200), "batch32")  # timed +1000 µs: the profile names 20%
-    assert far["accounts"] is False
-    assert "does not account for the timed delta" in "\n".join(time_split.timed_lines(far))
-    still = time_split.against_timed(s, _latency(0.00100, 0.001005), "batch32")
-    assert still["accounts"] is None and "nothing to attribute" in "\n".join(time_split.timed_lines(still))
-    assert time_split.against_timed(s, _latency(0.001, 0.0012), None) is None  # no workload profiled
-    assert time_split.against_timed(s, _latency(0.001, 0.0012), "batch1") is None  # not timed
-    assert time_split.against_timed(time_split.split(_profile({"k": 1.0}), _profile({"k": 2.0})),
-                                    _latency(0.001, 0.0012), "batch32") is None  # no waits measured: no claim
-
-
 def test_a_named_share_over_100_percent_says_why():
     """Session 48: the listed movers named 207% of the step's delta, the displaced GEMM kernels outside the list."""
     base = _profile({f"nvjet_{i}": 100.0 for i in range(10)})

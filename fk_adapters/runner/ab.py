@@ -27,6 +27,7 @@ from fk_adapters import (
     probe,
     reference_store,
     stream_agreement,
+    time_attribution,
     time_split,
     wall_time,
 )
@@ -250,7 +251,7 @@ def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
 def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, list]:
     """Every engine process of a scenario: {side: [round 1, round 2, ...]}, run in ORDER.
 
-    Round 1 runs the whole job (correctness, profile, perf); later rounds the same job without the profile.
+    Round 1 runs the whole job (correctness, profile, perf); later rounds too, the A/A partner without the profile.
     Stops after a round in which a run did not end ok, and returns those runs as (side, result) pairs."""
     runs: dict = {"baseline": [], "candidate": []} | ({AA_PARTNER: []} if cfg.with_aa else {})
     if cfg.baseline_from:
@@ -259,7 +260,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
         echo(f"{sc.name} [baseline] reused from {runs['baseline'][0]['reused_from']}"
              + (f", made {_duration(age)} ago on this machine hold" if age is not None else ""))
     n = _rounds(cfg)
-    later = {k: v for k, v in job.items() if k != "profile"}
+    unprofiled = {k: v for k, v in job.items() if k != "profile"}
     plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins, AA_PARTNER: []}
 
     def one_round(rnd: int, devices: str = "") -> dict:
@@ -268,7 +269,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
             if len(runs[side]) >= rnd:
                 continue
             tag = side if n == 1 else f"{side} {rnd}/{n}" + (f" on GPU {devices}" if devices else "")
-            out[side] = _engine_process(cfg, sc, job if rnd == 1 and side != AA_PARTNER else later,
+            out[side] = _engine_process(cfg, sc, job if side != AA_PARTNER else unprofiled,
                                         _run_dir(cfg, sc, side, rnd), plugins_of[side], tag, echo, devices=devices)
             out[side]["round"] = rnd
         return out
@@ -355,7 +356,7 @@ PROFILED_STEPS = {"requests": 32, "max_tokens": 16}
 
 def profiled_run(job: dict) -> dict:
     """What the profiled run serves: one run of the job's largest-batch latency workload, the requests its timed repeats
-    serve, so the profile's delta and its attribution are that workload's (``time_split.against_timed``)."""
+    serve, so the profile's delta and its attribution are that workload's (``time_attribution.against_timed``)."""
     latency = (job.get("perf") or {}).get("latency") or {}
     if not latency or not all("prompts" in w and "output_len" in w for w in latency.values()):
         return dict(PROFILED_STEPS)
@@ -442,7 +443,7 @@ def _judged_candidate(cfg: RunConfig, job: dict, runs: dict, row: dict) -> dict:
     base, cand = runs["baseline"][0], runs["candidate"][0]
     native = native_names(cfg, base)
     row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
-    where = _time_split(job, base, cand, row.get("perf"))
+    where = _time_split(job, runs)
     if where:
         where["slots"] = time_split.per_slot(where, row["evidence"], cand.get("profile"))
         row["time_split"] = where
@@ -457,10 +458,12 @@ def _judged_candidate(cfg: RunConfig, job: dict, runs: dict, row: dict) -> dict:
     return row
 
 
-def _time_split(job: dict, base: dict, cand: dict, perf: dict | None) -> dict | None:
-    """Where the profiled run's device time went, set against its workload's timed delta where it served one."""
-    where = time_split.split(base.get("profile"), cand.get("profile"))
-    timed = where and time_split.against_timed(where, perf, (job.get("profile") or {}).get("latency"))
+def _time_split(job: dict, runs: dict) -> dict | None:
+    """Where round 1's profiled run's device time went, and every round's profiled pair set against its processes'
+    timed delta of the workload the profiled runs served."""
+    where = time_split.split(runs["baseline"][0].get("profile"), runs["candidate"][0].get("profile"))
+    timed = where and time_attribution.against_timed(list(zip(runs["baseline"], runs["candidate"])),
+                                                     (job.get("profile") or {}).get("latency"))
     if timed:
         where["timed"] = timed
     return where

@@ -84,7 +84,7 @@ case $1 in
             --out "$W/check-$CAPTURE" | tail -3 ;;
         split)
           $RUN --plugins triton --scenario "$SC" ${AB_SIZE---smoke} --interleave "${AB_INTERLEAVE:-3}" ${AB_ARGS:-} \
-            --out "$W/ab-triton-$SC${AB_SIZE+-full}" | tail -1 ;;
+            $( [ "${AB_INTERLEAVE:-3}" -gt 1 ] && budget ) --out "$W/ab-triton-$SC${AB_SIZE+-full}" | tail -1 ;;
       esac
       echo "=== $step done rc=$? $(date -u +%H:%M:%S)"
     done

@@ -189,8 +189,8 @@ class FakeProfilingEngine(FakeEngine):
     """An engine driver with its own ``profiled``, as vLLM's and SGLang's drivers have."""
 
     def profiled(self, fn, *args):
-        fn(*args)
-        self._call("profiled")
+        self.profiled_call(fn, *args)
+        self._call("profiled", 1.0)  # stopping the profiler: not the profiled run's time
         return [{"pid": 1, "kernels": {"k": 1}, "kernel_us": {"k": 2.0}}]
 
 
@@ -200,7 +200,7 @@ class FakeEmbedder(skeleton.Embeddings, FakeProfilingEngine):
     def embed(self, seqs):
         import torch
 
-        self._call(f"embed {len(seqs)}")
+        self._call(f"embed {len(seqs)}", 0.5)
         return torch.ones(len(seqs), 4)
 
 
@@ -212,6 +212,8 @@ def test_an_embedding_job_profiles_with_its_engine_drivers_own_profiled(clock, t
     assert res["profile"][0]["kernels"] == {"k": 1}
     # correctness, the unprofiled warm-up of the profiled batch, then the profiled call
     assert engine.seen.count("embed 2") == 3 and engine.seen.count("profiled") == 1
+    assert res["profile_wall_s"] == 0.5  # the profiled run's own wall time, beside its timed repeats'
+    assert "profile_wall_s" not in FakeEngine(clock).run(JOB)  # a driver that does not keep it: no figure
 
 
 class FirstUseEngine(FakeProfilingEngine):

@@ -210,7 +210,7 @@ class SGLangDriver(skeleton.Driver):
         # a capture's slot spans on the device come from its host-side ranges: CPU activity too
         activities = ["CPU", "GPU"] if probe.capturing() else ["GPU"]
         self.engine.start_profile(output_dir=trace_dir, activities=activities, with_stack=False, record_shapes=False)
-        fn(*args)
+        self.profiled_call(fn, *args)
         self.engine.stop_profile()
         return kernel_counts(trace_dir)
 

@@ -151,8 +151,7 @@ class TransformersDriver(skeleton.Driver):
         if self.device == "cuda":
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=acts) as prof:
-            step()
-            self.sync()
+            self.profiled_call(step)
         return [{"pid": os.getpid(), **op_families.kernel_profile(prof)}]
 
 

@@ -234,7 +234,7 @@ class VllmDriver(skeleton.Driver):
     def profiled(self, fn, *args) -> list[dict]:
         """The device kernels every worker ran during ``fn(*args)``."""
         self.llm.collective_rpc("fk_profile_start")
-        fn(*args)
+        self.profiled_call(fn, *args)
         return self.llm.collective_rpc("fk_profile_stop")
 
 

@@ -1,0 +1,90 @@
+"""The profiled runs against the timed delta: per round, then over the rounds."""
+import pytest
+
+from fk_adapters import op_families, report, time_attribution
+
+BASE_KERNELS = ({"copy": 10.0, "nvjet_gemm": 800.0}, [(0, 10, "copy"), (10, 810, "nvjet_gemm")])
+# +100 µs device time, +100 µs waiting on its launch: the kernels' delta is +200 µs a run
+CAND_KERNELS = ({"copy": 10.0, "fk_triton_gemm_kernel": 900.0},
+                [(0, 10, "copy"), (110, 1010, "fk_triton_gemm_kernel")])
+
+
+def _res(kernels, latency_s, wall_s=None, profiled=True):
+    """One engine process's result: its timed repeats of latency batch32 and, where ``profiled``, its profiled run."""
+    res = {"perf": {"latency": {"batch32": [{"latency_s": latency_s * f} for f in (0.999, 1.0, 1.001)]}}}
+    if profiled:
+        kernel_us, timeline = kernels
+        res["profile"] = [{"pid": 1, "kernels": {k: 1 for k in kernel_us}, "kernel_us": kernel_us,
+                           **op_families.span_busy(timeline)}]
+    if wall_s is not None:
+        res["profile_wall_s"] = wall_s
+    return res
+
+
+def _pair(base_s, cand_s, **kw):
+    return _res(BASE_KERNELS, base_s, **kw), _res(CAND_KERNELS, cand_s, **kw)
+
+
+def test_one_round_is_set_against_its_processes_timed_delta():
+    t = time_attribution.against_timed([_pair(0.00100, 0.00122)], "batch32")  # timed: +220 µs a run
+    assert t["workload"] == "latency batch32" and t["timed_delta_us"] == pytest.approx(220.0)
+    assert t["kernels_delta_us"] == 200.0 and t["named_share"] == pytest.approx(200 / 220) and t["accounts"] is True
+    assert t["profiled_speedup"] == pytest.approx(810 / 1010) and t["timed_speedup"] == pytest.approx(1 / 1.22)
+    assert "share_interval" not in t  # one round: no interval
+    row = {"scenario": "x", "time_split": {**_split(), "timed": t}, "perf": {}}
+    text = "\n".join(report._time_split_lines([row]))
+    assert "one run of **latency batch32**" in text and "**91%** of the timed delta of +0.2 ms a run" in text
+    assert "accounts for the timed delta" in text and "--interleave 3" not in text
+
+
+def test_a_gap_in_one_round_asks_for_rounds_and_a_still_delta_is_not_attributed():
+    far = time_attribution.against_timed([_pair(0.00100, 0.00200)], "batch32")  # the kernels name 20%
+    assert far["accounts"] is False
+    text = "\n".join(time_attribution.timed_lines(far))
+    assert "does not account for the timed delta" in text and "run --interleave 3 or more" in text
+    still = time_attribution.against_timed([_pair(0.00100, 0.001005)], "batch32")
+    assert still["accounts"] is None and "nothing to attribute" in "\n".join(time_attribution.timed_lines(still))
+
+
+def test_nothing_is_claimed_without_a_profiled_timed_workload_or_the_waits():
+    pair = _pair(0.001, 0.0012)
+    assert time_attribution.against_timed([pair], None) is None  # no workload profiled
+    assert time_attribution.against_timed([pair], "batch1") is None  # not timed
+    no_waits = tuple(dict(r, profile=[{"pid": 1, "kernels": {"k": 1}, "kernel_us": {"k": 1.0}}]) for r in pair)
+    assert time_attribution.against_timed([no_waits], "batch32") is None  # an older profile: no claim
+
+
+def test_rounds_pool_the_timed_and_kernels_deltas_with_an_interval_from_their_gaps():
+    """Session 51: one pair of processes read 67% where earlier pairs' timed deltas were 40% smaller; over rounds
+    the timed delta's variation between processes is averaged, and the interval shows what is left of it."""
+    pairs = [_pair(0.00100, c) for c in (0.00125, 0.00115, 0.00126)]  # timed +250, +150, +260; kernels +200 each
+    t = time_attribution.against_timed(pairs, "batch32")
+    assert [r["timed_delta_us"] for r in t["rounds"]] == pytest.approx([250.0, 150.0, 260.0])
+    assert t["timed_delta_us"] == pytest.approx(220.0) and t["named_share"] == pytest.approx(200 / 220)
+    lo, hi = t["share_interval"]
+    assert lo < 200 / 220 < hi and hi - lo > 0.5  # 3 rounds, gaps of +50, -50, +60 µs: a wide interval
+    text = "\n".join(time_attribution.timed_lines(t))
+    assert "in each of 3 interleaved rounds" in text and "(means over the rounds)" in text
+    assert f"[95% interval {100 * lo:.0f}%, {100 * hi:.0f}%]" in text
+    assert "Per round, timed delta / kernels' delta (ms a run): 1: +0.2 / +0.2; 2: +0.1 / +0.2" in text
+    unprofiled = (_res(BASE_KERNELS, 0.001, profiled=False), _res(CAND_KERNELS, 0.0013, profiled=False))
+    assert len(time_attribution.against_timed(pairs[:2] + [unprofiled], "batch32")["rounds"]) == 2
+
+
+def test_the_profiled_runs_wall_time_shows_the_profilers_cost_on_each_side():
+    t = time_attribution.against_timed([_pair(0.00100, 0.00122, wall_s=None)], "batch32")
+    assert "profiler_cost_us" not in t
+    base, cand = _pair(0.00100, 0.00122)
+    base["profile_wall_s"], cand["profile_wall_s"] = 0.00103, 0.00124  # the profiler: +30 µs and +20 µs
+    t = time_attribution.against_timed([(base, cand)], "batch32")
+    assert t["profiler_cost_us"] == pytest.approx([30.0, 20.0]) and t["profiled_wall_delta_us"] == pytest.approx(210.0)
+    assert t["profiled_share"] == pytest.approx(200 / 210)
+    text = "\n".join(time_attribution.timed_lines(t))
+    assert "took +0.2 ms longer in the candidate (wall time); the kernels name 95% of that" in text
+    assert "lengthened the baseline's run by +0.0 ms and the candidate's by +0.0 ms" in text
+
+
+def _split():
+    from fk_adapters import time_split
+
+    return time_split.split(_res(BASE_KERNELS, 0.001)["profile"], _res(CAND_KERNELS, 0.001)["profile"])
