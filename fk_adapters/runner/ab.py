@@ -251,8 +251,10 @@ def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
 def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, list]:
     """Every engine process of a scenario: {side: [round 1, round 2, ...]}, run in ORDER.
 
-    Round 1 runs the whole job (correctness, profile, perf); later rounds too, the A/A partner without the profile.
-    Stops after a round in which a run did not end ok, and returns those runs as (side, result) pairs."""
+    Round 1 runs the whole job (correctness, profile, perf). Later rounds profile too where the profiled run serves a
+    timed latency workload (each round's pair then attributes its own timed delta), else they skip the profile; the
+    A/A partner is never profiled. Stops after a round in which a run did not end ok, and returns those runs as
+    (side, result) pairs."""
     runs: dict = {"baseline": [], "candidate": []} | ({AA_PARTNER: []} if cfg.with_aa else {})
     if cfg.baseline_from:
         runs["baseline"].append(reuse_baseline(cfg.baseline_from, sc.name, job))
@@ -261,6 +263,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
              + (f", made {_duration(age)} ago on this machine hold" if age is not None else ""))
     n = _rounds(cfg)
     unprofiled = {k: v for k, v in job.items() if k != "profile"}
+    later = job if (job.get("profile") or {}).get("latency") else unprofiled
     plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins, AA_PARTNER: []}
 
     def one_round(rnd: int, devices: str = "") -> dict:
@@ -269,7 +272,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
             if len(runs[side]) >= rnd:
                 continue
             tag = side if n == 1 else f"{side} {rnd}/{n}" + (f" on GPU {devices}" if devices else "")
-            out[side] = _engine_process(cfg, sc, job if side != AA_PARTNER else unprofiled,
+            out[side] = _engine_process(cfg, sc, unprofiled if side == AA_PARTNER else job if rnd == 1 else later,
                                         _run_dir(cfg, sc, side, rnd), plugins_of[side], tag, echo, devices=devices)
             out[side]["round"] = rnd
         return out

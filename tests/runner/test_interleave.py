@@ -52,12 +52,21 @@ def test_rounds_alternate_baseline_and_candidate_and_pair_their_medians(fake, tm
     row = ab.run_scenario(_cfg(tmp_path, interleave=3), scenarios.load("tiny-llama"), echo=lambda m: None)
     assert [c[0] for c in fake.calls] == ["baseline", "candidate", "candidate-r2", "baseline-r2",
                                           "baseline-r3", "candidate-r3"]  # each side first in alternate rounds
-    assert all(c[1] for c in fake.calls)  # every round profiled: each round's pair attributes its own delta
+    assert all(c[1] for c in fake.calls)  # every round profiles latency b1: each round's pair attributes its delta
     r = row["perf"]["throughput"]["w"]["tokens_per_s"]
     assert r["paired"] is True and r["rounds"] == 3 and r["ratio"] == pytest.approx(0.97)
     assert r["baseline"]["values"] == pytest.approx([101.0, 102.0, 103.0])  # one value (the median) per process
     assert r["pair_min"] == pytest.approx(0.97) and r["pair_max"] == pytest.approx(0.97)
     assert row["status"] == "PASSED" and len(row["rounds"]["runs"][1]) == 3
+
+
+def test_later_rounds_skip_a_profile_that_serves_no_timed_workload(fake, tmp_path):
+    """A profiled batch outside the timed workloads (a decode scenario: throughput only) attributes no timed delta:
+    only round 1 profiles it (its kernels named for the proof), the later rounds spend nothing on it."""
+    job = {"perf": {"throughput": {}}, "profile": dict(ab.PROFILED_STEPS)}
+    runs, bad = ab._engine_runs(_cfg(tmp_path, interleave=3), scenarios.load("tiny-llama"), job, lambda m: None)
+    assert not bad and [c for c in fake.calls if c[1]] == [("baseline", True), ("candidate", True)]
+    assert len(runs["candidate"]) == 3
 
 
 def test_alternating_the_order_cancels_a_position_effect(fake, monkeypatch, tmp_path):
