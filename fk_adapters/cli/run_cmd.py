@@ -45,8 +45,8 @@ def add_parser(sub):
                         "of the candidate against it): one process a round more instead of a second run of its own")
     p.add_argument("--time-budget", type=float, default=0.0, metavar="SECONDS",
                    help="with --interleave: seconds this fk run may take (e.g. what is left of a machine hold); no "
-                        "later round starts that, as long as the longest round so far, would end past it; the rounds "
-                        "that ran are judged (an interval from 3) and the report says how many of those planned ran")
+                        "later round starts that would end past it (as long as round 1, later the longest warm round); "
+                        "the rounds that ran are judged (an interval from 3), the report says how many ran")
     p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",
                    help="CUDA device sets (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 for TP=2): with "
                         "--interleave, round 1 runs on the first, later rounds side by side, one set each; without, "

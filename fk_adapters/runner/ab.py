@@ -279,15 +279,18 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
 
     sets = cfg.gpus or ("",)
     batches = [[1]] + [list(range(r, min(r + len(sets), n + 1))) for r in range(2, n + 1, len(sets))]
-    longest = 0.0
+    took: list[float] = []  # seconds per batch of rounds
     for batch in batches:  # round 1 alone (it warms the compile caches both sides then share), later ones side by side
-        if batch[0] > 1 and cfg.stop_by and time.time() + longest > cfg.stop_by:
-            echo(f"{sc.name}: round {batch[0]} of {n} not started: as long as the longest so far ({longest:.0f} s) "
-                 "it would end past --time-budget")
+        # round 2 is judged by round 1 (cold compiles and all), later ones by the longest of the warm rounds
+        guess = max(took[1:] or took or [0.0])
+        if batch[0] > 1 and cfg.stop_by and time.time() + guess > cfg.stop_by:
+            which = "the longest round after the first" if len(took) > 1 else "round 1"
+            echo(f"{sc.name}: round {batch[0]} of {n} not started: as long as {which} ({guess:.0f} s) it would end "
+                 "past --time-budget")
             break
         t0 = time.time()
         done = side_by_side(one_round, list(zip(batch, sets)))
-        longest = max(longest, time.time() - t0)
+        took.append(time.time() - t0)
         for side in runs:
             runs[side] += [d[side] for d in done if side in d]
         bad = [(side, d[side]) for d in done for side in d if d[side]["status"] != "ok"]

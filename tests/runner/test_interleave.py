@@ -360,13 +360,15 @@ def test_a_with_aa_run_writes_its_aa_results_and_judges_the_candidate_against_th
 
 @pytest.fixture
 def fifty_second_runs(fake, monkeypatch):
-    """The fake engine's every process takes 50 s of a fake clock that starts at 1000 s."""
+    """The fake engine's processes take 50 s each of a fake clock that starts at 1000 s (the first ones: the seconds
+    listed in ``fake.seconds``)."""
     clock = {"now": 1000.0}
     monkeypatch.setattr(ab.time, "time", lambda: clock["now"])
     engine = ab.run_job
+    fake.seconds = []
 
     def slow(*args, **kw):
-        clock["now"] += 50.0
+        clock["now"] += fake.seconds.pop(0) if fake.seconds else 50.0
         return engine(*args, **kw)
     monkeypatch.setattr(ab, "run_job", slow)
     return fake
@@ -384,6 +386,18 @@ def test_a_time_budget_starts_no_round_that_would_end_past_it_and_judges_those_t
     assert any("round 4 of 5 not started" in m for m in said)
     r = row["perf"]["throughput"]["w"]["tokens_per_s"]
     assert r["rounds"] == 3 and r["ratio"] == pytest.approx(0.97)
+
+
+def test_rounds_after_the_second_are_judged_by_the_warm_rounds_not_round_1s_cold_start(fifty_second_runs, tmp_path):
+    """Round 1's processes take 150 s each (cold compiles), later ones 50 s: with 650 s, round 2 is judged by round 1
+    (300 s), rounds 3 and 4 by round 2 (100 s); judged by round 1 alone the run would stop after 2 rounds."""
+    fake = fifty_second_runs
+    fake.seconds = [150.0, 150.0]
+    said = []
+    row = ab.run_scenario(_cfg(tmp_path, interleave=5, stop_by=1000.0 + 650.0), scenarios.load("tiny-llama"),
+                          echo=said.append)
+    assert row["rounds"]["ran"] == 4 and len(fake.calls) == 8  # rounds end at 300, 400, 500, 600 s
+    assert any("round 5 of 5 not started: as long as the longest round after the first (100 s)" in m for m in said)
 
 
 def test_without_a_time_budget_every_planned_round_runs(fake, tmp_path):
