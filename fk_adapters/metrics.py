@@ -369,7 +369,8 @@ def paired_ratio(base: list[float], cand: list[float]) -> dict:
 THROUGHPUT_KEYS = ("tokens_per_s", "output_tokens_per_s", "items_per_s")
 
 
-def _round_value(rows: list[dict], key: str) -> float | None:
+def round_value(rows: list[dict], key: str) -> float | None:
+    """One engine process's value of a workload's metric in a run of rounds: the median of its repeats."""
     vals = [r[key] for r in rows if key in r]
     return statistics.median(vals) if vals else None
 
@@ -387,8 +388,8 @@ def performance_rounds(base_rounds: list[dict], cand_rounds: list[dict]) -> dict
                 [k for k in THROUGHPUT_KEYS if any(k in r for r in rows)] or list(THROUGHPUT_KEYS[:2]))
             per_key = {}
             for key in keys:
-                b = [_round_value(p.get(kind, {}).get(name, []), key) for p in base_rounds]
-                c = [_round_value(p.get(kind, {}).get(name, []), key) for p in cand_rounds]
+                b = [round_value(p.get(kind, {}).get(name, []), key) for p in base_rounds]
+                c = [round_value(p.get(kind, {}).get(name, []), key) for p in cand_rounds]
                 pairs = [(x, y) for x, y in zip(b, c) if x is not None and y is not None]
                 per_key[key] = paired_ratio([x for x, _ in pairs], [y for _, y in pairs])
                 per_key[key]["rounds"] = len(pairs)

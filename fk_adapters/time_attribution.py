@@ -6,16 +6,13 @@ from __future__ import annotations
 import math
 import statistics
 
-from fk_adapters import stats, time_split
+from fk_adapters import metrics, stats, time_split
 
 ACCOUNTS = (0.8, 1.25)  # the kernels' delta over the timed one: within, the profile accounts for the delta
 
 
 def _latency_s(res: dict, workload: str) -> float | None:
-    """The median of one engine process's timed repeats of a latency workload."""
-    vals = [r["latency_s"] for r in ((res.get("perf") or {}).get("latency") or {}).get(workload) or []
-            if "latency_s" in r]
-    return statistics.median(vals) if vals else None
+    return metrics.round_value(((res.get("perf") or {}).get("latency") or {}).get(workload) or [], "latency_s")
 
 
 def one_round(base: dict, cand: dict, workload: str) -> dict | None:

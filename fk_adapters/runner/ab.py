@@ -263,7 +263,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
              + (f", made {_duration(age)} ago on this machine hold" if age is not None else ""))
     n = _rounds(cfg)
     unprofiled = {k: v for k, v in job.items() if k != "profile"}
-    later = job if (job.get("profile") or {}).get("latency") else unprofiled
+    profile_later = bool((job.get("profile") or {}).get("latency"))
     plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins, AA_PARTNER: []}
 
     def one_round(rnd: int, devices: str = "") -> dict:
@@ -272,8 +272,9 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
             if len(runs[side]) >= rnd:
                 continue
             tag = side if n == 1 else f"{side} {rnd}/{n}" + (f" on GPU {devices}" if devices else "")
-            out[side] = _engine_process(cfg, sc, unprofiled if side == AA_PARTNER else job if rnd == 1 else later,
-                                        _run_dir(cfg, sc, side, rnd), plugins_of[side], tag, echo, devices=devices)
+            profiled = side != AA_PARTNER and (rnd == 1 or profile_later)
+            out[side] = _engine_process(cfg, sc, job if profiled else unprofiled, _run_dir(cfg, sc, side, rnd),
+                                        plugins_of[side], tag, echo, devices=devices)
             out[side]["round"] = rnd
         return out
 
