@@ -469,6 +469,9 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # then the prefill pair left from s50-h100 (llama31-8b-4l-prefill, passthrough --with-aa, 5 rounds)
     lane V-0 31 vllm 0 STEPS="split adapter" SC=fk46-llama-3.1 AB_INTERLEAVE=3 \
       ADAPTER_SC="llama31-8b-4l-prefill" ADAPTER_SIDES=with ;;
+  s52-prefill-h100)  # one GPU, vLLM: issue 31's prefill pair at 5 rounds (session 52's hold ran 2: about 65 s a
+    # process, 3.3 min a round, so about 17 min with the cold first round), the A/A of the same rounds (--with-aa)
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="llama31-8b-4l-prefill" ADAPTER_SIDES=with ;;
   s51-sglang-h100)  # one GPU, SGLang (15 parts + the cutlass wheel, about 2.5 minutes): issue 31's decode pair in
     # SGLang's default mode at 5 rounds (session 33 ran 3: passthrough 0.999 [0.996, 1.002], floor 0.52%), the
     # passthrough with the A/A of the same rounds (--with-aa, 15 processes); then the prefill pair the same way
@@ -525,5 +528,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s51-sglang-h100|s52-linear-h100|s53-fullsize-h100|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s53-fullsize-h100|s41-sglang|s42-vllm|pack"; exit 2 ;;
 esac
