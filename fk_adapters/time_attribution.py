@@ -53,17 +53,29 @@ def against_timed(pairs: list[tuple[dict, dict]], workload: str | None) -> dict 
            "timed_delta_us": round(mean["timed_delta_us"], 1), "kernels_delta_us": round(mean["kernels_delta_us"], 1),
            "named_share": share, "accounts": None if still else ACCOUNTS[0] <= share <= ACCOUNTS[1]}
     if share is not None and len(rounds) >= 3:
-        gaps = [r["timed_delta_us"] - r["kernels_delta_us"] for r in rounds]
-        half = stats.t95(len(gaps) - 1) * statistics.stdev(gaps) / math.sqrt(len(gaps))
-        lo, hi = sorted(1 - (statistics.fmean(gaps) + d) / mean["timed_delta_us"] for d in (half, -half))
-        out["share_interval"] = [lo, hi]
+        out["share_interval"] = share_interval(rounds, "timed_delta_us")
     if all("profiled_wall_delta_us" in r for r in rounds):
         wall = statistics.fmean(r["profiled_wall_delta_us"] for r in rounds)
         out["profiled_wall_delta_us"] = round(wall, 1)
         out["profiled_share"] = mean["kernels_delta_us"] / wall if wall else None
+        out["profiled_share_interval"] = share_interval(rounds, "profiled_wall_delta_us")
         out["profiler_cost_us"] = [round(statistics.fmean(r["profiler_cost_us"][i] for r in rounds), 1)
                                    for i in (0, 1)]
     return out
+
+
+def share_interval(rounds: list[dict], of: str) -> list[float] | None:
+    """The 95% t-interval of the share of the rounds' mean ``of`` delta (the timed one, or the profiled runs' own
+    wall-time one) that their kernels name, from the rounds' unexplained parts (``of`` minus the kernels' delta,
+    paired within each round's processes); None under 3 rounds or without a delta to share."""
+    if len(rounds) < 3 or any(r.get(of) is None for r in rounds):
+        return None
+    total = statistics.fmean(r[of] for r in rounds)
+    if not total:
+        return None
+    gaps = [r[of] - r["kernels_delta_us"] for r in rounds]
+    half = stats.t95(len(gaps) - 1) * statistics.stdev(gaps) / math.sqrt(len(gaps))
+    return sorted(1 - (statistics.fmean(gaps) + d) / total for d in (half, -half))
 
 
 def timed_lines(t: dict) -> list[str]:
@@ -78,8 +90,7 @@ def timed_lines(t: dict) -> list[str]:
                 f"{100 * time_split.STILL:.0f}% of stock's: nothing to attribute.", ""]
     verdict = ("so the table above accounts for the timed delta" if t["accounts"] else
                f"outside {ACCOUNTS[0]:.0%}-{ACCOUNTS[1]:.0%}: the profile does not account for the timed delta")
-    ci = t.get("share_interval")
-    ci = f" [95% interval {100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else ""
+    ci = _pct(t.get("share_interval"))
     mean = " (means over the rounds)" if n > 1 else ""
     lines = [head + f" The kernels' time moved by {t['kernels_delta_us'] / 1000:+.1f} ms (device time and the waits "
              f"before their launches), **{100 * t['named_share']:.0f}%**{ci} of the timed delta of "
@@ -92,11 +103,17 @@ def _why(t: dict, n: int) -> str:
     out = ""
     if t.get("profiler_cost_us"):
         cb, cc = t["profiler_cost_us"]
-        named = (f"; the kernels name {100 * t['profiled_share']:.0f}% of that" if t.get("profiled_share") is not None
-                 else "")
+        own = t.get("profiled_share_interval") or share_interval(t.get("rounds") or [], "profiled_wall_delta_us")
+        named = (f"; the kernels name {100 * t['profiled_share']:.0f}%{_pct(own)} of that"
+                 if t.get("profiled_share") is not None else "")
         out += (f" The profiled runs themselves took {t['profiled_wall_delta_us'] / 1000:+.1f} ms longer in the "
                 f"candidate (wall time){named}; the profiler lengthened the baseline's run by {cb / 1000:+.1f} ms and "
                 f"the candidate's by {cc / 1000:+.1f} ms beyond their timed medians.")
+        timed = t.get("share_interval")
+        if timed and _within(own) and not _within(timed):
+            out += (" The kernels account for the profiled runs' own delta; what the rounds leave uncertain is one "
+                    "profiled run a side against the timed medians (the variation of a single run between processes), "
+                    "not time the kernels miss.")
     if n < 3 and t["accounts"] is False:
         out += (f" With {n} round{'s' if n > 1 else ''} the timed delta's variation between engine processes is not "
                 "measured: run --interleave 3 or more to tell it from the profile's gap.")
@@ -107,9 +124,21 @@ def _round_lines(t: dict) -> list[str]:
     rounds = t.get("rounds") or []
     if len(rounds) < 2:
         return []
-    return ["", "Per round, timed delta / kernels' delta (ms a run): " + "; ".join(
-        f"{i}: {r['timed_delta_us'] / 1000:+.1f} / {r['kernels_delta_us'] / 1000:+.1f}"
-        for i, r in enumerate(rounds, 1)) + "."]
+    keys = ["timed_delta_us", "kernels_delta_us"]
+    what = "timed delta / kernels' delta"
+    if all(r.get("profiled_wall_delta_us") is not None for r in rounds):
+        keys.insert(1, "profiled_wall_delta_us")
+        what = "timed delta / profiled runs' delta (wall time) / kernels' delta"
+    return ["", f"Per round, {what} (ms a run): " + "; ".join(
+        f"{i}: " + " / ".join(f"{r[k] / 1000:+.1f}" for k in keys) for i, r in enumerate(rounds, 1)) + "."]
+
+
+def _pct(ci: list[float] | None) -> str:
+    return f" [95% interval {100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else ""
+
+
+def _within(ci: list[float] | None) -> bool:
+    return bool(ci) and ACCOUNTS[0] <= ci[0] and ci[1] <= ACCOUNTS[1]
 
 
 def _num(v: float | None) -> str:

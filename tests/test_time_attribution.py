@@ -88,3 +88,33 @@ def _split():
     from fk_adapters import time_split
 
     return time_split.split(_res(BASE_KERNELS, 0.001)["profile"], _res(CAND_KERNELS, 0.001)["profile"])
+
+
+def _walled(base_s, cand_s, base_wall, cand_wall):
+    base, cand = _pair(base_s, cand_s)
+    base["profile_wall_s"], cand["profile_wall_s"] = base_wall, cand_wall
+    return base, cand
+
+
+def test_rounds_tell_a_profiled_run_that_strays_from_the_timed_medians_from_time_the_kernels_miss():
+    """Session 52: over 3 rounds the kernels named 108% [4%, 212%] of the timed delta, while each round's kernels
+    named its profiled runs' own wall-time delta (99% over the rounds): the spread is one profiled run against the
+    timed medians."""
+    # timed +250, +150, +260 µs; the profiled runs' own delta +205, +198, +202 µs; the kernels +200 each
+    pairs = [_walled(0.00100, c, 0.00100, 0.00100 + w) for c, w in
+             ((0.00125, 0.000205), (0.00115, 0.000198), (0.00126, 0.000202))]
+    t = time_attribution.against_timed(pairs, "batch32")
+    lo, hi = t["profiled_share_interval"]
+    assert 0.9 < lo < t["profiled_share"] < hi < 1.05 and t["share_interval"][1] - t["share_interval"][0] > 0.5
+    text = "\n".join(time_attribution.timed_lines(t))
+    assert f"the kernels name 99% [95% interval {100 * lo:.0f}%, {100 * hi:.0f}%] of that" in text
+    assert "not time the kernels miss" in text
+    assert ("Per round, timed delta / profiled runs' delta (wall time) / kernels' delta (ms a run): "
+            "1: +0.2 / +0.2 / +0.2; 2: +0.1 / +0.2 / +0.2") in text
+    # the profiled runs' own delta strays from the kernels' too: no such reading
+    pairs = [_walled(0.00100, c, 0.00100, 0.00100 + w) for c, w in
+             ((0.00125, 0.000300), (0.00115, 0.000150), (0.00126, 0.000400))]
+    t = time_attribution.against_timed(pairs, "batch32")
+    assert not time_attribution._within(t["profiled_share_interval"])
+    assert "not time the kernels miss" not in "\n".join(time_attribution.timed_lines(t))
+    assert time_attribution.against_timed(pairs[:2], "batch32")["profiled_share_interval"] is None  # 2 rounds
