@@ -36,7 +36,8 @@ for step in "$@"; do
     setup)
       JIT=${JIT_PARTS:-/tmp/fkstage/jit}
       if ls "$JIT"/jit.tgz.part* >/dev/null 2>&1; then
-        cat "$JIT"/jit.tgz.part* | tar xzf - -C "$HOME" && echo "JIT caches restored from $JIT"
+        cat "$JIT"/jit.tgz.part* | tar xzf - -C / && echo "JIT and compile caches restored from $JIT" && du -sh \
+          "$HOME"/.triton "$HOME"/.cache/flashinfer "$MODELS"/*-cache 2>/dev/null
       fi
       WHEELS=()
       for part0 in /tmp/fkstage/extra-"$ENGINE"*/*.whl.part00; do  # wheels the staged lock lacks (stage_extra.sh; every list of ENGINE*)
@@ -137,11 +138,15 @@ for step in "$@"; do
       done ;;
     jitpack)
       mkdir -p "$ROOT/jit" && rm -f "$ROOT"/jit/jit.tgz.part*
-      # Triton's, FlashInfer's, DeepGEMM's and SGLang's tvm-ffi JIT builds, where this machine made them, and fk's
-      # reference store (the float32 references, one per job, engine build and GPU: no weights)
-      DIRS=$(cd "$HOME" && ls -d .triton .cache/flashinfer .cache/deep_gemm .cache/tvm-ffi .cache/fk-adapters/references \
-        2>/dev/null)
-      tar czf - -C "$HOME" $DIRS | split -b 15m -d - "$ROOT/jit/jit.tgz.part"
+      # Triton's, FlashInfer's, DeepGEMM's and SGLang's tvm-ffi JIT builds, where this machine made them; fk's
+      # reference store (the float32 references, one per job, engine build and GPU: no weights) and vLLM's model-info
+      # cache; the engines' compile caches fk keeps beside the weights (<model cache>/<engine>-cache/<side>, keyed by
+      # the plugins' code). Session 52's cold first vLLM process spent 112 s on FlashInfer's sampling JIT and 31 s in
+      # torch.compile (a warm one 7 s). Paths from /, so `setup` restores each where it was
+      H=${HOME#/}; M=${MODELS#/}
+      DIRS=$(cd / && ls -d "$H"/.triton "$H"/.cache/flashinfer "$H"/.cache/deep_gemm "$H"/.cache/tvm-ffi \
+        "$H"/.cache/fk-adapters/references "$H"/.cache/fk-adapters/vllm-modelinfos "$M"/*-cache 2>/dev/null)
+      tar czf - -C / $DIRS | split -b 15m -d - "$ROOT/jit/jit.tgz.part"
       ls -la "$ROOT/jit" ;;
     pack)
       cd "$ROOT" && tar czf evidence.tmp.tgz --exclude='*.safetensors' --exclude='*.tgz' --exclude='*.trace.json*' --exclude=jit * \

@@ -514,6 +514,10 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     (lane T-3 32 transformers 3 STEPS="hosts" HOSTS="fk46-3dgs fk46-instantngp fk46-pointtransformerv3 \
        fk46-openfold3") &
     wait ;;
+  jitpack)  # the JIT and compile caches (and fk's float32 references) for the next hold, in parts of 15 MB into $OUT:
+    # a call of its own after the last `pack` (what comes back is 8 files, 64 MiB a call). Keep them under .stage/jit-ENGINE
+    # here; the next hold copies them to /tmp/fkstage/jit before `fk_gpu.sh ENGINE setup`, which restores them
+    bash "$HERE/fk_gpu.sh" "${2:-vllm}" jitpack > /dev/null && cp "$ROOT"/jit/jit.tgz.part* "${OUT:?}/" && ls -la "$OUT" ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
@@ -528,5 +532,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s53-fullsize-h100|s41-sglang|s42-vllm|pack"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s53-fullsize-h100|s41-sglang|s42-vllm|pack|jitpack [ENGINE]"; exit 2 ;;
 esac
