@@ -141,8 +141,8 @@ for step in "$@"; do
       # Triton's, FlashInfer's, DeepGEMM's and SGLang's tvm-ffi JIT builds, where this machine made them; fk's
       # reference store (the float32 references, one per job, engine build and GPU: no weights) and vLLM's model-info
       # cache; the engines' compile caches fk keeps beside the weights (<model cache>/<engine>-cache/<side>, keyed by
-      # the plugins' code). Session 52's cold first vLLM process spent 112 s on FlashInfer's sampling JIT and 31 s in
-      # torch.compile (a warm one 7 s). Paths from /, so `setup` restores each where it was
+      # the plugins' code). Session 52's cold first vLLM process was silent 112 s after graph capture (FlashInfer's
+      # sampling module was JIT-built on it) and spent 31 s in torch.compile (a warm one 7 s). Paths from /, so `setup` restores each where it was
       H=${HOME#/}; M=${MODELS#/}
       DIRS=$(cd / && ls -d "$H"/.triton "$H"/.cache/flashinfer "$H"/.cache/deep_gemm "$H"/.cache/tvm-ffi \
         "$H"/.cache/fk-adapters/references "$H"/.cache/fk-adapters/vllm-modelinfos "$M"/*-cache 2>/dev/null)
