@@ -88,8 +88,12 @@ def timed_lines(t: dict) -> list[str]:
     if t["accounts"] is None:
         return [head + f" Its timed delta, {t['timed_delta_us'] / 1000:+.1f} ms a run, is under "
                 f"{100 * time_split.STILL:.0f}% of stock's: nothing to attribute.", ""]
+    bounds = f"{ACCOUNTS[0]:.0%}-{ACCOUNTS[1]:.0%}"
     verdict = ("so the table above accounts for the timed delta" if t["accounts"] else
-               f"outside {ACCOUNTS[0]:.0%}-{ACCOUNTS[1]:.0%}: the profile does not account for the timed delta")
+               f"outside {bounds}: the profile does not account for the timed delta")
+    if t["accounts"] and t.get("share_interval") and not _within(t["share_interval"]):
+        verdict = (f"within {bounds} as an estimate, but its interval reaches outside: the rounds do not establish "
+                   "that the table above accounts for the timed delta")
     ci = _pct(t.get("share_interval"))
     mean = " (means over the rounds)" if n > 1 else ""
     lines = [head + f" The kernels' time moved by {t['kernels_delta_us'] / 1000:+.1f} ms (device time and the waits "

@@ -66,6 +66,8 @@ def test_rounds_pool_the_timed_and_kernels_deltas_with_an_interval_from_their_ga
     text = "\n".join(time_attribution.timed_lines(t))
     assert "in each of 3 interleaved rounds" in text and "(means over the rounds)" in text
     assert f"[95% interval {100 * lo:.0f}%, {100 * hi:.0f}%]" in text
+    assert "within 80%-125% as an estimate, but its interval reaches outside" in text  # not "accounts" outright
+    assert "so the table above accounts" not in text
     assert "Per round, timed delta / kernels' delta (ms a run): 1: +0.2 / +0.2; 2: +0.1 / +0.2" in text
     unprofiled = (_res(BASE_KERNELS, 0.001, profiled=False), _res(CAND_KERNELS, 0.0013, profiled=False))
     assert len(time_attribution.against_timed(pairs[:2] + [unprofiled], "batch32")["rounds"]) == 2
