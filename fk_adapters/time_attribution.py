@@ -25,7 +25,8 @@ def one_round(base: dict, cand: dict, workload: str) -> dict | None:
     if tb is None or tc is None or m.get("named_wait_us") is None or "kernels_delta_us" not in m:
         return None
     out = {"baseline_s": tb, "candidate_s": tc, "timed_delta_us": round((tc - tb) * 1e6, 1),
-           "kernels_delta_us": m["kernels_delta_us"], "profiled_speedup": time_split.step_speedup(s)}
+           "kernels_delta_us": m["kernels_delta_us"], "device_delta_us": round(s["candidate_us"] - s["baseline_us"], 1),
+           "profiled_speedup": time_split.step_speedup(s)}
     wb, wc = base.get("profile_wall_s"), cand.get("profile_wall_s")
     if wb is not None and wc is not None:
         out["profiled_wall_delta_us"] = round((wc - wb) * 1e6, 1)
@@ -54,6 +55,10 @@ def against_timed(pairs: list[tuple[dict, dict]], workload: str | None) -> dict 
            "named_share": share, "accounts": None if still else ACCOUNTS[0] <= share <= ACCOUNTS[1]}
     if share is not None and len(rounds) >= 3:
         out["share_interval"] = share_interval(rounds, "timed_delta_us")
+    if all("device_delta_us" in r for r in rounds):
+        out["device_delta_us"], out["device_interval_us"] = _mean_ci([r["device_delta_us"] for r in rounds])
+        out["wait_delta_us"], out["wait_interval_us"] = _mean_ci(
+            [r["kernels_delta_us"] - r["device_delta_us"] for r in rounds])
     if all("profiled_wall_delta_us" in r for r in rounds):
         wall = statistics.fmean(r["profiled_wall_delta_us"] for r in rounds)
         out["profiled_wall_delta_us"] = round(wall, 1)
@@ -62,6 +67,15 @@ def against_timed(pairs: list[tuple[dict, dict]], workload: str | None) -> dict 
         out["profiler_cost_us"] = [round(statistics.fmean(r["profiler_cost_us"][i] for r in rounds), 1)
                                    for i in (0, 1)]
     return out
+
+
+def _mean_ci(values: list[float]) -> tuple[float, list[float] | None]:
+    """The mean over the rounds, with its 95% t-interval from 3 rounds (the variation between engine processes)."""
+    mean = statistics.fmean(values)
+    if len(values) < 3:
+        return round(mean, 1), None
+    half = stats.t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return round(mean, 1), [round(mean - half, 1), round(mean + half, 1)]
 
 
 def share_interval(rounds: list[dict], of: str) -> list[float] | None:
@@ -98,8 +112,21 @@ def timed_lines(t: dict) -> list[str]:
     mean = " (means over the rounds)" if n > 1 else ""
     lines = [head + f" The kernels' time moved by {t['kernels_delta_us'] / 1000:+.1f} ms (device time and the waits "
              f"before their launches), **{100 * t['named_share']:.0f}%**{ci} of the timed delta of "
-             f"{t['timed_delta_us'] / 1000:+.1f} ms a run{mean}: {verdict}." + _why(t, n)]
+             f"{t['timed_delta_us'] / 1000:+.1f} ms a run{mean}: {verdict}." + _parts(t) + _why(t, n)]
     return lines + _round_lines(t) + [""]
+
+
+def _parts(t: dict) -> str:
+    """The kernels' delta in its two parts: their device time, and the device's waits on the host before them."""
+    if t.get("device_delta_us") is None:
+        return ""
+
+    def ms(key: str) -> str:
+        ci = t.get(key.replace("delta", "interval"))
+        return f"{t[key] / 1000:+.1f} ms" + (f" [95% interval {ci[0] / 1000:+.1f}, {ci[1] / 1000:+.1f}]" if ci else "")
+    return (f" Of that, the kernels' device time moved {ms('device_delta_us')} "
+            f"({100 * t['device_delta_us'] / t['timed_delta_us']:.0f}% of the timed delta) and the device's waits on "
+            f"the host before their launches {ms('wait_delta_us')}.")
 
 
 def _why(t: dict, n: int) -> str:
@@ -133,8 +160,15 @@ def _round_lines(t: dict) -> list[str]:
     if all(r.get("profiled_wall_delta_us") is not None for r in rounds):
         keys.insert(1, "profiled_wall_delta_us")
         what = "timed delta / profiled runs' delta (wall time) / kernels' delta"
+    parts = all(r.get("device_delta_us") is not None for r in rounds)
     return ["", f"Per round, {what} (ms a run): " + "; ".join(
-        f"{i}: " + " / ".join(f"{r[k] / 1000:+.1f}" for k in keys) for i, r in enumerate(rounds, 1)) + "."]
+        f"{i}: " + " / ".join(f"{r[k] / 1000:+.1f}" for k in keys) + (_split_of(r) if parts else "")
+        for i, r in enumerate(rounds, 1)) + "."]
+
+
+def _split_of(r: dict) -> str:
+    return (f" (device {r['device_delta_us'] / 1000:+.1f}, "
+            f"waits {(r['kernels_delta_us'] - r['device_delta_us']) / 1000:+.1f})")
 
 
 def _pct(ci: list[float] | None) -> str:

@@ -68,7 +68,8 @@ def test_rounds_pool_the_timed_and_kernels_deltas_with_an_interval_from_their_ga
     assert f"[95% interval {100 * lo:.0f}%, {100 * hi:.0f}%]" in text
     assert "within 80%-125% as an estimate, but its interval reaches outside" in text  # not "accounts" outright
     assert "so the table above accounts" not in text
-    assert "Per round, timed delta / kernels' delta (ms a run): 1: +0.2 / +0.2; 2: +0.1 / +0.2" in text
+    assert ("Per round, timed delta / kernels' delta (ms a run): 1: +0.2 / +0.2 (device +0.1, waits +0.1); "
+            "2: +0.1 / +0.2 (device +0.1, waits +0.1)") in text
     unprofiled = (_res(BASE_KERNELS, 0.001, profiled=False), _res(CAND_KERNELS, 0.0013, profiled=False))
     assert len(time_attribution.against_timed(pairs[:2] + [unprofiled], "batch32")["rounds"]) == 2
 
@@ -112,7 +113,7 @@ def test_rounds_tell_a_profiled_run_that_strays_from_the_timed_medians_from_time
     assert f"the kernels name 99% [95% interval {100 * lo:.0f}%, {100 * hi:.0f}%] of that" in text
     assert "not time the kernels miss" in text
     assert ("Per round, timed delta / profiled runs' delta (wall time) / kernels' delta (ms a run): "
-            "1: +0.2 / +0.2 / +0.2; 2: +0.1 / +0.2 / +0.2") in text
+            "1: +0.2 / +0.2 / +0.2 (device +0.1, waits +0.1); 2: +0.1 / +0.2 / +0.2") in text
     # the profiled runs' own delta strays from the kernels' too: no such reading
     pairs = [_walled(0.00100, c, 0.00100, 0.00100 + w) for c, w in
              ((0.00125, 0.000300), (0.00115, 0.000150), (0.00126, 0.000400))]
@@ -120,3 +121,25 @@ def test_rounds_tell_a_profiled_run_that_strays_from_the_timed_medians_from_time
     assert not time_attribution._within(t["profiled_share_interval"])
     assert "not time the kernels miss" not in "\n".join(time_attribution.timed_lines(t))
     assert time_attribution.against_timed(pairs[:2], "batch32")["profiled_share_interval"] is None  # 2 rounds
+
+
+def test_the_kernels_delta_splits_into_device_time_and_the_waits_on_the_host_each_with_its_interval():
+    """Session 52's A/B: the kernels' device time moved +37 to +42 ms a run in every round, the waits before their
+    launches -4 to +35 ms: the split says which part carries the rounds' spread."""
+    waits = (0, 400, 500)  # µs more wait before the candidate's gemm launches, by round; its device time +100 µs
+    pairs = []
+    for w in waits:
+        base = _res(BASE_KERNELS, 0.00100)
+        cand = _res(({"copy": 10.0, "fk_triton_gemm_kernel": 900.0},
+                     [(0, 10, "copy"), (10 + w, 910 + w, "fk_triton_gemm_kernel")]), 0.00100 + (100 + w) * 1e-6)
+        pairs.append((base, cand))
+    t = time_attribution.against_timed(pairs, "batch32")
+    assert [r["device_delta_us"] for r in t["rounds"]] == [100.0, 100.0, 100.0]
+    assert t["device_delta_us"] == 100.0 and t["device_interval_us"] == [100.0, 100.0]
+    assert t["wait_delta_us"] == 300.0 and t["wait_interval_us"][0] < 0 < 600 < t["wait_interval_us"][1]
+    text = "\n".join(time_attribution.timed_lines(t))
+    assert "Of that, the kernels' device time moved +0.1 ms [95% interval +0.1, +0.1] (25% of the timed delta)" in text
+    assert "waits on the host before their launches +0.3 ms [95% interval" in text
+    one = time_attribution.against_timed(pairs[:1], "batch32")
+    assert one["device_interval_us"] is None and "moved +0.1 ms (100% of the timed delta)" in "\n".join(
+        time_attribution.timed_lines(one))
