@@ -5,7 +5,7 @@ import json
 import os
 import time
 
-from fk_adapters import engines
+from fk_adapters import engines, variation
 from fk_adapters.cli import common
 from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
@@ -46,7 +46,7 @@ def add_parser(sub):
     p.add_argument("--time-budget", type=float, default=0.0, metavar="SECONDS",
                    help="with --interleave: seconds this fk run may take (e.g. what is left of a machine hold); no "
                         "later round starts that would end past it (as long as round 1, later the longest warm round); "
-                        "the rounds that ran are judged (an interval from 3), the report says how many ran")
+                        "the rounds that ran are judged; the same command into the same --out later runs the rest")
     p.add_argument("--gpus", nargs="+", default=(), metavar="DEVICES",
                    help="CUDA device sets (CUDA_VISIBLE_DEVICES values, e.g. 0 1 2 3, or 0,1 2,3 for TP=2): with "
                         "--interleave, round 1 runs on the first, later rounds side by side, one set each; without, "
@@ -249,12 +249,18 @@ def _beside_aa(out: str, results: dict) -> None:
     aa_path = os.path.join(out, results["with_aa"]["results"])
     aa = common.read_json(aa_path, "A/A")
     common.write_report(os.path.dirname(aa_path), aa)
+    # under 3 rounds (--time-budget cut them) the A/A's reach is one or two pairs, no measure of the variation
+    # between engine processes: no floor, so no delta is judged (INCOMPLETE), as without rounds
+    enough = variation.between_processes(aa)
     try:
-        cmp = compare.compare(aa, results, noise_floor=compare.noise_floor_from_aa(aa, aa_path), base_path=aa_path,
-                              head_path=os.path.join(out, "results.json"))
+        cmp = compare.compare(aa, results, noise_floor=compare.noise_floor_from_aa(aa, aa_path) if enough else None,
+                              base_path=aa_path, head_path=os.path.join(out, "results.json"))
     except compare.CompareError as exc:
         print(f"  the A/A of the same rounds could not judge the candidate's deltas: {exc}", flush=True)
         return
+    if not enough:
+        cmp["limitations"].insert(0, f"the A/A of the same rounds ran {variation.rounds(aa)} round(s), fewer than "
+                                     f"{MIN_ROUNDS}: its reach is no noise floor, so no delta is judged")
     compare_cmd.write(os.path.join(out, COMPARE_AA), cmp)
     print(f"  candidate against the A/A of the same rounds: {cmp['verdict_line']} -> "
           f"{os.path.join(out, COMPARE_AA, 'compare.md')}", flush=True)

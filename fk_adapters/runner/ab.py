@@ -70,6 +70,9 @@ class RunConfig:
     # without rounds to spread, a suite's scenarios side by side, one set each (``spreads_scenarios``)
     gpus: tuple[str, ...] = ()
     force: bool = False  # start over even where out_dir holds finished scenarios of this same run
+    # each round (1, 2, ...) of this scenario that an earlier run into out_dir finished before --time-budget cut it,
+    # as {side: its process's seconds}: those rounds are kept, and the rounds after them run (``finished_rows``)
+    earlier_rounds: tuple[dict, ...] = ()
     # fk's and the plugins' source digests (and plugin info): part of the run key
     code: dict = field(default_factory=dict)
     command: str = ""
@@ -266,26 +269,31 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
     profile_later = bool((job.get("profile") or {}).get("latency"))
     plugins_of = {"baseline": [], "candidate": [] if cfg.aa else cfg.plugins, AA_PARTNER: []}
 
+    def job_of(side: str, rnd: int) -> dict:
+        return job if side != AA_PARTNER and (rnd == 1 or profile_later) else unprofiled
+
     def one_round(rnd: int, devices: str = "") -> dict:
         out = {}
         for side in _round_order(rnd, cfg.with_aa):
             if len(runs[side]) >= rnd:
                 continue
             tag = side if n == 1 else f"{side} {rnd}/{n}" + (f" on GPU {devices}" if devices else "")
-            profiled = side != AA_PARTNER and (rnd == 1 or profile_later)
-            out[side] = _engine_process(cfg, sc, job if profiled else unprofiled, _run_dir(cfg, sc, side, rnd),
-                                        plugins_of[side], tag, echo, devices=devices)
+            out[side] = _engine_process(cfg, sc, job_of(side, rnd), _run_dir(cfg, sc, side, rnd), plugins_of[side],
+                                        tag, echo, devices=devices)
             out[side]["round"] = rnd
         return out
 
+    took, cold = _earlier_rounds(cfg, sc, runs, job_of, echo)  # seconds per batch of rounds
+    first = len(took) + 1
     sets = cfg.gpus or ("",)
-    batches = [[1]] + [list(range(r, min(r + len(sets), n + 1))) for r in range(2, n + 1, len(sets))]
-    took: list[float] = []  # seconds per batch of rounds
-    for batch in batches:  # round 1 alone (it warms the compile caches both sides then share), later ones side by side
-        # round 2 is judged by round 1 (cold compiles and all), later ones by the longest of the warm rounds
-        guess = max(took[1:] or took or [0.0])
-        if batch[0] > 1 and cfg.stop_by and time.time() + guess > cfg.stop_by:
-            which = "the longest round after the first" if len(took) > 1 else "round 1"
+    batches = [[first]] + [list(range(r, min(r + len(sets), n + 1))) for r in range(first + 1, n + 1, len(sets))]
+    for batch in batches if first <= n else []:  # round 1 alone (it warms the compile caches both sides then share),
+        # later ones side by side. Round 2 is judged by round 1 (cold compiles and all), later ones by the longest of
+        # the warm rounds; the first round after rounds kept from another machine hold by round 1 (cold again)
+        guess = took[0] if cold and batch[0] == first else max(took[1:] or took or [0.0])
+        if took and cfg.stop_by and time.time() + guess > cfg.stop_by:
+            which = ("round 1" if len(took) == 1 or (cold and batch[0] == first)
+                     else "the longest round after the first")
             echo(f"{sc.name}: round {batch[0]} of {n} not started: as long as {which} ({guess:.0f} s) it would end "
                  "past --time-budget")
             break
@@ -384,6 +392,58 @@ def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
     return job
 
 
+def _earlier_rounds(cfg: RunConfig, sc: Scenario, runs: dict, job_of, echo) -> tuple[list[float], bool]:
+    """The rounds of ``cfg.earlier_rounds`` as an earlier run into out_dir left them (each process's result.json for
+    the same job), added to ``runs``; with each kept round's seconds and whether they were made on another machine
+    hold (the next round then starts cold). Where one is missing or ran another job, none is kept: every round
+    runs."""
+    k = len(cfg.earlier_rounds)
+    if not k:
+        return [], False
+    kept: dict = {side: [] for side in runs}
+    made = []
+    try:
+        for rnd in range(1, k + 1):
+            for side in runs:
+                if len(runs[side]) >= rnd:  # --baseline-from's
+                    continue
+                folder = os.path.basename(_run_dir(cfg, sc, side, rnd))
+                res = reuse_run(cfg.out_dir, sc.name, job_of(side, rnd), folder)
+                if res.get("status") != "ok":
+                    raise BaselineMismatch(f"its {folder} run ended {res.get('status')}")
+                secs = cfg.earlier_rounds[rnd - 1].get(side, 0.0)
+                kept[side].append(dict(res, round=rnd, kept_round=True, wall_s=secs))
+                made.append(_made_on(res["reused_from"]))
+    except BaselineMismatch as exc:
+        echo(f"{sc.name}: the earlier rounds are not kept ({exc}): all {_rounds(cfg)} rounds run")
+        return [], False
+    for side in runs:
+        runs[side] += kept[side]
+    here = machine.identity()
+    cold = not all(machine.same(m, here) for m in made)
+    echo(f"{sc.name}: rounds 1-{k} kept from the earlier run in {cfg.out_dir} ("
+         + ("made on another machine hold: the interval over rounds then holds the variation between the machines"
+            if cold else "made on this machine hold") + f"); rounds {k + 1}-{_rounds(cfg)} run now")
+    return [sum(r.values()) for r in cfg.earlier_rounds], cold
+
+
+def _kept_where(runs: dict) -> str:
+    here = machine.identity()
+    kept = [r for side in runs.values() for r in side if r.get("kept_round")]
+    if all(machine.same(_made_on(r["reused_from"]), here) for r in kept):
+        return "made on this machine hold"
+    return ("made on another machine hold with the same GPUs and engine build: each round pairs its own processes, "
+            "and the interval over rounds holds the variation between the machines")
+
+
+def _made_on(run_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(run_dir, MACHINE_FILE)) as f:
+            return json.load(f).get("machine")
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     try:
         model_dir, weights_key, weights_s = _seeded_weights(cfg, sc, echo)
@@ -417,6 +477,12 @@ def judged_row(cfg: RunConfig, sc: Scenario, job: dict, runs: dict, bad: list, w
         row["rounds"]["ran"] = len(runs["candidate"])
         notes.insert(0, f"{len(runs['candidate'])} of the {_rounds(cfg)} planned rounds ran: the next would have "
                         "ended past --time-budget; the rounds that ran are judged")
+    kept = sum(1 for r in runs["candidate"] if r.get("kept_round"))
+    if kept:
+        row["rounds"]["kept"] = kept
+        notes.insert(0, f"rounds 1-{kept} were kept from an earlier run into this folder that --time-budget cut "
+                        f"(their engine processes: {os.path.dirname(runs['candidate'][0]['reused_from'])}); "
+                        + _kept_where(runs))
     if notes:
         row["notes"] = notes
     if bad:
@@ -618,7 +684,7 @@ def _reused_reference(cfg: RunConfig, sc: Scenario, kinds: list, cannot: str, ec
     """A float32 reference for ``kinds`` ((side, job, engine, store folder) in the order they are tried) that
     --baseline-from's or --reference-from's run made, else fk's reference store; with why the engine did not make it
     itself."""
-    for source in filter(None, (cfg.baseline_from, cfg.reference_from)):
+    for source in filter(None, (cfg.baseline_from, cfg.reference_from, bool(cfg.earlier_rounds) and cfg.out_dir)):
         try:
             own, res = cannot, None
             for side, ref_job, *_ in kinds:
@@ -767,23 +833,26 @@ def run_key(cfg: RunConfig) -> dict:
     return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 
-def finished_rows(cfg: RunConfig, path: str, echo=print) -> dict:
-    """The scenario rows an interrupted earlier run of this same configuration wrote to ``path``. A file that is not
-    JSON (cut short) is said and copied aside before this run overwrites it; a TIMEOUT under another time limit than
-    ``cfg.timeout_s`` is not kept: it runs again."""
+def finished_rows(cfg: RunConfig, path: str, echo=print, engine_version: str = "") -> tuple[dict, dict]:
+    """The scenario rows an interrupted earlier run of this same configuration wrote to ``path``, and the scenarios
+    to resume. A file that is not JSON (cut short) is said and copied aside before this run overwrites it; a TIMEOUT
+    under another time limit than ``cfg.timeout_s`` is not kept: it runs again. A scenario --time-budget cut before
+    its last round is not finished: where the GPUs and ``engine_version`` are the same, it is resumed ({scenario:
+    each round that ran, as {side: seconds}}) and those rounds are kept (``_earlier_rounds``); else all rounds run."""
+    resume: dict = {}
     if cfg.force or not os.path.exists(path):
-        return {}
+        return {}, resume
     try:
         with open(path) as f:
             prev = json.load(f)
     except OSError:
-        return {}
+        return {}, resume
     except ValueError as exc:
         aside = f"{path}.corrupt-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
         shutil.copy2(path, aside)
         echo(f"{path} is not valid JSON ({exc}): nothing is resumed from it; copied to {aside} before this run "
              "overwrites it")
-        return {}
+        return {}, resume
     if "run_key" not in prev:
         raise ResumeMismatch(f"{path} holds results of an earlier fk that did not record what it ran: "
                              "give --force to replace them, or another --out")
@@ -800,11 +869,28 @@ def finished_rows(cfg: RunConfig, path: str, echo=print) -> dict:
     unwritten = [n for n, r in rows.items() if r.get("weights_error")]
     if unwritten:
         echo(f"running again {len(unwritten)} scenario(s) whose seeded weights failed ({', '.join(unwritten)})")
-    cut = [n for n, r in rows.items() if "ran" in (r.get("rounds") or {})]  # set only where rounds were left out
-    if cut:
+    cut = {n: _round_seconds(r) for n, r in rows.items() if "ran" in (r.get("rounds") or {})}  # rounds left out
+    gpus = gpu_share.gpu_names() if cfg.device == "cuda" else []
+    other = [f"{k}: {prev.get(k)!r} there, {v!r} here" for k, v in (("gpus", gpus), ("engine_version", engine_version))
+             if engine_version and prev.get(k) != v]
+    if cut and (other or cfg.baseline_from):
         echo(f"running again {len(cut)} scenario(s) that --time-budget stopped before their last round "
-             f"({', '.join(cut)}): all {_rounds(cfg)} rounds")
-    return {n: r for n, r in rows.items() if n not in retry and n not in unwritten and n not in cut}
+             f"({', '.join(cut)}): all {_rounds(cfg)} rounds ("
+             + ("; ".join(other) if other else "--baseline-from: round 1's baseline is that run's") + ")")
+    elif cut:
+        echo(f"resuming {len(cut)} scenario(s) that --time-budget stopped before their last round: "
+             + ", ".join(f"{n} after round {len(k)}" for n, k in cut.items()) + "; --force runs every round again")
+        resume.update(cut)
+    return {n: r for n, r in rows.items() if n not in retry and n not in unwritten and n not in cut}, resume
+
+
+def _round_seconds(row: dict) -> list[dict]:
+    """Each round of a cut scenario's row as {side: its process's wall time} (the A/A partner's too)."""
+    runs = row["rounds"].get("runs") or [[], []]
+    aa = ((row.get(AA_PARTNER) or {}).get("rounds") or {}).get("runs") or [[], []]
+    sides = {"baseline": runs[0], "candidate": runs[1]} | ({AA_PARTNER: aa[1]} if row.get(AA_PARTNER) else {})
+    return [{side: got[i].get("wall_s") or 0.0 for side, got in sides.items() if i < len(got)}
+            for i in range(row["rounds"]["ran"])]
 
 
 def _key_diff(old: dict, new: dict) -> str:
@@ -823,7 +909,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
     out_dir (an interrupted suite) are kept, not run again, unless ``cfg.force``."""
     os.makedirs(cfg.out_dir, exist_ok=True)
     path = os.path.join(cfg.out_dir, "results.json")
-    done = finished_rows(cfg, path, echo)
+    done, resume = finished_rows(cfg, path, echo, engine_version)
     results = _suite_header(cfg, engine_version)
     kept = [sc.name for sc in scenarios if sc.name in done]
     if kept:
@@ -857,7 +943,7 @@ def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, ec
             tag = f"[{i}/{n}] {sc.name} ({cfg.engine.name})"
             echo(tag + (f" on GPU {lane_cfg.gpus[0]}" if len(lanes) > 1 else ""))
             try:
-                row = _spanned(lane_cfg, sc, echo)
+                row = _spanned(replace(lane_cfg, earlier_rounds=tuple(resume.get(sc.name, ()))), sc, echo)
             except BaseException:
                 with lock:
                     todo.clear()  # the other lanes stop after their current scenario; the error is raised

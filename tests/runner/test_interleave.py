@@ -368,8 +368,9 @@ def fifty_second_runs(fake, monkeypatch):
     fake.seconds = []
 
     def slow(*args, **kw):
-        clock["now"] += fake.seconds.pop(0) if fake.seconds else 50.0
-        return engine(*args, **kw)
+        secs = fake.seconds.pop(0) if fake.seconds else 50.0
+        clock["now"] += secs
+        return dict(engine(*args, **kw), wall_s=secs)
     monkeypatch.setattr(ab, "run_job", slow)
     return fake
 
@@ -416,7 +417,119 @@ def test_rounds_a_time_budget_cut_below_three_carry_no_interval(fifty_second_run
     run = RunResults.from_dict(results)
     assert variation.interval(results["scenarios"][0]["perf"]["throughput"]["w"]["tokens_per_s"], results) is None
     assert "2 interleaved rounds (of 5 planned: --time-budget)" in "\n".join(report._perf_lines(run, []))
-    lines = []  # run again into the same --out without the budget: the cut scenario is not kept as finished
-    again = ab.run_suite(_cfg(tmp_path, interleave=5), [scenarios.load("tiny-llama")], "0.32.0", echo=lines.append)
-    assert any("running again 1 scenario(s) that --time-budget stopped" in m for m in lines)
+    lines = []  # run again into the same --out on another engine build: the cut scenario runs every round again
+    again = ab.run_suite(_cfg(tmp_path, interleave=5), [scenarios.load("tiny-llama")], "0.33.0", echo=lines.append)
+    assert any("running again 1 scenario(s) that --time-budget stopped" in m and "engine_version: '0.32.0' there, "
+               "'0.33.0' here" in m for m in lines)
     assert variation.rounds(again) == 5 and "ran" not in again["scenarios"][0]["rounds"]
+
+
+@pytest.fixture
+def written_runs(fifty_second_runs, monkeypatch):
+    """fifty_second_runs whose processes leave job.json and result.json in their folders, as engine processes do."""
+    inner = ab.run_job
+
+    def write(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
+        res = inner(python, driver, job, run_dir, env, timeout, echo, watch_gpu)
+        os.makedirs(run_dir, exist_ok=True)
+        for name, data in (("job.json", job), ("result.json", {k: v for k, v in res.items() if k != "wall_s"})):
+            with open(os.path.join(run_dir, name), "w") as f:
+                json.dump(data, f)
+        return res
+    monkeypatch.setattr(ab, "run_job", write)
+    return fifty_second_runs
+
+
+def _cut_after_two(tmp_path, **kw):
+    """A 5-round run that --time-budget cut after round 2 (the fake clock's processes: 50 s each)."""
+    budget = 350.0 if kw.get("with_aa") else 250.0  # 2 or 3 processes a round
+    return ab.run_suite(_cfg(tmp_path, interleave=5, stop_by=1000.0 + budget, **kw), [scenarios.load("tiny-llama")],
+                        "0.32.0", echo=lambda m: None)
+
+
+def test_a_cut_scenario_keeps_its_rounds_and_runs_only_the_rest(written_runs, tmp_path):
+    """The same command into the same --out, later (a later machine hold): rounds 1-2 are kept, rounds 3-5 run, and
+    the row judges all 5 (an interval), saying where its rounds came from."""
+    from fk_adapters import variation
+
+    fake = written_runs
+    fake.speed = 0.97
+    _cut_after_two(tmp_path)
+    before, lines = len(fake.calls), []
+    again = ab.run_suite(_cfg(tmp_path, interleave=5), [scenarios.load("tiny-llama")], "0.32.0", echo=lines.append)
+    assert [c[0] for c in fake.calls[before:]] == ["baseline-r3", "candidate-r3", "candidate-r4", "baseline-r4",
+                                                   "baseline-r5", "candidate-r5"]
+    assert any("resuming 1 scenario(s) that --time-budget stopped before their last round: tiny-llama after round 2"
+               in m for m in lines)
+    row = again["scenarios"][0]
+    assert variation.rounds(again) == 5 and row["rounds"]["kept"] == 2 and "ran" not in row["rounds"]
+    assert row["notes"][0].startswith("rounds 1-2 were kept from an earlier run into this folder")
+    assert row["notes"][0].endswith("made on this machine hold")
+    r = row["perf"]["throughput"]["w"]["tokens_per_s"]
+    assert r["rounds"] == 5 and r["ratio"] == pytest.approx(0.97)
+    assert row["status"] == "PASSED"
+    assert [p["wall_s"] for p in row["rounds"]["runs"][1]] == [50.0] * 5  # the kept rounds keep their seconds
+
+
+def test_rounds_from_another_machine_hold_are_kept_said_and_the_next_round_is_judged_as_cold(written_runs,
+                                                                                            monkeypatch, tmp_path):
+    fake = written_runs
+    fake.seconds = [150.0, 150.0]  # round 1 cold: 300 s; later rounds 100 s
+    first = ab.run_suite(_cfg(tmp_path, interleave=5, stop_by=1000.0 + 650.0), [scenarios.load("tiny-llama")],
+                         "0.32.0", echo=lambda m: None)
+    k = first["scenarios"][0]["rounds"]["ran"]
+    assert k == 4
+    monkeypatch.setattr(ab.machine, "identity", lambda: {"host": "other", "boot_id": "b", "hold": "h"})
+    lines = []  # a new machine: its first round compiles again, so it is judged by round 1's 300 s, not by 100 s
+    cut = ab.run_suite(_cfg(tmp_path, interleave=5, stop_by=ab.time.time() + 250.0), [scenarios.load("tiny-llama")],
+                       "0.32.0", echo=lines.append)
+    assert any("round 5 of 5 not started: as long as round 1 (300 s)" in m for m in lines)
+    assert any("rounds 1-4 kept from the earlier run" in m and "made on another machine hold" in m for m in lines)
+    assert cut["scenarios"][0]["rounds"]["ran"] == 4
+    row = ab.run_suite(_cfg(tmp_path, interleave=5), [scenarios.load("tiny-llama")], "0.32.0",
+                       echo=lambda m: None)["scenarios"][0]
+    assert row["rounds"]["kept"] == 4 and "another machine hold with the same GPUs and engine build" in row["notes"][0]
+    assert row["perf"]["throughput"]["w"]["tokens_per_s"]["rounds"] == 5
+
+
+def test_rounds_whose_processes_are_gone_are_not_kept(written_runs, tmp_path):
+    fake = written_runs
+    _cut_after_two(tmp_path)
+    os.remove(os.path.join(tmp_path, "out", "logs", "tiny-llama", "candidate-r2", "result.json"))
+    before, lines = len(fake.calls), []
+    row = ab.run_suite(_cfg(tmp_path, interleave=5), [scenarios.load("tiny-llama")], "0.32.0",
+                       echo=lines.append)["scenarios"][0]
+    assert len(fake.calls) - before == 10 and "kept" not in row["rounds"]
+    assert any("the earlier rounds are not kept" in m and "all 5 rounds run" in m for m in lines)
+
+
+def test_with_aa_the_partners_rounds_are_kept_too(written_runs, tmp_path):
+    fake = written_runs
+    _cut_after_two(tmp_path, with_aa=True)
+    before = len(fake.calls)
+    row = ab.run_suite(_cfg(tmp_path, interleave=5, with_aa=True), [scenarios.load("tiny-llama")], "0.32.0",
+                       echo=lambda m: None)["scenarios"][0]
+    assert len(fake.calls) - before == 9 and not any(c[0] in ("aa", "aa-r2") for c in fake.calls[before:])
+    assert row["aa"]["perf"]["throughput"]["w"]["tokens_per_s"]["rounds"] == 5
+    assert row["rounds"]["kept"] == 2
+
+
+def test_a_with_aa_run_cut_below_three_rounds_judges_no_delta_against_its_aa(written_runs, tmp_path):
+    """On CPU a --time-budget that let one round run read the do-nothing plugin 17% slower than its A/A's single pair
+    and called it a regression: under 3 rounds the A/A's reach is no floor, so compare-aa is INCOMPLETE."""
+    from fk_adapters.cli import run_cmd
+
+    fake = written_runs
+    fake.speed = 0.80  # as far off as one CPU pair can read
+    results = _cut_after_two(tmp_path, with_aa=True)
+    run_cmd._beside_aa(str(tmp_path / "out"), results)
+    with open(tmp_path / "out" / "compare-aa" / "compare.json") as f:
+        cmp = json.load(f)
+    assert cmp["verdict"] == "INCOMPLETE" and not cmp["problems"]
+    assert cmp["limitations"][0].startswith("the A/A of the same rounds ran 2 round(s), fewer than 3")
+    full = ab.run_suite(_cfg(tmp_path, interleave=5, with_aa=True), [scenarios.load("tiny-llama")], "0.32.0",
+                        echo=lambda m: None)  # the same command later: rounds 3-5 run, and the delta is judged
+    run_cmd._beside_aa(str(tmp_path / "out"), full)
+    with open(tmp_path / "out" / "compare-aa" / "compare.json") as f:
+        cmp = json.load(f)
+    assert cmp["verdict"] == "FAIL" and any("slower" in p for p in cmp["problems"])
