@@ -421,10 +421,14 @@ def _earlier_rounds(cfg: RunConfig, sc: Scenario, runs: dict, job_of, echo) -> t
         runs[side] += kept[side]
     here = machine.identity()
     cold = not all(machine.same(m, here) for m in made)
-    echo(f"{sc.name}: rounds 1-{k} kept from the earlier run in {cfg.out_dir} ("
+    echo(f"{sc.name}: {_first(k)} kept from the earlier run in {cfg.out_dir} ("
          + ("made on another machine hold: the interval over rounds then holds the variation between the machines"
             if cold else "made on this machine hold") + f"); rounds {k + 1}-{_rounds(cfg)} run now")
     return [sum(r.values()) for r in cfg.earlier_rounds], cold
+
+
+def _first(k: int) -> str:
+    return "round 1" if k == 1 else f"rounds 1-{k}"
 
 
 def _kept_where(runs: dict) -> str:
@@ -480,7 +484,8 @@ def judged_row(cfg: RunConfig, sc: Scenario, job: dict, runs: dict, bad: list, w
     kept = sum(1 for r in runs["candidate"] if r.get("kept_round"))
     if kept:
         row["rounds"]["kept"] = kept
-        notes.insert(0, f"rounds 1-{kept} were kept from an earlier run into this folder that --time-budget cut "
+        notes.insert(0, f"{_first(kept)} {'was' if kept == 1 else 'were'} kept from an earlier run into this "
+                        "folder that --time-budget cut "
                         f"(their engine processes: {os.path.dirname(runs['candidate'][0]['reused_from'])}); "
                         + _kept_where(runs))
     if notes:
