@@ -37,7 +37,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 def user_errors() -> tuple[type[BaseException], ...]:
     from fk_adapters.doctor import DoctorError
     from fk_adapters.engines import EngineError
-    from fk_adapters.runner.ab import BaselineMismatch
+    from fk_adapters.runner.reuse import BaselineMismatch
     from fk_adapters.scenarios import ScenarioError
     from fk_adapters.weights import WeightsError
 

@@ -10,7 +10,8 @@ from fk_adapters.cli import common
 from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
 from fk_adapters.results import Verdict
-from fk_adapters.runner.ab import HALF_DTYPES, TRANSFORMERS, ResumeMismatch, RunConfig, run_suite
+from fk_adapters.runner.ab import HALF_DTYPES, TRANSFORMERS, RunConfig, run_suite
+from fk_adapters.runner.reuse import ResumeMismatch
 from fk_adapters.variation import MIN_ROUNDS
 
 

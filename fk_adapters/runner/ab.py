@@ -10,7 +10,7 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from fk_adapters import (
     __version__,
@@ -34,54 +34,26 @@ from fk_adapters import (
 from fk_adapters.engine_integrity import problems as engine_problems
 from fk_adapters.engines import EngineSpec
 from fk_adapters.results import Kind, ScenarioStatus, SlotEvidence, stamp, verdict
-from fk_adapters.runner.proc import GPU_SHARE_FILE, run_job
+from fk_adapters.runner.config import RunConfig
+from fk_adapters.runner.proc import run_job
+from fk_adapters.runner.reuse import (
+    AA_PARTNER,
+    MACHINE_FILE,
+    BaselineMismatch,
+    earlier_rounds,
+    finished_rows,
+    first_rounds,
+    kept_where,
+    planned_rounds as _rounds,
+    reuse_baseline,
+    reuse_run,
+    run_dir as _run_dir,
+    run_key,
+)
 from fk_adapters.scenarios import Scenario, build_job, prompt_batches
 from fk_adapters.weights import WeightsError, scenario_checkpoint
 
 S, E = ScenarioStatus, SlotEvidence
-
-
-@dataclass
-class RunConfig:
-    engine: EngineSpec
-    plugins: list[str]
-    device: str
-    mode: str
-    out_dir: str
-    timeout_s: float = 900.0
-    strict: bool = False
-    allow_unexercised: bool = False  # slots whose layers were built but whose kernel never ran
-    allow_uncovered: bool = False  # slots no scenario's model has a layer for
-    aa: bool = False
-    quick: bool = False
-    repeats: int = 0  # N >= 1: timed repeats in each engine process (0: the scenario's; see scenarios._timing)
-    correctness_only: bool = False  # no throughput or latency phases: a verdict on correctness alone
-    profile: bool = False
-    multiprocessing: bool = True
-    model_cache: str = ""
-    baseline_from: str = ""
-    reference_from: str = ""  # an earlier fk run whose float32 reference run (same job) this run reuses
-    fresh_reference: bool = False  # make the float32 reference again, not from fk's reference store
-    # with interleaved rounds: a second stock process in every round, whose A/A against the first is the row's "aa"
-    with_aa: bool = False
-    interleave: int = 0  # N >= 2: N rounds of both sides, each a fresh engine process, in ORDER
-    stop_by: float = 0.0  # epoch seconds (--time-budget): no later round starts that would not end by then
-    # CUDA device sets (CUDA_VISIBLE_DEVICES values): round 1 on the first, later rounds side by side, one set each;
-    # without rounds to spread, a suite's scenarios side by side, one set each (``spreads_scenarios``)
-    gpus: tuple[str, ...] = ()
-    force: bool = False  # start over even where out_dir holds finished scenarios of this same run
-    # each round (1, 2, ...) of this scenario that an earlier run into out_dir finished before --time-budget cut it,
-    # as {side: its process's seconds}: those rounds are kept, and the rounds after them run (``finished_rows``)
-    earlier_rounds: tuple[dict, ...] = ()
-    # fk's and the plugins' source digests (and plugin info): part of the run key
-    code: dict = field(default_factory=dict)
-    command: str = ""
-    extra_env: dict = field(default_factory=dict)
-    engine_integrity: dict = field(default_factory=dict)  # {engine: engine_integrity.verify()}: "stock" only if ok
-
-    @property
-    def candidate_label(self) -> str:
-        return "baseline (A/A)" if self.aa else "+".join(self.plugins)
 
 
 def _variant(cfg: RunConfig, plugins: list[str]) -> str:
@@ -111,59 +83,6 @@ def _cache_root(cfg: RunConfig) -> str:
     return cfg.model_cache or os.path.join(cfg.out_dir, "models")
 
 
-class BaselineMismatch(ValueError):
-    """--baseline-from points at a run that is not this scenario's baseline."""
-
-
-def reuse_baseline(prev_out: str, scenario: str, job: dict) -> dict:
-    """The baseline run of an earlier `fk run` (same job: model, prompts, mode, engine args) made on this same
-    machine hold (``machine.identity``, kept beside each run as MACHINE_FILE), with its age (``reused_age_s``):
-    timings of another machine or hold are not comparable with this one's."""
-    run_dir = os.path.join(prev_out, "logs", scenario, "baseline")
-    try:
-        with open(os.path.join(run_dir, MACHINE_FILE)) as f:
-            made = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        made = {}
-    if not machine.same(made.get("machine"), machine.identity()):
-        raise BaselineMismatch(f"the baseline of {scenario} under {prev_out} was not made on this machine hold "
-                               f"({'it records none' if not made.get('machine') else 'another host, boot or hold'}): "
-                               "its timings are not comparable; run the baseline again here")
-    res = reuse_run(prev_out, scenario, job, "baseline")
-    res["reused_age_s"] = round(time.time() - made["finished"]) if "finished" in made else None
-    return res
-
-
-MACHINE_FILE = "machine.json"
-
-
-def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
-    """The ``side`` run (baseline, reference) of an earlier `fk run` of the same job."""
-    run_dir = os.path.abspath(os.path.join(prev_out, "logs", scenario, side))
-    try:
-        with open(os.path.join(run_dir, "job.json")) as f:
-            prev_job = json.load(f)
-        with open(os.path.join(run_dir, "result.json")) as f:
-            res = json.load(f)
-    except FileNotFoundError:
-        raise BaselineMismatch(f"no {side} run of {scenario} under {prev_out}") from None
-    if "perf" not in job:  # a correctness-only run reuses the correctness of a run that also timed
-        prev_job.pop("perf", None)
-        res.pop("perf", None)
-    if prev_job != job:
-        differ = sorted(k for k in prev_job.keys() | job.keys() if prev_job.get(k) != job.get(k))
-        raise BaselineMismatch(f"the {side} of {scenario} under {prev_out} ran a different job "
-                               f"(its {', '.join(differ)} differ: run with the same flags, --smoke / --quick "
-                               "included)")
-    res.update(reused_from=run_dir, log=os.path.join(run_dir, "engine.log"), loads=probe.read_loads(run_dir))
-    share = os.path.join(run_dir, GPU_SHARE_FILE)
-    if os.path.exists(share):  # the earlier run's GPU watch: its timings are reused
-        with open(share) as f:
-            res["gpu_share"] = json.load(f)
-    res.setdefault("wall_s", 0.0)
-    return res
-
-
 def _summary(res: dict) -> dict:
     keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
             "reused_age_s", "runtime", "gpu_share", "gpu_wait_s", "kept_from_partial", "phases", "cpu_binding",
@@ -176,16 +95,11 @@ def _summary(res: dict) -> dict:
     return out
 
 
-def _rounds(cfg: RunConfig) -> int:
-    return max(1, cfg.interleave)
-
-
 ORDER = "A B, B A, A B, ... (each side first in alternate rounds)"
 # --with-aa: a second stock process (A') in every round. The three rotate, then rotate the other way: after 3 rounds
 # each has held each place once; after 5, each pair has run in either order 3:2 (as A B, B A, ... does); after 6,
 # every order once. (A plain rotation would run B before A' in 4 rounds of 5.)
 ORDER_WITH_AA = "A B A', B A' A, A' A B, A A' B, B A A', A' B A, ... (every place and every pair's order in turn)"
-AA_PARTNER = "aa"  # that process's side: logs/<scenario>/aa, aa-r2, ...; the row's A/A of the same rounds
 _WITH_AA_ROUNDS = (("baseline", "candidate", AA_PARTNER), ("candidate", AA_PARTNER, "baseline"),
                    (AA_PARTNER, "baseline", "candidate"), ("baseline", AA_PARTNER, "candidate"),
                    ("candidate", "baseline", AA_PARTNER), (AA_PARTNER, "candidate", "baseline"))
@@ -199,11 +113,6 @@ def _round_order(rnd: int, with_aa: bool = False) -> tuple[str, ...]:
     if with_aa:
         return _WITH_AA_ROUNDS[(rnd - 1) % len(_WITH_AA_ROUNDS)]
     return ("baseline", "candidate") if rnd % 2 else ("candidate", "baseline")
-
-
-def _run_dir(cfg: RunConfig, sc: Scenario, side: str, rnd: int) -> str:
-    """Round 1 keeps the plain side folder (what --baseline-from reads); later rounds get -r2, -r3, ..."""
-    return os.path.join(cfg.out_dir, "logs", sc.name, side if rnd == 1 else f"{side}-r{rnd}")
 
 
 def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugins: list, tag: str, echo,
@@ -283,7 +192,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
             out[side]["round"] = rnd
         return out
 
-    took, cold = _earlier_rounds(cfg, sc, runs, job_of, echo)  # seconds per batch of rounds
+    took, cold = earlier_rounds(cfg, sc, runs, job_of, echo)  # seconds per batch of rounds
     first = len(took) + 1
     sets = cfg.gpus or ("",)
     batches = [[first]] + [list(range(r, min(r + len(sets), n + 1))) for r in range(first + 1, n + 1, len(sets))]
@@ -392,62 +301,6 @@ def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
     return job
 
 
-def _earlier_rounds(cfg: RunConfig, sc: Scenario, runs: dict, job_of, echo) -> tuple[list[float], bool]:
-    """The rounds of ``cfg.earlier_rounds`` as an earlier run into out_dir left them (each process's result.json for
-    the same job), added to ``runs``; with each kept round's seconds and whether they were made on another machine
-    hold (the next round then starts cold). Where one is missing or ran another job, none is kept: every round
-    runs."""
-    k = len(cfg.earlier_rounds)
-    if not k:
-        return [], False
-    kept: dict = {side: [] for side in runs}
-    made = []
-    try:
-        for rnd in range(1, k + 1):
-            for side in runs:
-                if len(runs[side]) >= rnd:  # --baseline-from's
-                    continue
-                folder = os.path.basename(_run_dir(cfg, sc, side, rnd))
-                res = reuse_run(cfg.out_dir, sc.name, job_of(side, rnd), folder)
-                if res.get("status") != "ok":
-                    raise BaselineMismatch(f"its {folder} run ended {res.get('status')}")
-                secs = cfg.earlier_rounds[rnd - 1].get(side, 0.0)
-                kept[side].append(dict(res, round=rnd, kept_round=True, wall_s=secs))
-                made.append(_made_on(res["reused_from"]))
-    except BaselineMismatch as exc:
-        echo(f"{sc.name}: the earlier rounds are not kept ({exc}): all {_rounds(cfg)} rounds run")
-        return [], False
-    for side in runs:
-        runs[side] += kept[side]
-    here = machine.identity()
-    cold = not all(machine.same(m, here) for m in made)
-    echo(f"{sc.name}: {_first(k)} kept from the earlier run in {cfg.out_dir} ("
-         + ("made on another machine hold: the interval over rounds then holds the variation between the machines"
-            if cold else "made on this machine hold") + f"); rounds {k + 1}-{_rounds(cfg)} run now")
-    return [sum(r.values()) for r in cfg.earlier_rounds], cold
-
-
-def _first(k: int) -> str:
-    return "round 1" if k == 1 else f"rounds 1-{k}"
-
-
-def _kept_where(runs: dict) -> str:
-    here = machine.identity()
-    kept = [r for side in runs.values() for r in side if r.get("kept_round")]
-    if all(machine.same(_made_on(r["reused_from"]), here) for r in kept):
-        return "made on this machine hold"
-    return ("made on another machine hold with the same GPUs and engine build: each round pairs its own processes, "
-            "and the interval over rounds holds the variation between the machines")
-
-
-def _made_on(run_dir: str) -> dict | None:
-    try:
-        with open(os.path.join(run_dir, MACHINE_FILE)) as f:
-            return json.load(f).get("machine")
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def run_scenario(cfg: RunConfig, sc: Scenario, echo) -> dict:
     try:
         model_dir, weights_key, weights_s = _seeded_weights(cfg, sc, echo)
@@ -484,10 +337,10 @@ def judged_row(cfg: RunConfig, sc: Scenario, job: dict, runs: dict, bad: list, w
     kept = sum(1 for r in runs["candidate"] if r.get("kept_round"))
     if kept:
         row["rounds"]["kept"] = kept
-        notes.insert(0, f"{_first(kept)} {'was' if kept == 1 else 'were'} kept from an earlier run into this "
+        notes.insert(0, f"{first_rounds(kept)} {'was' if kept == 1 else 'were'} kept from an earlier run into this "
                         "folder that --time-budget cut "
                         f"(their engine processes: {os.path.dirname(runs['candidate'][0]['reused_from'])}); "
-                        + _kept_where(runs))
+                        + kept_where(runs))
     if notes:
         row["notes"] = notes
     if bad:
@@ -816,92 +669,6 @@ def _profile_notes(base: dict, cand: dict) -> list[str]:
 def evidence_mode(cfg: RunConfig) -> str:
     traced, graphs = cfg.engine.modes(cfg.mode, cfg.device)
     return "compiled" if traced else "graphs" if graphs else "eager"
-
-
-class ResumeMismatch(ValueError):
-    """out_dir holds results of a different run."""
-
-
-def run_key(cfg: RunConfig) -> dict:
-    """What must match for a re-run to reuse an earlier run's finished scenarios."""
-    key = {"engine": cfg.engine.name, "plugins": [] if cfg.aa else list(cfg.plugins), "aa": cfg.aa,
-            "device": cfg.device, "mode": cfg.mode, "quick": cfg.quick, "interleave": _rounds(cfg),
-            "correctness_only": cfg.correctness_only, "baseline_from": cfg.baseline_from, "profile": cfg.profile,
-            "code": cfg.code}
-    if cfg.repeats:  # only when given: the key of a run without it stays what it was
-        key["repeats"] = cfg.repeats
-    if cfg.with_aa:  # likewise
-        key["with_aa"] = True
-    tuning = machine.tuning_env()
-    if tuning:  # likewise
-        key["tuning_env"] = tuning
-    return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
-
-
-def finished_rows(cfg: RunConfig, path: str, echo=print, engine_version: str = "") -> tuple[dict, dict]:
-    """The scenario rows an interrupted earlier run of this same configuration wrote to ``path``, and the scenarios
-    to resume. A file that is not JSON (cut short) is said and copied aside before this run overwrites it; a TIMEOUT
-    under another time limit than ``cfg.timeout_s`` is not kept: it runs again. A scenario --time-budget cut before
-    its last round is not finished: where the GPUs and ``engine_version`` are the same, it is resumed ({scenario:
-    each round that ran, as {side: seconds}}) and those rounds are kept (``_earlier_rounds``); else all rounds run."""
-    resume: dict = {}
-    if cfg.force or not os.path.exists(path):
-        return {}, resume
-    try:
-        with open(path) as f:
-            prev = json.load(f)
-    except OSError:
-        return {}, resume
-    except ValueError as exc:
-        aside = f"{path}.corrupt-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}"
-        shutil.copy2(path, aside)
-        echo(f"{path} is not valid JSON ({exc}): nothing is resumed from it; copied to {aside} before this run "
-             "overwrites it")
-        return {}, resume
-    if "run_key" not in prev:
-        raise ResumeMismatch(f"{path} holds results of an earlier fk that did not record what it ran: "
-                             "give --force to replace them, or another --out")
-    if prev.get("run_key") != run_key(cfg):
-        raise ResumeMismatch(f"{path} holds a different run ({_key_diff(prev.get('run_key') or {}, run_key(cfg))}): "
-                             "give --force to replace it, or another --out")
-    rows = {r["scenario"]: r for r in prev.get("scenarios", [])}
-    retry = {n: r.get("timeout_s") for n, r in rows.items()
-             if r["status"] == S.TIMEOUT and r.get("timeout_s") != cfg.timeout_s}
-    if retry:
-        echo(f"running again {len(retry)} scenario(s) that timed out under another time limit ("
-             + ", ".join(f"{n}: {'?' if t is None else f'{t:.0f}'} s" for n, t in retry.items())
-             + f"; now {cfg.timeout_s:.0f} s)")
-    unwritten = [n for n, r in rows.items() if r.get("weights_error")]
-    if unwritten:
-        echo(f"running again {len(unwritten)} scenario(s) whose seeded weights failed ({', '.join(unwritten)})")
-    cut = {n: _round_seconds(r) for n, r in rows.items() if "ran" in (r.get("rounds") or {})}  # rounds left out
-    gpus = gpu_share.gpu_names() if cfg.device == "cuda" else []
-    other = [f"{k}: {prev.get(k)!r} there, {v!r} here" for k, v in (("gpus", gpus), ("engine_version", engine_version))
-             if engine_version and prev.get(k) != v]
-    if cut and (other or cfg.baseline_from):
-        echo(f"running again {len(cut)} scenario(s) that --time-budget stopped before their last round "
-             f"({', '.join(cut)}): all {_rounds(cfg)} rounds ("
-             + ("; ".join(other) if other else "--baseline-from: round 1's baseline is that run's") + ")")
-    elif cut:
-        echo(f"resuming {len(cut)} scenario(s) that --time-budget stopped before their last round: "
-             + ", ".join(f"{n} after round {len(k)}" for n, k in cut.items()) + "; --force runs every round again")
-        resume.update(cut)
-    return {n: r for n, r in rows.items() if n not in retry and n not in unwritten and n not in cut}, resume
-
-
-def _round_seconds(row: dict) -> list[dict]:
-    """Each round of a cut scenario's row as {side: its process's wall time} (the A/A partner's too)."""
-    runs = row["rounds"].get("runs") or [[], []]
-    aa = ((row.get(AA_PARTNER) or {}).get("rounds") or {}).get("runs") or [[], []]
-    sides = {"baseline": runs[0], "candidate": runs[1]} | ({AA_PARTNER: aa[1]} if row.get(AA_PARTNER) else {})
-    return [{side: got[i].get("wall_s") or 0.0 for side, got in sides.items() if i < len(got)}
-            for i in range(row["rounds"]["ran"])]
-
-
-def _key_diff(old: dict, new: dict) -> str:
-    diff = [f"{k}: {old.get(k)!r} there, {v!r} now" if k != "code" else "the code of fk or of a plugin changed"
-            for k, v in new.items() if old.get(k) != v]
-    return "; ".join(diff) or "no run key"
 
 
 def _duration(s: float) -> str:

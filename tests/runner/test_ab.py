@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fk_adapters import engines, scenarios
-from fk_adapters.runner import ab
+from fk_adapters.runner import ab, reuse
 from fk_adapters.runner.ab import RunConfig, evidence_mode, finish
 
 
@@ -253,8 +253,8 @@ def test_correctness_only_runs_no_timed_phase_and_reuses_a_timed_baseline(crash,
     assert row["status"] == "PASSED" and row["perf"] == {"throughput": {}, "latency": {}} and res["correctness_only"]
     assert "Not measured: `--correctness-only`" in report.render(res)
     # the other way round: a baseline that timed nothing cannot stand in for a timed run's
-    with pytest.raises(ab.BaselineMismatch, match=r"different job \(its perf differ"):
-        ab.reuse_run(only.out_dir, "tiny-llama", dict(jobs[0][1], perf={"repeats": 1}), "candidate")
+    with pytest.raises(reuse.BaselineMismatch, match=r"different job \(its perf differ"):
+        reuse.reuse_run(only.out_dir, "tiny-llama", dict(jobs[0][1], perf={"repeats": 1}), "candidate")
 
 
 def test_a_results_file_written_mid_suite_reads_as_failed_until_the_last_scenario():
@@ -280,7 +280,7 @@ def test_repeats_shape_every_process_timed_phases_and_key_the_run(tmp_path):
     four = ab.scenario_job(_cfg(quick=True, repeats=4), sc, str(tmp_path))["perf"]
     assert four["repeats"] == four["latency_repeats"] == 4
     assert "perf" not in ab.scenario_job(_cfg(correctness_only=True), sc, str(tmp_path))
-    assert "repeats" not in ab.run_key(_cfg()) and ab.run_key(_cfg(repeats=2))["repeats"] == 2
+    assert "repeats" not in reuse.run_key(_cfg()) and reuse.run_key(_cfg(repeats=2))["repeats"] == 2
 
 
 
@@ -369,9 +369,9 @@ def test_a_run_under_another_tuning_environment_is_another_run(monkeypatch):
 
     for name in machine.tuning_env():  # TRITON_INTERPRET (tests/conftest.py), whatever the machine sets
         monkeypatch.delenv(name)
-    assert "tuning_env" not in ab.run_key(_cfg())  # a run without any keeps the key it had
+    assert "tuning_env" not in reuse.run_key(_cfg())  # a run without any keeps the key it had
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "1")
-    assert ab.run_key(_cfg())["tuning_env"] == {"TRITON_CACHE_AUTOTUNING": "1"}
+    assert reuse.run_key(_cfg())["tuning_env"] == {"TRITON_CACHE_AUTOTUNING": "1"}
 
 
 def test_a_profiled_step_that_compiled_is_named_in_the_notes():

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from fk_adapters import engines, machine, scenarios
-from fk_adapters.runner import ab
+from fk_adapters.runner import ab, reuse
 
 
 class FakeEngine:
@@ -123,7 +123,7 @@ def test_an_interrupted_suite_resumes_and_force_starts_over(fake, tmp_path):
 
 def test_resuming_a_different_run_is_refused(fake, tmp_path):
     ab.run_suite(_cfg(tmp_path), [scenarios.load("tiny-llama")], "0", echo=lambda m: None)
-    with pytest.raises(ab.ResumeMismatch, match="interleave: 1 there, 3 now"):
+    with pytest.raises(reuse.ResumeMismatch, match="interleave: 1 there, 3 now"):
         ab.run_suite(_cfg(tmp_path, interleave=3), [scenarios.load("tiny-llama")], "0", echo=lambda m: None)
 
 
@@ -134,12 +134,12 @@ def test_changed_code_or_an_older_results_file_is_not_resumed(fake, tmp_path):
     ab.run_suite(_cfg(tmp_path, code={"p": {"source_sha256": "a", "info": {"delay": (1, 2)}}}), sc, "0",
                  echo=lambda m: None)  # the same code: resumed (nothing left to run)
     assert len(fake.calls) == 2
-    with pytest.raises(ab.ResumeMismatch, match="the code of fk or of a plugin changed"):
+    with pytest.raises(reuse.ResumeMismatch, match="the code of fk or of a plugin changed"):
         ab.run_suite(_cfg(tmp_path, code={"p": {"source_sha256": "b", "info": {}}}), sc, "0", echo=lambda m: None)
     path = os.path.join(_cfg(tmp_path).out_dir, "results.json")
     with open(path, "w") as f:
         json.dump({"scenarios": [{"scenario": "tiny-llama"}]}, f)  # written by an fk before run keys
-    with pytest.raises(ab.ResumeMismatch, match="did not record what it ran"):
+    with pytest.raises(reuse.ResumeMismatch, match="did not record what it ran"):
         ab.run_suite(_cfg(tmp_path), sc, "0", echo=lambda m: None)
 
 
@@ -233,11 +233,11 @@ def test_a_baseline_from_another_machine_or_hold_is_not_reused(fake, tmp_path):
     (prev / "job.json").write_text(json.dumps(job))
     (prev / "result.json").write_text(json.dumps(fake("py", "drv", job, str(prev), {}, 1.0)))
     cfg = _cfg(tmp_path, baseline_from=str(tmp_path / "prev"))
-    with pytest.raises(ab.BaselineMismatch, match="it records none"):
+    with pytest.raises(reuse.BaselineMismatch, match="it records none"):
         ab.run_scenario(cfg, sc, echo=lambda m: None)
     other = dict(machine.identity(), hold="an earlier hold")
     (prev / "machine.json").write_text(json.dumps({"machine": other, "finished": time.time()}))
-    with pytest.raises(ab.BaselineMismatch, match="another host, boot or hold"):
+    with pytest.raises(reuse.BaselineMismatch, match="another host, boot or hold"):
         ab.run_scenario(cfg, sc, echo=lambda m: None)
 
 
