@@ -185,6 +185,11 @@ def t95(df: int) -> float:
     return _T95[max(k for k in _T95 if k <= df)] if df < 120 else 1.96
 
 
+def t95_half(values: Sequence[float]) -> float:
+    """The half-width of the 95% t-interval of the mean of ``values`` (at least 2)."""
+    return t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
 def rounds_interval(base: Sequence[float], cand: Sequence[float]) -> dict:
     """The ratio over interleaved rounds (round i: one baseline and one candidate engine process) with its 95%
     t-interval: the geometric mean of the round ratios cand_i / base_i, and exp(mean +- t * sd / sqrt(n)) of their
@@ -201,7 +206,7 @@ def rounds_interval(base: Sequence[float], cand: Sequence[float]) -> dict:
     if n < 2:
         out["note"] = NO_INTERVAL
         return out
-    half = t95(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    half = t95_half(logs)
     out["lo"], out["hi"] = math.exp(mean - half), math.exp(mean + half)
     return out
 

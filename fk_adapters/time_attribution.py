@@ -74,7 +74,7 @@ def _mean_ci(values: list[float]) -> tuple[float, list[float] | None]:
     mean = statistics.fmean(values)
     if len(values) < 3:
         return round(mean, 1), None
-    half = stats.t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    half = stats.t95_half(values)
     return round(mean, 1), [round(mean - half, 1), round(mean + half, 1)]
 
 
@@ -88,7 +88,7 @@ def share_interval(rounds: list[dict], of: str) -> list[float] | None:
     if not total:
         return None
     gaps = [r[of] - r["kernels_delta_us"] for r in rounds]
-    half = stats.t95(len(gaps) - 1) * statistics.stdev(gaps) / math.sqrt(len(gaps))
+    half = stats.t95_half(gaps)
     return sorted(1 - (statistics.fmean(gaps) + d) / total for d in (half, -half))
 
 

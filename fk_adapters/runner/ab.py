@@ -199,10 +199,10 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
     for batch in batches if first <= n else []:  # round 1 alone (it warms the compile caches both sides then share),
         # later ones side by side. Round 2 is judged by round 1 (cold compiles and all), later ones by the longest of
         # the warm rounds; the first round after rounds kept from another machine hold by round 1 (cold again)
-        guess = took[0] if cold and batch[0] == first else max(took[1:] or took or [0.0])
+        by_first = len(took) == 1 or (cold and batch[0] == first)
+        guess = took[0] if by_first else max(took[1:] or [0.0])
         if took and cfg.stop_by and time.time() + guess > cfg.stop_by:
-            which = ("round 1" if len(took) == 1 or (cold and batch[0] == first)
-                     else "the longest round after the first")
+            which = "round 1" if by_first else "the longest round after the first"
             echo(f"{sc.name}: round {batch[0]} of {n} not started: as long as {which} ({guess:.0f} s) it would end "
                  "past --time-budget")
             break

@@ -37,12 +37,7 @@ def reuse_baseline(prev_out: str, scenario: str, job: dict) -> dict:
     """The baseline run of an earlier `fk run` (same job: model, prompts, mode, engine args) made on this same
     machine hold (``machine.identity``, kept beside each run as MACHINE_FILE), with its age (``reused_age_s``):
     timings of another machine or hold are not comparable with this one's."""
-    run_dir = os.path.join(prev_out, "logs", scenario, "baseline")
-    try:
-        with open(os.path.join(run_dir, MACHINE_FILE)) as f:
-            made = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        made = {}
+    made = _machine_record(os.path.join(prev_out, "logs", scenario, "baseline"))
     if not machine.same(made.get("machine"), machine.identity()):
         raise BaselineMismatch(f"the baseline of {scenario} under {prev_out} was not made on this machine hold "
                                f"({'it records none' if not made.get('machine') else 'another host, boot or hold'}): "
@@ -57,11 +52,11 @@ MACHINE_FILE = "machine.json"
 
 def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
     """The ``side`` run (baseline, reference) of an earlier `fk run` of the same job."""
-    run_dir = os.path.abspath(os.path.join(prev_out, "logs", scenario, side))
+    folder = os.path.abspath(os.path.join(prev_out, "logs", scenario, side))
     try:
-        with open(os.path.join(run_dir, "job.json")) as f:
+        with open(os.path.join(folder, "job.json")) as f:
             prev_job = json.load(f)
-        with open(os.path.join(run_dir, "result.json")) as f:
+        with open(os.path.join(folder, "result.json")) as f:
             res = json.load(f)
     except FileNotFoundError:
         raise BaselineMismatch(f"no {side} run of {scenario} under {prev_out}") from None
@@ -73,8 +68,8 @@ def reuse_run(prev_out: str, scenario: str, job: dict, side: str) -> dict:
         raise BaselineMismatch(f"the {side} of {scenario} under {prev_out} ran a different job "
                                f"(its {', '.join(differ)} differ: run with the same flags, --smoke / --quick "
                                "included)")
-    res.update(reused_from=run_dir, log=os.path.join(run_dir, "engine.log"), loads=probe.read_loads(run_dir))
-    share = os.path.join(run_dir, GPU_SHARE_FILE)
+    res.update(reused_from=folder, log=os.path.join(folder, "engine.log"), loads=probe.read_loads(folder))
+    share = os.path.join(folder, GPU_SHARE_FILE)
     if os.path.exists(share):  # the earlier run's GPU watch: its timings are reused
         with open(share) as f:
             res["gpu_share"] = json.load(f)
@@ -91,7 +86,7 @@ def earlier_rounds(cfg: RunConfig, sc: Scenario, runs: dict, job_of, echo) -> tu
     if not k:
         return [], False
     kept: dict = {side: [] for side in runs}
-    made = []
+    here = machine.identity()
     try:
         for rnd in range(1, k + 1):
             for side in runs:
@@ -102,19 +97,16 @@ def earlier_rounds(cfg: RunConfig, sc: Scenario, runs: dict, job_of, echo) -> tu
                 if res.get("status") != "ok":
                     raise BaselineMismatch(f"its {folder} run ended {res.get('status')}")
                 secs = cfg.earlier_rounds[rnd - 1].get(side, 0.0)
-                kept[side].append(dict(res, round=rnd, kept_round=True, wall_s=secs))
-                made.append(made_on(res["reused_from"]))
+                kept[side].append(dict(res, round=rnd, kept_round=True, wall_s=secs,
+                                       kept_here=machine.same(made_on(res["reused_from"]), here)))
     except BaselineMismatch as exc:
         echo(f"{sc.name}: the earlier rounds are not kept ({exc}): all {planned_rounds(cfg)} rounds run")
         return [], False
     for side in runs:
         runs[side] += kept[side]
-    here = machine.identity()
-    cold = not all(machine.same(m, here) for m in made)
-    echo(f"{sc.name}: {first_rounds(k)} kept from the earlier run in {cfg.out_dir} ("
-         + ("made on another machine hold: the interval over rounds then holds the variation between the machines"
-            if cold else "made on this machine hold") + f"); rounds {k + 1}-{planned_rounds(cfg)} run now")
-    return [sum(r.values()) for r in cfg.earlier_rounds], cold
+    echo(f"{sc.name}: {first_rounds(k)} kept from the earlier run in {cfg.out_dir} ({kept_where(runs)}); "
+         f"rounds {k + 1}-{planned_rounds(cfg)} run now")
+    return [sum(r.values()) for r in cfg.earlier_rounds], not all(r["kept_here"] for rs in kept.values() for r in rs)
 
 
 def first_rounds(k: int) -> str:
@@ -122,20 +114,25 @@ def first_rounds(k: int) -> str:
 
 
 def kept_where(runs: dict) -> str:
-    here = machine.identity()
-    kept = [r for side in runs.values() for r in side if r.get("kept_round")]
-    if all(machine.same(made_on(r["reused_from"]), here) for r in kept):
+    """Where the kept rounds of ``runs`` were made, in words."""
+    if all(r["kept_here"] for side in runs.values() for r in side if r.get("kept_round")):
         return "made on this machine hold"
     return ("made on another machine hold with the same GPUs and engine build: each round pairs its own processes, "
             "and the interval over rounds holds the variation between the machines")
 
 
-def made_on(run_dir: str) -> dict | None:
+def made_on(folder: str) -> dict | None:
+    """The machine hold an engine process's folder records it ran on, or None."""
+    return _machine_record(folder).get("machine")
+
+
+def _machine_record(folder: str) -> dict:
+    """What an engine process's folder records of where and when it ran (MACHINE_FILE), or {}."""
     try:
-        with open(os.path.join(run_dir, MACHINE_FILE)) as f:
-            return json.load(f).get("machine")
+        with open(os.path.join(folder, MACHINE_FILE)) as f:
+            return json.load(f)
     except (OSError, json.JSONDecodeError):
-        return None
+        return {}
 
 
 class ResumeMismatch(ValueError):
@@ -158,7 +155,7 @@ def run_key(cfg: RunConfig) -> dict:
     return json.loads(json.dumps(key, default=str))  # as a results file holds it (tuples as lists)
 
 
-def finished_rows(cfg: RunConfig, path: str, echo=print, engine_version: str = "") -> tuple[dict, dict]:
+def finished_rows(cfg: RunConfig, path: str, echo, engine_version: str) -> tuple[dict, dict]:
     """The scenario rows an interrupted earlier run of this same configuration wrote to ``path``, and the scenarios
     to resume. A file that is not JSON (cut short) is said and copied aside before this run overwrites it; a TIMEOUT
     under another time limit than ``cfg.timeout_s`` is not kept: it runs again. A scenario --time-budget cut before
@@ -197,7 +194,7 @@ def finished_rows(cfg: RunConfig, path: str, echo=print, engine_version: str = "
     cut = {n: _round_seconds(r) for n, r in rows.items() if "ran" in (r.get("rounds") or {})}  # rounds left out
     gpus = gpu_share.gpu_names() if cfg.device == "cuda" else []
     other = [f"{k}: {prev.get(k)!r} there, {v!r} here" for k, v in (("gpus", gpus), ("engine_version", engine_version))
-             if engine_version and prev.get(k) != v]
+             if prev.get(k) != v]
     if cut and (other or cfg.baseline_from):
         echo(f"running again {len(cut)} scenario(s) that --time-budget stopped before their last round "
              f"({', '.join(cut)}): all {planned_rounds(cfg)} rounds ("
