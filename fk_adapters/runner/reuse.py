@@ -105,12 +105,12 @@ def earlier_rounds(cfg: RunConfig, sc: Scenario, runs: dict, job_of, echo) -> tu
     for side in runs:
         runs[side] += kept[side]
     echo(f"{sc.name}: {first_rounds(k)} kept from the earlier run in {cfg.out_dir} ({kept_where(runs)}); "
-         f"rounds {k + 1}-{planned_rounds(cfg)} run now")
+         f"{first_rounds(planned_rounds(cfg), k + 1)} run now")
     return [sum(r.values()) for r in cfg.earlier_rounds], not all(r["kept_here"] for rs in kept.values() for r in rs)
 
 
-def first_rounds(k: int) -> str:
-    return "round 1" if k == 1 else f"rounds 1-{k}"
+def first_rounds(k: int, first: int = 1) -> str:
+    return f"round {first}" if k == first else f"rounds {first}-{k}"
 
 
 def kept_where(runs: dict) -> str:
