@@ -107,8 +107,8 @@ def check_results(data, path: str, role: str) -> RunResults:
     return RunResults.from_dict(data)
 
 
-META = ("engine", "engine_version", "device", "host", "mode", "candidate", "plugins", "aa", "quick", "created",
-        "command", "fk_version", "verdict", "cpu_binding")
+META = ("engine", "engine_version", "device", "host", "mode", "candidate", "plugins", "aa", "quick", "warmup_share",
+        "created", "command", "fk_version", "verdict", "cpu_binding")
 
 
 def _meta(run: RunResults, path: str) -> dict:
@@ -402,7 +402,7 @@ def farthest_process(b: dict, h: dict, rows: dict | None = None, workload: str =
 def _warnings(base: dict, head: dict, aa: dict | None) -> list[str]:
     """``base``, ``head``, ``aa``: the ``_meta`` of each run."""
     out = []
-    for key in ("engine_version", "device", "host", "mode", "quick"):
+    for key in ("engine_version", "device", "host", "mode", "quick", "warmup_share"):
         if base.get(key) != head.get(key):
             out.append(f"{key} differs: BASE {base.get(key)!r}, HEAD {head.get(key)!r}")
     if aa:

@@ -141,3 +141,9 @@ def markdown(rows: list[dict], run_wall_s: float | None) -> list[str]:
             f"files; '-' where processes ran side by side).{total}", "",
             tabulate(table, headers=["scenario", "processes", "seeded weights", *KINDS, REFERENCE, "processes' total",
                                      WAIT, OUTSIDE, "of the start (engine log)"], tablefmt="github")]
+
+
+def duration(s: float) -> str:
+    """'4m05s', or '12s' under a minute."""
+    m, sec = divmod(int(round(s)), 60)
+    return f"{m}m{sec:02d}s" if m else f"{sec}s"

@@ -93,10 +93,10 @@ GOOD_PLUGIN = """
 def fake_runner(monkeypatch, tmp_path):
     """The runner with a fake engine: fake_runner(engine, judge) puts ``engine`` in place of run_job and ``judge`` of
     evidence.judge; candidates' run dirs show a plugin load, baselines' none; no checkpoint is written."""
-    from fk_adapters.runner import ab
+    from fk_adapters.runner import ab, engine_process
 
     def install(engine, judge):
-        monkeypatch.setattr(ab, "run_job", lambda *a, **k: engine(*a, **k))
+        monkeypatch.setattr(engine_process, "run_job", lambda *a, **k: engine(*a, **k))
         monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root, echo: (str(tmp_path / "m"), "key"))
         monkeypatch.setattr(ab.probe, "read_loads",
                             lambda d: [{"pid": 1}] if "candidate" in os.path.basename(d) else [])

@@ -388,3 +388,10 @@ def test_only_rows_that_timed_the_same_baseline_processes_count_as_sharing_them(
     assert not compare.shared_baselines(same, other)
     assert not compare.shared_baselines(rounds("/o/b.log"), rounds("/o/b.log"))  # one round: nothing to pair
     assert not compare.shared_baselines(row(), row())  # rows without rounds
+
+
+def test_runs_warmed_up_otherwise_are_warned_of():
+    base, head = results(row()), results(row())
+    assert compare.compare(base, head)["warnings"] == []
+    head["warmup_share"] = 0.25
+    assert compare.compare(base, head)["warnings"] == ["warmup_share differs: BASE None, HEAD 0.25"]

@@ -182,3 +182,10 @@ def test_an_aa_floor_wider_than_compares_max_margin_says_so():
     assert "**161.45%**" in wide and "wider than 10%" in wide and "too noisy" in wide
     narrow = "\n".join(_noise_floor_lines({"value": 0.016, "intervals": 5, "widest": dict(widest, lo=0.99, hi=1.016)}))
     assert "**1.60%**" in narrow and "wider than" not in narrow
+
+
+def test_the_header_says_a_short_warmup():
+    run = results()
+    assert "warm-up pass" not in render(run)
+    run["warmup_share"] = 0.25
+    assert "each throughput warm-up pass over the first 25% of its requests" in render(run)

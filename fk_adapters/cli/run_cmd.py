@@ -10,7 +10,8 @@ from fk_adapters.cli import common
 from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
 from fk_adapters.results import Verdict
-from fk_adapters.runner.ab import HALF_DTYPES, TRANSFORMERS, RunConfig, run_suite
+from fk_adapters.runner.ab import RunConfig, run_suite
+from fk_adapters.runner.reference import HALF_DTYPES, TRANSFORMERS
 from fk_adapters.runner.reuse import ResumeMismatch
 from fk_adapters.variation import MIN_ROUNDS
 
@@ -54,15 +55,7 @@ def add_parser(sub):
                         "a suite's scenarios run side by side, one a set (both sides of a scenario on its set)")
     p.add_argument("--force", action="store_true",
                    help="run every scenario again, even those an interrupted earlier run finished in --out")
-    common.add_quick_args(p)
-    p.add_argument("--repeats", type=int, default=0, metavar="N",
-                   help="timed repeats of each workload in every engine process (default: the scenario's, 1 under "
-                        "--quick / --smoke for throughput: latency runs are short and keep theirs); each process "
-                        "counts once, by its median, so with --interleave the rounds carry the interval and one "
-                        "repeat may do (a full-size run fits a hold sooner)")
-    p.add_argument("--correctness-only", action="store_true",
-                   help="judge correctness alone: no throughput or latency phases (e.g. to show quickly that a wrong "
-                        "kernel fails); the report says no speed was measured")
+    _add_timing_args(p)
     p.add_argument("--profile", action=argparse_bool(), default=None,
                    help="profile a few steps for kernel names (default: on for cuda)")
     p.add_argument("--no-multiprocessing", action="store_true",
@@ -75,6 +68,24 @@ def add_parser(sub):
                    help="do not fail when no scenario's model has a layer for a selected slot (still reported)")
     common.add_integrity_arg(p)
     return p
+
+
+def _add_timing_args(p) -> None:
+    """What each engine process times: how many requests and repeats, how long a warm-up, or nothing."""
+    common.add_quick_args(p)
+    p.add_argument("--repeats", type=int, default=0, metavar="N",
+                   help="timed repeats of each workload in every engine process (default: the scenario's, 1 under "
+                        "--quick / --smoke for throughput: latency runs are short and keep theirs); each process "
+                        "counts once, by its median, so with --interleave the rounds carry the interval and one "
+                        "repeat may do (a full-size run fits a hold sooner)")
+    p.add_argument("--warmup-share", type=float, default=1.0, metavar="F",
+                   help="the untimed warm-up pass before each throughput workload serves only its first F of the "
+                        "requests (0 < F <= 1; default 1: all). A timed repeat during which a Triton kernel compiled "
+                        "is run again, so a shape the shorter warm-up missed costs a repeat, not a wrong timing; "
+                        "for full-size runs, whose warm-up pass is as long as a timed one")
+    p.add_argument("--correctness-only", action="store_true",
+                   help="judge correctness alone: no throughput or latency phases (e.g. to show quickly that a wrong "
+                        "kernel fails); the report says no speed was measured")
 
 
 def argparse_bool():
@@ -188,6 +199,9 @@ def _candidate(args) -> tuple[list[str], list]:
 
     if args.repeats < 0 or (args.repeats and args.correctness_only):
         raise UsageError("--repeats N needs N >= 1, and a run that times something (not --correctness-only)")
+    if not 0 < args.warmup_share <= 1 or (args.warmup_share < 1 and args.correctness_only):
+        raise UsageError(f"--warmup-share F needs 0 < F <= 1 (got {args.warmup_share:g}), and a run that times "
+                         "something (not --correctness-only)")
     if len(set(args.gpus)) != len(args.gpus) or any(not d.replace(",", "").isdigit() for d in args.gpus):
         raise UsageError(f"--gpus takes distinct device sets of GPU numbers (0 1, or 0,1 2,3): {' '.join(args.gpus)}")
     _check_gpus_visible(args.gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -216,7 +230,8 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
 
     return RunConfig(engine=spec, out_dir=own(args.out), timeout_s=args.timeout, strict=args.strict,
                      allow_unexercised=args.allow_unexercised, allow_uncovered=args.allow_uncovered, aa=args.aa,
-                     quick=args.quick, repeats=args.repeats, correctness_only=args.correctness_only,
+                     quick=args.quick, repeats=args.repeats, warmup_share=args.warmup_share,
+                     correctness_only=args.correctness_only,
                      profile=given["device"] == "cuda" if args.profile is None else args.profile,
                      multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,
                      baseline_from=own(args.baseline_from), reference_from=own(args.reference_from),

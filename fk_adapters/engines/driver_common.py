@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -99,14 +100,20 @@ def clean_timing(out: dict, what: str, fn, *args):
     return res
 
 
+def warmup_prompts(prompts: list, share: float) -> list:
+    """The requests a throughput warm-up pass serves: all of them, or the first ``share`` of them (at least one).
+    A shorter warm-up may leave a shape uncompiled; a timed repeat that compiles is run again (``clean_timing``)."""
+    return prompts if share >= 1 else prompts[:max(1, math.ceil(len(prompts) * share))]
+
+
 def measure(perf: dict, timed) -> dict:
     """Throughput and latency rows over repeats (latency: ``latency_repeats``, where the job gives them), after
-    warming up on the very same workload."""
-    reps, warm = perf.get("repeats", 3), perf.get("warmup", 1)
+    warming up on the very same workload (throughput: its first ``warmup_share``, where the job gives one)."""
+    reps, warm, share = perf.get("repeats", 3), perf.get("warmup", 1), perf.get("warmup_share", 1.0)
     with unfinished_perf() as out:
         for name, w in perf.get("throughput", {}).items():
-            for _ in range(warm):  # the full workload: every shape the timed repeats meet is compiled first
-                timed(w["prompts"], w["output_len"])
+            for _ in range(warm):  # by default the full workload: every shape the timed repeats meet compiles first
+                timed(warmup_prompts(w["prompts"], share), w["output_len"])
             rows = []
             for i in range(reps):
                 phase(f"throughput {name}: repeat {i + 1}/{reps}")

@@ -96,6 +96,7 @@ class RunResults(EngineResults):
     aa: bool = False
     quick: bool | int = False
     correctness_only: bool = False
+    warmup_share: float = 1.0  # --warmup-share: the share of each throughput workload its warm-up pass served
     baseline_from: str = ""
     reference_from: str = ""
     interleave: int = 1

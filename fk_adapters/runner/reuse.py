@@ -147,6 +147,8 @@ def run_key(cfg: RunConfig) -> dict:
             "code": cfg.code}
     if cfg.repeats:  # only when given: the key of a run without it stays what it was
         key["repeats"] = cfg.repeats
+    if cfg.warmup_share < 1:  # likewise
+        key["warmup_share"] = cfg.warmup_share
     if cfg.with_aa:  # likewise
         key["with_aa"] = True
     tuning = machine.tuning_env()

@@ -484,11 +484,14 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       ROUNDS=4 ADAPTER_ARGS="--quick" ;;
   s53-fullsize-h100)  # one GPU, vLLM: issue 31's first full-size A/B (FastKernels' three throughput workloads at
     # every request, not --smoke): the compiled fk46-llama-3.1 Triton A/B, one timed repeat after the warm-up pass
-    # (docs/design/suite-time.md: at an assumed 20k tok/s about 7.5 minutes a process), 3 interleaved rounds under
+    # (docs/design/suite-time.md: at an assumed 20k tok/s about 5 minutes a process with the short warm-up), 3 interleaved rounds under
     # the hold's --time-budget: round 1 measures the real rate, and a later hold at the same commit, given this
     # folder back, runs the rounds that did not fit (fk keeps the ones that ran)
     # (a slower rate: --timeout 1500 lets the baseline finish and measure it even if the candidate is cut)
-    lane V-0 31 vllm 0 STEPS="split" SC=fk46-llama-3.1 AB_SIZE="" AB_INTERLEAVE=3 AB_ARGS="--repeats 1 --timeout 1500" ;;
+    # (--warmup-share 0.25: each throughput warm-up pass over its first 250 requests; a timed pass that compiled a
+    # Triton kernel runs again)
+    lane V-0 31 vllm 0 STEPS="split" SC=fk46-llama-3.1 AB_SIZE="" AB_INTERLEAVE=3 \
+      AB_ARGS="--repeats 1 --warmup-share 0.25 --timeout 1500" ;;
   s45-kimi-h200)  # one H200, vLLM: issue 30's Kimi-Linear leftovers, wrong-gdn (eager, correctness only: must FAIL)
     # and the passthrough (compiled, correctness only: must PASS with vLLM's KDA kernels proven by calls)
     lane V-0 30 vllm 0 STEPS="linear" LINEAR=fk46-kimi-linear LINEAR_STEPS="wrong pass" ;;

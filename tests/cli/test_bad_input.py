@@ -15,12 +15,12 @@ def no_engine(monkeypatch):
     from fk_adapters import capture, engines
     from fk_adapters.check import runner as check_runner
     from fk_adapters.cli import capture_cmd, run_cmd
-    from fk_adapters.runner import ab, proc
+    from fk_adapters.runner import engine_process, proc
 
     def started(*a, **k):
         raise AssertionError("an engine started")
 
-    for mod, name in ((proc, "run_job"), (ab, "run_job"), (capture, "run_job"), (check_runner, "run_job"),
+    for mod, name in ((proc, "run_job"), (engine_process, "run_job"), (capture, "run_job"), (check_runner, "run_job"),
                       (run_cmd, "run_suite"), (capture_cmd, "capture"), (check_runner, "run_check")):
         monkeypatch.setattr(mod, name, started)
     monkeypatch.setattr(engines, "check_installed", lambda spec: "0.0")

@@ -64,6 +64,11 @@ def test_bad_input_in_process(capsys, tmp_path):
          "each --gpus set needs 2 GPUs"),
         (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--repeats", "2", "--correctness-only"],
          "not --correctness-only"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--warmup-share", "0"], "needs 0 < F <= 1"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--warmup-share", "1.5"], "needs 0 < F <= 1"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--warmup-share", "nan"], "needs 0 < F <= 1"),
+        (["run", "--plugins", "passthrough", "--scenario", "tiny-llama", "--warmup-share", "0.5",
+          "--correctness-only"], "not --correctness-only"),
     ]
     for argv, message in cases:
         capsys.readouterr()

@@ -168,3 +168,24 @@ def test_an_items_repeat_that_compiled_is_run_again(triton_compiles):
     out = driver_common.measure_items({"repeats": 1, "warmup": 1, "iters": 2, "batches": [4]}, timer)
     assert out["throughput"]["batch4"][0]["elapsed_s"] == 1.0
     assert out["retimed"] == [{"workload": "throughput batch4", "elapsed_s": 9.0, "compiled": "_conv_kernel x1"}]
+
+
+def test_a_short_warmup_serves_the_first_share_and_the_timed_repeats_all(triton_compiles):
+    """--warmup-share: the warm-up pass of a throughput workload serves its first requests only; latency workloads
+    and the timed repeats serve every request. A shape it missed compiles in a timed repeat, which is run again."""
+    served = []
+
+    def timed(prompts, n):
+        served.append(len(prompts))
+        if len(served) == 2:  # the first timed repeat meets a shape the short warm-up did not
+            triton_compiles("fk_triton_gemm_kernel")
+            return 4.0, 1, 1
+        return 1.0, 1, 1
+
+    w = {"prompts": [[i] for i in range(10)], "output_len": 2}
+    out = measure({"repeats": 1, "warmup": 1, "warmup_share": 0.25, "throughput": {"t": w},
+                   "latency": {"l": {"prompts": [[1]] * 4, "output_len": 2}}}, timed)
+    assert served == [3, 10, 10, 4, 4]  # ceil(10 x 0.25) = 3; the latency warm-up serves its whole batch
+    assert out["throughput"]["t"][0]["elapsed_s"] == 1.0 and out["retimed"][0]["elapsed_s"] == 4.0
+    assert driver_common.warmup_prompts([[1]], 0.01) == [[1]]
+    assert driver_common.warmup_prompts(w["prompts"], 1.0) is w["prompts"]

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fk_adapters import engines, scenarios
-from fk_adapters.runner import ab, reuse
+from fk_adapters.runner import ab, engine_process, reference, reuse
 from fk_adapters.runner.ab import RunConfig, evidence_mode, finish
 
 
@@ -57,15 +57,16 @@ def test_evidence_mode_follows_the_engine():
 
 def test_a_failed_token_verdict_asks_for_the_float32_reference_that_can_judge_it():
     failed = {"teacher_forced": {}, "passed": False}
-    assert ab.wants_reference(failed, "bfloat16", "vllm") and ab.wants_reference(failed, "float32", "vllm")
-    assert not ab.wants_reference(failed, "float32", "transformers")  # nothing independent left
-    assert not ab.wants_reference(failed, "float32", "vllm", "audio")  # transformers' LLM path takes no audio
-    assert ab.wants_reference(failed, "float16", "vllm", "audio")  # the engine's own float32 run
-    assert not ab.wants_reference(dict(failed, passed=True), "bfloat16", "vllm")
+    assert reference.wants_reference(failed, "bfloat16", "vllm")
+    assert reference.wants_reference(failed, "float32", "vllm")
+    assert not reference.wants_reference(failed, "float32", "transformers")  # nothing independent left
+    assert not reference.wants_reference(failed, "float32", "vllm", "audio")  # transformers' LLM path takes no audio
+    assert reference.wants_reference(failed, "float16", "vllm", "audio")  # the engine's own float32 run
+    assert not reference.wants_reference(dict(failed, passed=True), "bfloat16", "vllm")
 
 
 def test_compile_cache_folder_follows_the_plugin_code_not_its_settings():
-    from fk_adapters.runner.ab import _variant
+    from fk_adapters.runner.engine_process import variant as _variant
 
     def cfg(code):
         return SimpleNamespace(code=code)
@@ -141,8 +142,8 @@ def _crashing_candidate(status="crashed", kept=True):
 def crash(monkeypatch, tmp_path):
     monkeypatch.setattr(ab, "scenario_checkpoint", lambda sc, root, echo: (str(tmp_path / "m"), "key"))
     monkeypatch.setattr(ab.probe, "read_loads", lambda d: LOADS if "candidate" in os.path.basename(d) else [])
-    monkeypatch.setattr(ab, "run_job", _crashing_candidate())
-    return lambda **kw: monkeypatch.setattr(ab, "run_job", _crashing_candidate(**kw))
+    monkeypatch.setattr(engine_process, "run_job", _crashing_candidate())
+    return lambda **kw: monkeypatch.setattr(engine_process, "run_job", _crashing_candidate(**kw))
 
 
 def _local(tmp_path, **kw):
@@ -195,7 +196,7 @@ def test_a_truncated_results_file_is_said_and_copied_aside_before_it_is_overwrit
     with open(path, "w") as f:
         f.write(cut)
     calls, lines = [], []
-    monkeypatch.setattr(ab, "run_job", _ok_engine(calls))
+    monkeypatch.setattr(engine_process, "run_job", _ok_engine(calls))
     ab.run_suite(cfg, [scenarios.load("tiny-llama")], "0", echo=lines.append)
     aside = [n for n in os.listdir(cfg.out_dir) if n.startswith("results.json.corrupt-")]
     assert len(aside) == 1 and open(os.path.join(cfg.out_dir, aside[0])).read() == cut
@@ -205,14 +206,14 @@ def test_a_truncated_results_file_is_said_and_copied_aside_before_it_is_overwrit
 
 def test_a_kept_timeout_runs_again_under_another_time_limit_only(crash, monkeypatch, tmp_path):
     calls, lines = [], []
-    monkeypatch.setattr(ab, "run_job", _ok_engine(calls, "timeout"))
+    monkeypatch.setattr(engine_process, "run_job", _ok_engine(calls, "timeout"))
     suite = [scenarios.load("tiny-llama")]
     ab.run_suite(_local(tmp_path, timeout_s=60.0), suite, "0", echo=lines.append)
     assert calls == ["baseline", "candidate"]
     calls.clear()
     res = ab.run_suite(_local(tmp_path, timeout_s=60.0), suite, "0", echo=lines.append)  # the same limit: kept
     assert calls == [] and res["scenarios"][0]["status"] == "TIMEOUT"
-    monkeypatch.setattr(ab, "run_job", _ok_engine(calls))
+    monkeypatch.setattr(engine_process, "run_job", _ok_engine(calls))
     lines.clear()
     res = ab.run_suite(_local(tmp_path, timeout_s=600.0), suite, "0", echo=lines.append)
     assert calls == ["baseline", "candidate"] and res["scenarios"][0]["status"] == "PASSED"
@@ -239,7 +240,7 @@ def test_correctness_only_runs_no_timed_phase_and_reuses_a_timed_baseline(crash,
     from fk_adapters import report
 
     jobs = []
-    monkeypatch.setattr(ab, "run_job", _timing_engine(jobs))
+    monkeypatch.setattr(engine_process, "run_job", _timing_engine(jobs))
     suite = [scenarios.load("tiny-llama")]
     timed = _local(tmp_path)
     ab.run_suite(timed, suite, "0", echo=lambda m: None)
@@ -281,6 +282,16 @@ def test_repeats_shape_every_process_timed_phases_and_key_the_run(tmp_path):
     assert four["repeats"] == four["latency_repeats"] == 4
     assert "perf" not in ab.scenario_job(_cfg(correctness_only=True), sc, str(tmp_path))
     assert "repeats" not in reuse.run_key(_cfg()) and reuse.run_key(_cfg(repeats=2))["repeats"] == 2
+
+
+def test_warmup_share_shapes_the_job_and_keys_the_run(tmp_path):
+    sc = scenarios.load("tiny-llama")
+    assert "warmup_share" not in ab.scenario_job(_cfg(), sc, str(tmp_path))["perf"]
+    short = ab.scenario_job(_cfg(warmup_share=0.25, repeats=1), sc, str(tmp_path))["perf"]
+    assert short["warmup_share"] == 0.25 and short["repeats"] == 1
+    assert "warmup_share" not in reuse.run_key(_cfg())
+    assert reuse.run_key(_cfg(warmup_share=0.25))["warmup_share"] == 0.25
+    assert "perf" not in ab.scenario_job(_cfg(warmup_share=0.25, correctness_only=True), sc, str(tmp_path))
 
 
 
@@ -347,7 +358,7 @@ def test_a_scenario_whose_weights_fail_is_its_own_runtime_error_and_runs_again_o
 
     calls, lines = [], []
     monkeypatch.setattr(ab, "scenario_checkpoint", checkpoint)
-    monkeypatch.setattr(ab, "run_job", _ok_engine(calls))
+    monkeypatch.setattr(engine_process, "run_job", _ok_engine(calls))
     cfg = _local(tmp_path, allow_uncovered=True)
     suite = [scenarios.load("tiny-qwen2"), scenarios.load("tiny-llama")]
     res = ab.run_suite(cfg, suite, "0", echo=lines.append)

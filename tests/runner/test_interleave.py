@@ -6,7 +6,7 @@ import time
 import pytest
 
 from fk_adapters import engines, machine, scenarios
-from fk_adapters.runner import ab, reuse
+from fk_adapters.runner import ab, engine_process, reuse
 
 
 class FakeEngine:
@@ -76,7 +76,7 @@ def test_alternating_the_order_cancels_a_position_effect(fake, monkeypatch, tmp_
         tps = 105.0 if len(fake.calls) % 2 == 0 else 100.0
         return {"status": "ok", "wall_s": 1.0, "run_dir": run_dir, "calls": 0,
                 "perf": {"throughput": {"w": [{"tokens_per_s": tps}]}}}
-    monkeypatch.setattr(ab, "run_job", second_is_faster)
+    monkeypatch.setattr(engine_process, "run_job", second_is_faster)
     row = ab.run_scenario(_cfg(tmp_path, aa=True, plugins=[], interleave=4), scenarios.load("tiny-llama"),
                           echo=lambda m: None)
     r = row["perf"]["throughput"]["w"]["tokens_per_s"]
@@ -163,7 +163,7 @@ def test_another_process_on_the_gpu_marks_the_timings_disturbed_not_the_correctn
         foreign = [FOREIGN] if os.path.basename(run_dir) == "baseline-r2" else []
         res["gpu_share"] = {"watched": True, "samples": 5, "foreign": foreign}
         return res
-    monkeypatch.setattr(ab, "run_job", engine)
+    monkeypatch.setattr(engine_process, "run_job", engine)
     lines = []
     res = ab.run_suite(_cfg(tmp_path, device="cuda", interleave=2), [scenarios.load("tiny-llama")], "0",
                        echo=lines.append)
@@ -187,7 +187,7 @@ def test_a_cpu_run_does_not_watch_a_gpu_and_an_unwatched_gpu_is_said(fake, monke
         if watch_gpu:
             res["gpu_share"] = {"watched": False, "why": "nvidia-smi not found"}
         return res
-    monkeypatch.setattr(ab, "run_job", engine)
+    monkeypatch.setattr(engine_process, "run_job", engine)
     row = ab.run_scenario(_cfg(tmp_path), scenarios.load("tiny-llama"), echo=lambda m: None)
     assert watched == [False, False] and "notes" not in row and "disturbed" not in row["perf"]
     row = ab.run_scenario(_cfg(tmp_path, device="cuda"), scenarios.load("tiny-llama"), echo=lambda m: None)
@@ -200,7 +200,7 @@ def test_a_disturbed_aa_run_stores_no_noise_floor_from_it(fake, monkeypatch, tmp
     def engine(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
         return dict(fake(python, driver, job, run_dir, env, timeout, echo),
                     gpu_share={"watched": True, "samples": 5, "foreign": [FOREIGN]})
-    monkeypatch.setattr(ab, "run_job", engine)
+    monkeypatch.setattr(engine_process, "run_job", engine)
     res = ab.run_suite(_cfg(tmp_path, device="cuda", aa=True, plugins=[], interleave=2),
                        [scenarios.load("tiny-llama")], "0", echo=lambda m: None)
     assert res["scenarios"][0]["perf"]["disturbed"] and res["noise_floor"] is None
@@ -261,7 +261,7 @@ class OnDevices(FakeEngine):
 
 def test_rounds_after_the_first_run_side_by_side_one_device_set_each(fake, monkeypatch, tmp_path):
     eng = OnDevices(speed=0.97)
-    monkeypatch.setattr(ab, "run_job", lambda *a, **k: eng(*a, **k))
+    monkeypatch.setattr(engine_process, "run_job", lambda *a, **k: eng(*a, **k))
     row = ab.run_scenario(_cfg(tmp_path, device="cuda", interleave=5, gpus=("0", "1")), scenarios.load("tiny-llama"),
                           echo=lambda m: None)
     by_round = {}
@@ -283,7 +283,7 @@ def test_rounds_after_the_first_run_side_by_side_one_device_set_each(fake, monke
 
 def test_a_round_failing_side_by_side_names_its_round(fake, monkeypatch, tmp_path):
     eng = OnDevices(fail="baseline-r3")
-    monkeypatch.setattr(ab, "run_job", lambda *a, **k: eng(*a, **k))
+    monkeypatch.setattr(engine_process, "run_job", lambda *a, **k: eng(*a, **k))
     row = ab.run_scenario(_cfg(tmp_path, device="cuda", interleave=4, gpus=("0", "1")), scenarios.load("tiny-llama"),
                           echo=lambda m: None)
     assert row["status"] != "PASSED" and "baseline (round 3): boom" in row["failures"]
@@ -306,8 +306,8 @@ def test_side_by_side_runs_one_call_in_this_thread_and_raises_a_worker_error():
 def test_a_vllm_candidate_is_traced_in_every_process_the_baseline_as_vllm_defaults(tmp_path):
     sc = scenarios.load("tiny-llama")
     cfg = _cfg(tmp_path)
-    assert ab._env(cfg, sc, ["p"])["VLLM_USE_AOT_COMPILE"] == "0"  # its trace is the native path's proof
-    assert "VLLM_USE_AOT_COMPILE" not in ab._env(cfg, sc, [])
+    assert engine_process.env(cfg, sc, ["p"])["VLLM_USE_AOT_COMPILE"] == "0"  # its trace is the native path's proof
+    assert "VLLM_USE_AOT_COMPILE" not in engine_process.env(cfg, sc, [])
 
 
 # ------------------------------------------------------------- --with-aa: the A/A of the same rounds, beside the A/B
@@ -364,14 +364,14 @@ def fifty_second_runs(fake, monkeypatch):
     listed in ``fake.seconds``)."""
     clock = {"now": 1000.0}
     monkeypatch.setattr(ab.time, "time", lambda: clock["now"])
-    engine = ab.run_job
+    engine = engine_process.run_job
     fake.seconds = []
 
     def slow(*args, **kw):
         secs = fake.seconds.pop(0) if fake.seconds else 50.0
         clock["now"] += secs
         return dict(engine(*args, **kw), wall_s=secs)
-    monkeypatch.setattr(ab, "run_job", slow)
+    monkeypatch.setattr(engine_process, "run_job", slow)
     return fake
 
 
@@ -427,7 +427,7 @@ def test_rounds_a_time_budget_cut_below_three_carry_no_interval(fifty_second_run
 @pytest.fixture
 def written_runs(fifty_second_runs, monkeypatch):
     """fifty_second_runs whose processes leave job.json and result.json in their folders, as engine processes do."""
-    inner = ab.run_job
+    inner = engine_process.run_job
 
     def write(python, driver, job, run_dir, env, timeout, echo=None, watch_gpu=False):
         res = inner(python, driver, job, run_dir, env, timeout, echo, watch_gpu)
@@ -436,7 +436,7 @@ def written_runs(fifty_second_runs, monkeypatch):
             with open(os.path.join(run_dir, name), "w") as f:
                 json.dump(data, f)
         return res
-    monkeypatch.setattr(ab, "run_job", write)
+    monkeypatch.setattr(engine_process, "run_job", write)
     return fifty_second_runs
 
 

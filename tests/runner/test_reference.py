@@ -6,7 +6,7 @@ import os
 import pytest
 
 from fk_adapters import engines, reference_store, scenarios
-from fk_adapters.runner import ab
+from fk_adapters.runner import ab, reference
 
 TRUTH = [[-1.0 - 0.01 * i for i in range(100)]] * 2  # the float32 run's teacher-forced logprobs
 
@@ -204,14 +204,14 @@ def test_the_float32_run_is_sized_for_its_correctness_batches_only():
     job = {"dtype": "bfloat16", "engine_args": {"gpu_memory_utilization": 0.8},
            "correctness": {"prompts": [[1]] * 24, "teacher": [[1, 2]] * 8}, "perf": {"x": 1}, "profile": {"y": 1},
            "graph_sizes": [1, 2, 4, 8, 16, 32, 64], "mode": "compiled"}
-    ref = ab.reference_job(job)
+    ref = reference.reference_job(job)
     assert ref["dtype"] == "float32" and "perf" not in ref and "profile" not in ref
     assert ref["engine_args"] == {"gpu_memory_utilization": 0.8, "max_num_seqs": 32}  # 24, rounded up
     assert ref["mode"] == "eager" and "graph_sizes" not in ref  # it times nothing: no compile, no graphs
     assert job["engine_args"] == {"gpu_memory_utilization": 0.8}  # the job itself is left as it was
     job["engine_args"]["max_num_seqs"] = 4  # a scenario's own smaller setting stays
-    assert ab.reference_job(job)["engine_args"]["max_num_seqs"] == 4
-    assert "engine_args" not in ab.reference_job({"dtype": "bfloat16", "pooling": {}})  # no token batches: as is
+    assert reference.reference_job(job)["engine_args"]["max_num_seqs"] == 4
+    assert "engine_args" not in reference.reference_job({"dtype": "bfloat16", "pooling": {}})  # no token batches: as is
 
 
 # ------------------------------------------------------------------ fk's reference store (reference_store)

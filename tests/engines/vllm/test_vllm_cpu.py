@@ -240,17 +240,17 @@ def test_transformers_float32_reference_equals_vllms_own_where_both_run(tmp_path
     tiny-eagle-3: vLLM decodes speculatively with the draft; transformers runs the target model alone."""
     from fk_adapters import scenarios
     from fk_adapters.engines import get
-    from fk_adapters.runner import ab
+    from fk_adapters.runner import reference
     from fk_adapters.runner.proc import run_job
     from fk_adapters.weights import scenario_checkpoint
 
     sc = scenarios.load(name)
     model_dir, _ = scenario_checkpoint(sc, str(tmp_path / "models"))
-    job = ab.reference_job(scenarios.build_job(sc, model_dir, "eager", True, engine="vllm"))
+    job = reference.reference_job(scenarios.build_job(sc, model_dir, "eager", True, engine="vllm"))
     vllm, tfx = get("vllm"), get("transformers")
     own = run_job(sys.executable, vllm.driver, job, str(tmp_path / "vllm"),
                   dict(vllm.env("cpu"), FK_PLUGINS="", VLLM_ENABLE_V1_MULTIPROCESSING="0"), 600)
-    other = run_job(sys.executable, tfx.driver, ab.transformers_reference_job(job, sc), str(tmp_path / "tfx"),
+    other = run_job(sys.executable, tfx.driver, reference.transformers_reference_job(job, sc), str(tmp_path / "tfx"),
                     dict(tfx.env("cpu"), FK_PLUGINS=""), 600)
     assert own["status"] == other["status"] == "ok", (own.get("error"), other.get("error"))
     assert other["tokens"] == own["tokens"]
