@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from fk_adapters import compare, metrics, stats
+from fk_adapters import compare, compare_report, metrics, stats
 
 BASE_TPUT = [100.0, 101.0, 99.5, 100.5, 100.2, 99.8]
 BASE_LAT = [0.200, 0.201, 0.199, 0.2005, 0.2002, 0.1998]
@@ -202,7 +202,7 @@ def test_inputs_that_cannot_be_compared():
 
 def test_markdown_starts_with_the_verdict_and_shows_every_interval():
     cmp = compare.compare(results(row(tput=1.10)), results(row(tput=1.03)), threshold=0.02)
-    md = compare.to_markdown(cmp)
+    md = compare_report.to_markdown(cmp)
     assert md.splitlines()[0] == cmp["verdict_line"] and md.startswith("**FAIL**: 1 regression")
     assert md.count("<details><summary>") == 4 and md.count("</details>") == 4
     tp = next(p for p in cmp["perf"] if p["kind"] == "throughput")
@@ -215,7 +215,7 @@ def test_markdown_starts_with_the_verdict_and_shows_every_interval():
 
 def test_csv_has_one_row_per_scenario_workload_metric():
     cmp = compare.compare(results(row("s1", tput=1.10), row("s2")), results(row("s1", tput=1.03), row("s2")))
-    rows = list(csv.DictReader(io.StringIO(compare.to_csv(cmp))))
+    rows = list(csv.DictReader(io.StringIO(compare_report.to_csv(cmp))))
     assert [(r["scenario"], r["kind"], r["workload"]) for r in rows] == [
         ("s1", "correctness", ""), ("s2", "correctness", ""), ("s1", "throughput", "balanced"),
         ("s1", "latency", "batch1"), ("s2", "throughput", "balanced"), ("s2", "latency", "batch1")]
@@ -234,7 +234,7 @@ def test_a_single_repeat_is_judged_on_its_point_and_says_so():
     cmp = compare.compare(results(b), results(h))
     d = cmp["perf"][0]["delta"]
     assert d["note"] == stats.NO_INTERVAL and d["lo"] == d["hi"] == pytest.approx(0.9 / 1.1)
-    assert cmp["perf"][0]["verdict"] == "slower" and "(n=1: no interval)" in compare.to_markdown(cmp)
+    assert cmp["perf"][0]["verdict"] == "slower" and "(n=1: no interval)" in compare_report.to_markdown(cmp)
 
 
 def test_a_token_verdict_rejudged_by_its_float32_run_shows_its_ratio():
@@ -245,7 +245,7 @@ def test_a_token_verdict_rejudged_by_its_float32_run_shows_its_ratio():
     h = cmp["scenarios"][0]["head"]
     assert (h["logprob_ref_ratio"], h["logprob_ref_ratio_max"], h["fixed_passed"]) == (1.14, 1.36, False)
     assert "logprob_ref_ratio" not in cmp["scenarios"][0]["base"] and cmp["verdict"] == "PASS"
-    assert "| - → 1.14 " in compare.to_markdown(cmp)
+    assert "| - → 1.14 " in compare_report.to_markdown(cmp)
 
 
 def test_a_workload_whose_base_or_head_timings_were_disturbed_is_not_compared():
@@ -284,7 +284,7 @@ def test_a_scenario_whose_base_measured_nothing_is_incomplete_not_a_pass():
     assert cmp["verdict"] == "INCOMPLETE" and cmp["summary"]["regressions"] == 0
     assert cmp["verdict_line"].startswith("**INCOMPLETE**")
     assert "s1: no performance compared (BASE RUNTIME_ERROR: no measurements)" in cmp["verdict_line"]
-    assert compare.to_markdown(cmp).startswith("**INCOMPLETE**")
+    assert compare_report.to_markdown(cmp).startswith("**INCOMPLETE**")
     ok = compare.compare(results(row("s1")), results(row("s1")))  # measured on both sides
     assert ok["verdict"] == "PASS" and not ok["uncompared"]
 

@@ -66,7 +66,7 @@ def test_no_split_without_a_profile_on_both_sides():
 
 
 def test_compare_shows_where_heads_candidate_moved_the_time():
-    from fk_adapters import compare
+    from fk_adapters import compare, compare_report
     from tests.test_compare import results, row
 
     stock = {"nvjet_tst_128x64": 800.0, "flash_fwd_kernel": 100.0}
@@ -78,7 +78,7 @@ def test_compare_shows_where_heads_candidate_moved_the_time():
     (moved_gemm, *_) = time_split.moved(base_row["time_split"], head_row["time_split"])
     assert (moved_gemm["family"], moved_gemm["base_us"], moved_gemm["head_us"], moved_gemm["delta_us"]) == (
         "gemm", 950.0, 820.0, -130.0)
-    text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
+    text = compare_report.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
     assert "Where the device time moved" in text and "| gemm" in text and "950 (800)" in text and "-130" in text
     assert "one run of **latency" not in text  # no profiled workload on either side: no such line
     assert "per slot, device µs" not in text  # splits without per-slot rows (an older fk's): no slot table
@@ -88,12 +88,12 @@ def test_compare_shows_where_heads_candidate_moved_the_time():
             {"fk_triton_gemm_kernel": r["time_split"]["candidate_us"] - 100.0}))
     assert time_split.moved_slots(base_row["time_split"], head_row["time_split"]) == [
         {"slot": "gemm", "base_us": 950.0, "head_us": 820.0, "delta_us": -130.0}]
-    text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
+    text = compare_report.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
     assert "per slot, device µs in each profiled step" in text and "| s1         | gemm   |       950 |" in text
     head_row["time_split"]["timed"] = {"workload": "latency batch32", "timed_speedup": 0.9, "profiled_speedup": 0.88,
                                        "timed_delta_us": 1000.0, "kernels_delta_us": 900.0, "named_share": 0.9,
                                        "accounts": True}
-    text = compare.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
+    text = compare_report.to_markdown(compare.compare(results(base_row), results(head_row), threshold=0.02))
     assert "HEAD: The profiled run is one run of **latency batch32**" in text and "**90%** of the timed delta" in text
 
 

@@ -53,10 +53,10 @@ def run(args) -> int:
 
 def documents(cmp: dict) -> dict[str, str]:
     """A comparison as markdown, JSON and CSV, by format."""
-    from fk_adapters import compare as cmp_mod
+    from fk_adapters import compare_report
 
-    return {"md": cmp_mod.to_markdown(cmp), "json": json.dumps(cmp, indent=1, default=str) + "\n",
-            "csv": cmp_mod.to_csv(cmp)}
+    return {"md": compare_report.to_markdown(cmp), "json": json.dumps(cmp, indent=1, default=str) + "\n",
+            "csv": compare_report.to_csv(cmp)}
 
 
 def write(out: str, cmp: dict) -> dict[str, str]:
