@@ -110,26 +110,50 @@ def outcome(row: dict) -> str:
     return CORRECT
 
 
-def per_scenario(row: dict) -> dict:
-    """Speedups, blend, correctness and kernel evidence of one results row."""
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and 0 < v < float("inf")
+
+
+def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
+    """Why a row has no speedup to claim ('' when it is scored): the candidate was not correct, ran no kernel of its
+    own (none exercised, the slots all handed back to the engine's own kernels, or kernels proven in round 1 only),
+    could not prove its kernels, measured no finite speedup on every workload, or was timed beside another process."""
+    status, ev = row.get("status"), (row.get("evidence") or {}).get("slots") or {}
+    if agg["outcome"] != CORRECT:
+        return agg["outcome"]
+    if status in (S.NOT_PROVEN, S.NOT_EXERCISED, S.NOT_APPLICABLE):
+        return status.lower().replace("_", " ")
+    if agg["covered"] is None and not aa:
+        return "no kernel evidence"
+    if agg["covered"] is False:
+        return "no kernel of the plugin ran"
+    ran = [e for e in ev.values() if e.get("status") == E.EXERCISED]
+    if ran and all(e.get("engine_own") for e in ran):
+        return "the engine's own kernels"
+    values = [*agg["throughput"].values(), *agg["latency"].values()]
+    if agg["speedup"] is None or not all(_finite(v) for v in values):
+        return "no finite speedup on every workload"
+    return "disturbed" if agg["disturbed"] else ""
+
+
+def per_scenario(row: dict, aa: bool = False) -> dict:
+    """Speedups, blend, correctness and kernel evidence of one results row (``aa``: of an A/A run)."""
     sp = speedups(row.get("perf", {}))
     tp, lat = geomean(sp["throughput"].values()), geomean(sp["latency"].values())
     slots = {s: e.get("status") for s, e in row.get("evidence", {}).get("slots", {}).items()}
     exercised = sum(st == E.EXERCISED for st in slots.values())
     applicable = sum(st != E.NOT_APPLICABLE for st in slots.values())
-    covered = (exercised > 0) if "evidence" in row else None
-    out = outcome(row)
-    speed = blend(tp, lat)
-    shared = bool(disturbed(row))
-    return {"scenario": row.get("scenario"), "status": row.get("status"), "outcome": out,
-            "throughput": sp["throughput"], "latency": sp["latency"], "throughput_geomean": tp,
-            "latency_geomean": lat, "speedup": speed,
-            "correctness_failures": row.get("correctness", {}).get("failures", []),
-            "covered": covered, "slots": slots, "exercised": exercised, "applicable": applicable,
-            "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
-            "disturbed": shared,
-            "scored": (out == CORRECT and covered is not False and speed is not None and not shared
-                       and row.get("status") != S.NOT_PROVEN)}
+    out = {"scenario": row.get("scenario"), "status": row.get("status"), "outcome": outcome(row),
+           "throughput": sp["throughput"], "latency": sp["latency"], "throughput_geomean": tp,
+           "latency_geomean": lat, "speedup": blend(tp, lat),
+           "correctness_failures": row.get("correctness", {}).get("failures", []),
+           "covered": (exercised > 0) if "evidence" in row else None, "slots": slots, "exercised": exercised,
+           "applicable": applicable,
+           "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
+           "disturbed": bool(disturbed(row))}
+    out["unscored"] = unscored_why(row, out, aa)
+    out["scored"] = not out["unscored"]
+    return out
 
 
 def category_of(name: str) -> str:
@@ -146,10 +170,10 @@ def _fraction(k: int, n: int) -> float | None:
 
 def summarize(results: dict, categories: dict[str, str] | None = None) -> dict:
     """Per scenario, per category and overall aggregates; ``categories`` overrides ``category_of`` by name."""
-    rows = [per_scenario(r) for r in results.get("scenarios", [])]
+    aa = bool(results.get("aa"))
+    rows = [per_scenario(r, aa) for r in results.get("scenarios", [])]
     for r in rows:
         r["category"] = (categories or {}).get(r["scenario"]) or category_of(r["scenario"])
-    aa = bool(results.get("aa"))
     cats = {}
     for name in sorted({r["category"] for r in rows}):
         members = [r for r in rows if r["category"] == name]
@@ -166,7 +190,7 @@ def summarize(results: dict, categories: dict[str, str] | None = None) -> dict:
     coverage = None if aa else _fraction(sum(r["covered"] is True for r in rows), n)
     overall = geomean(c["speedup"] for c in cats.values())
     score = None
-    if overall is not None and correctness is not None:
+    if overall is not None and correctness is not None and variation.between_processes(results):
         score = overall * correctness * (1.0 if coverage is None else coverage)
     statuses: dict[str, int] = {}
     for r in rows:
@@ -195,7 +219,7 @@ def markdown(summary: dict) -> str:
     srows = [[r["scenario"], r["category"], r["status"], _x(r["throughput_geomean"]), _x(r["latency_geomean"]),
               _x(r["speedup"]), _span([*r["throughput"].values(), *r["latency"].values()]), r["outcome"],
               "-" if r["covered"] is None else f"{r['exercised']}/{r['applicable']}",
-              "yes" if r["scored"] else "no (disturbed)" if r.get("disturbed") else "no"]
+              "yes" if r["scored"] else f"no ({r['unscored']})" if r.get("unscored") else "no"]
              for r in summary["scenarios"]]
     blends = {}
     for r in summary["scenarios"]:
@@ -220,10 +244,11 @@ def markdown(summary: dict) -> str:
              f"- correctness: {pct(o['correctness'])} ({k[CORRECT]} correct, {k[WRONG]} incorrect, "
              f"{k[FAILED]} failed of {k['scenarios']})",
              f"- coverage: {pct(o['coverage'])}" + (" (A/A: not applicable)" if summary["aa"] else ""),
-             f"- score (overall x correctness x coverage): {_x(o['score'])}"]
+             "- score (overall x correctness x coverage): "
+             + (f"**not given**: {summary['not_significant']}" if summary.get("not_significant") else _x(o["score"]))]
     if summary.get("not_significant"):
-        lines += [f"- **not significant**: {summary['not_significant']}; these geomeans and the score describe "
-                  "this one pair of processes only"]
+        lines += [f"- **not significant**: {summary['not_significant']}; these geomeans describe this one pair of "
+                  "processes only, not a speedup"]
     sig = summary.get("significance")
     if sig and not sig["faster"] and not sig["slower"]:
         lines += [f"- **no significant change**: no scored workload's 95% interval over rounds excludes 1 "

@@ -206,6 +206,9 @@ def noise_floor_from_aa(aa: dict, path: str = "") -> dict:
     if not aa.aa:
         raise CompareError(f"--aa {path} is not an A/A run (fk run --aa): its candidate is "
                            f"{aa.candidate!r}")
+    if not variation.between_processes(aa):
+        raise CompareError(f"--aa {path}: {variation.why_not(aa)}: its spread is not the variation between engine "
+                           "processes, so it gives no noise floor")
     intervals, skipped = [], []
     for row in aa.scenarios:
         if disturbed(row):  # another process on the GPU: not this machine's noise
@@ -363,15 +366,26 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
             if row["verdict"] == D.NO_CHANGE and unresolved(delta, margin, hib, limit):
                 row["verdict"] = D.TOO_NOISY
                 row["farthest"] = farthest_process(br, hr, {"BASE": b_row, "HEAD": h_row}, f"{kind} {workload}")
+        if row["verdict"] == D.FASTER and _ran_no_kernel(h_row):
+            row["verdict"], row["no_kernel"] = D.NO_CHANGE, True
         row["regression"] = row["verdict"] == D.SLOWER
         rows.append(row)
         if row.get("farthest"):
             notes.append(f"{kind} {workload} too noisy: the farthest engine process, {row['farthest']}")
+    if any(r.get("no_kernel") for r in rows):
+        notes.append("HEAD exercised no kernel of its plugin (it ran the stock model): a faster delta is noise, "
+                     "called no change")
     for label, mine, other in (("BASE", b_perf, h_perf), ("HEAD", h_perf, b_perf)):
         only = [k for k in mine if k not in other]
         if only:
             notes.append(f"workloads only in {label}: " + ", ".join(f"{k} {w}" for k, w in only))
     return rows, notes
+
+
+def _ran_no_kernel(row: dict) -> bool:
+    """A candidate row whose evidence shows no slot exercised (an A/A row has no evidence)."""
+    slots = _slots(row)
+    return "evidence" in row and not any(e.get("status") == E.EXERCISED for e in slots.values())
 
 
 def farthest_process(b: dict, h: dict, rows: dict | None = None, workload: str = "") -> str:

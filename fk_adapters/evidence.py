@@ -4,8 +4,10 @@ Per slot: 'exercised' (proof found), 'not exercised' (the model built a layer fo
 no proof the kernel ran: a failure unless allowed), 'not proven' (the kernel declares profiler names that cannot
 prove it ran: the plugin does not define them, the stock engine launches them, or another slot declares them too;
 see ``kernel_names``: always a failure), or 'n/a' (no layer the model built can route
-to this slot: none built, or all left stock). Proof is the call count in eager mode; under CUDA
-graphs it is the plugin's kernel names seen by the profiler (exact names) or, for a kernel that declares no
+to this slot: none built, or all left stock). A kernel that declares names is proven by their launches in the
+profiled step wherever one was taken on a device (eager mode too: a kernel that only calls the engine's own op is
+called, yet launches none of its names). Otherwise proof is the call count in eager mode; under CUDA
+graphs it is, for a kernel that declares no
 names, the calls made while graphs were captured (``graphs``: the engine runs the hooked Python
 at capture) or, under torch.compile (``compiled``), its opaque op run at capture: the op's body
 runs only if the compiled graph calls it. A process that loaded its graph from the compile cache
@@ -110,16 +112,25 @@ def _ranks_without_proof(ranks: dict[int, dict], by_names: bool) -> list[str]:
     return out
 
 
+def _by_names(mode: str, names, profile) -> bool:
+    """Whether a slot's proof is its declared kernels' launches in the profile: under CUDA graphs or torch.compile
+    whenever it was profiled, in eager mode where the profile saw device kernels (a kernel that only wraps the
+    engine's own op is called, yet launches none of its names)."""
+    if not names or profile is None:
+        return False
+    return mode != "eager" or bool(kernel_names.launched(profile))
+
+
 def _ran_how(ev: dict, mode: str, names, profile) -> tuple[str, str]:
     """(status, proof) of a slot whose model built layers for it, from the evidence ``mode`` asks for."""
     if ev["native_path"] and not ev["calls"]:
         return E.EXERCISED, (f"the engine's own kernel left on the engine's own path, as stock runs it: "
                              f"{ev['native_path']}x (once per compiled trace, or per call outside one)")
-    if mode == "eager":
-        return _ran(ev["calls"] > 0), f"{ev['calls']} calls in the worker(s)"
-    if names and profile is not None:
+    if _by_names(mode, names, profile):
         return (_ran(ev["profiler_hits"] > 0),
                 f"{ev['profiler_hits']} launches of {'/'.join(names)} in a profiled step")
+    if mode == "eager":
+        return _ran(ev["calls"] > 0), f"{ev['calls']} calls in the worker(s)"
     if mode == "graphs":
         return _ran(ev["calls"] > 0), f"{ev['calls']} calls in the worker(s) (CUDA-graph capture and eager steps)"
     how = (f"traced into the compiled graph {ev['traced']}x" if ev["traced"] else
@@ -146,7 +157,8 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
               "layers": _sum(probes, "constructed", slot), "calls": _sum(probes, "calls", key),
               "traced": _sum(probes, "traced", key), "native_path": _sum(probes, "native_path", key),
               "profiler_hits": 0 if slot in unproven else kernel_names.hits(profile, names),
-              "profiled": profile is not None, "kernel_names": names}
+              "profiled": profile is not None, "kernel_names": names,
+              **({"engine_own": True} if info.get("engine_own") else {})}
         if slot in unproven:
             ev["status"], ev["proof"] = E.NOT_PROVEN, "; ".join(unproven[slot])
         elif ev["layers"] == 0:
@@ -156,9 +168,10 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
                 else "the model built no layer for this slot")
         else:
             ev["status"], ev["proof"] = _ran_how(ev, mode, names, profile)
+        if ev["status"] == E.EXERCISED and ev.get("engine_own"):
+            ev["proof"] = "the engine's own kernel, handed back by the plugin (no speedup is claimed): " + ev["proof"]
         if ev["status"] == E.EXERCISED:
-            _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names),
-                         bool(names and profile is not None and mode != "eager"))
+            _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names), _by_names(mode, names, profile))
         slots[slot] = ev
     errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]
     errors += [f"pid {r['pid']}: plugin {p['name']!r} failed to load: {p['error']}"

@@ -171,6 +171,11 @@ def native_matches(name: str, native: set[str]) -> list[str]:
 
 # ----------------------------------------------------------------------------------- the verdict on declared names
 
+# the names torch.compile's Inductor gives the Triton kernels it generates for any model (fused pointwise, reduction,
+# persistent reduction and template kernels): an engine in compiled mode launches them whatever plugin is loaded
+INDUCTOR_NAME = re.compile(r"^triton_(poi|red|per|tem)_")
+
+
 def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str]], native: set[str]) -> dict:
     """{slot: [why each failing name cannot prove the slot's kernel ran]} for the slots with a failing name.
 
@@ -187,6 +192,9 @@ def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str
             if n not in defined_names.get(slot, []):
                 why.append(f"{n!r} is not defined by the plugin (or a library it requires and names) "
                            "(no @triton.jit function or library symbol of that name)")
+            if INDUCTOR_NAME.match(n):
+                why.append(f"{n!r} is a name Inductor gives the kernels it generates (torch.compile launches such "
+                           "kernels for the stock engine too)")
             engine = native_matches(n, native)
             if engine:
                 why.append(f"{n!r} is launched by the stock engine itself ({engine[0][:80]})")

@@ -38,15 +38,17 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
     scope = op_families.SLOT_SCOPE + slot.name
 
     def body(*args):
-        probe.hit(key)
         dtype = _DTYPE_NAMES.get(str(args[slot.dtype_arg].dtype), str(args[slot.dtype_arg].dtype))
         if dtype not in allowed:
             raise TypeError(f"fk kernel {key} does not support {dtype} (declared: {sorted(allowed)})")
         if not record:
-            return fn(*args)
-        record(args)
-        with torch.profiler.record_function(scope):  # a profiled capture: the device time inside slot calls
-            return fn(*args)
+            out = fn(*args)
+        else:
+            record(args)
+            with torch.profiler.record_function(scope):  # a profiled capture: the device time inside slot calls
+                out = fn(*args)
+        probe.hit(key)  # counted once the kernel returned: a call that raised ran nothing of the plugin's
+        return out
 
     lib = torch.library.Library(namespace(plugin), "FRAGMENT")
     lib.define(slot.name + slot.schema)

@@ -84,6 +84,13 @@ def reset_calls() -> None:
     value_stats.clear()
 
 
+def forget_parents_calls() -> None:
+    """In a forked child: the calls (and traces) its parent made are not this process's evidence."""
+    reset_calls()
+    traced.clear()
+    native_path.clear()
+
+
 def snapshot() -> dict:
     return {"pid": os.getpid(), **rank, "calls": dict(calls), "constructed": dict(constructed),
             "not_routed": dict(not_routed), "stock_layers": dict(stock_layers), "traced": dict(traced),

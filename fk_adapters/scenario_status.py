@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from fk_adapters import aggregates, metrics, results_files
+from fk_adapters import aggregates, metrics, results_files, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.results import Capture, CaptureFailure, Kind, RunResults, ScenarioStatus as S
 from fk_adapters.results.verdict import OK_STATUSES
@@ -77,7 +77,7 @@ def _from_run(res: RunResults, path: str, into: dict) -> None:
         seen = into.setdefault((row.get("scenario"), engine), Seen())
         plugin = res.candidate
         if row.get("status") and plugin and created >= seen.verdicts.get(plugin, ("",))[0]:
-            seen.verdicts[plugin] = (created, f"{plugin}: {_plugin_figure(row, res.quick)}")
+            seen.verdicts[plugin] = (created, f"{plugin}: {_plugin_figure(row, res)}")
         if created < seen.created:
             continue
         base = row.get("baseline") or {}
@@ -90,17 +90,25 @@ def _from_run(res: RunResults, path: str, into: dict) -> None:
             seen.figures.append(f"{rate} on {res.device or '?'}{shared}")
 
 
-def _plugin_figure(row: dict, quick) -> str:
-    """The plugin's verdict and blended speed; a run where none of its kernels ran says so instead."""
-    per = aggregates.per_scenario(row)
+def _plugin_figure(row: dict, res: RunResults) -> str:
+    """The plugin's verdict and blended speed where it has one to claim (``aggregates.unscored_why``); a run where
+    none of its kernels ran says so instead, an A/A run claims no speed, and a single pair of processes says that
+    its figure is within the variation between engine processes."""
+    per = aggregates.per_scenario(row, res.aa)
     if per["covered"] is False and row["status"] in OK_STATUSES:
         why = f"no layer of the model routes to {', '.join(per['slots'])}" if per["applicable"] == 0 else (
             "none of its kernels was called")
         return f"not exercised: ran the stock model ({why})"
-    one_repeat = f", 1/{requests_divisor(quick)} of the requests, one throughput repeat" if quick else ""
-    pace = f" at {per['speedup']:.3g}x the stock speed (blend{one_repeat})" if (
-        per["speedup"] is not None and row["status"] != S.NOT_PROVEN) else ""  # no proof it ran: no speed to credit
-    return f"{verdict(row)}{pace}"
+    if res.aa:
+        return f"{verdict(row)} (stock against stock: no speed claimed)"
+    if per["unscored"] and per["unscored"] not in (aggregates.WRONG, aggregates.FAILED):
+        return f"{verdict(row)} (no speed claimed: {per['unscored']})"
+    if per["speedup"] is None or not per["scored"]:
+        return verdict(row)
+    quick, single = res.quick, variation.why_not(res)
+    how = "".join((f", 1/{requests_divisor(quick)} of the requests, one throughput repeat" if quick else "",
+                   "; one engine process a side: not significant" if single else ""))
+    return f"{verdict(row)} at {per['speedup']:.3g}x the stock speed (blend{how})"
 
 
 def verdict(row: dict) -> str:

@@ -59,11 +59,13 @@ def test_outcomes_and_coverage():
     assert stock["outcome"] == "correct" and stock["covered"] is False and not stock["scored"]
     part = agg.per_scenario(_row("a", tp={"b": 1.1}, status="NOT_EXERCISED",
                                  slots={"rms_norm": "exercised", "silu_and_mul": "not exercised", "x": "n/a"}))
-    assert (part["exercised"], part["applicable"], part["covered"], part["scored"]) == (1, 2, True, True)
+    # a kernel that did not run in every layer (or round) it should have: no speedup to claim
+    assert (part["exercised"], part["applicable"], part["covered"], part["scored"]) == (1, 2, True, False)
+    assert part["unscored"] == "not exercised"
 
 
 def test_summarize_categories_overall_and_failures():
-    results = {"candidate": "triton", "aa": False, "scenarios": [
+    results = {"candidate": "triton", "aa": False, "interleave": 3, "scenarios": [
         _row("l1", tp={"b": 4.0}, lat={"b1": 1.0}),                # blend 2
         _row("l2", tp={"b": 1.0}, lat={"b1": 2.0}),                # latency speedup 0.5: blend 0.5^0.5
         _row("v1", tp={"b": 1.0}, lat={"b1": 1.0 / 3.0}),          # blend 3^0.5
@@ -84,6 +86,10 @@ def test_summarize_categories_overall_and_failures():
     assert s["overall"]["coverage"] == pytest.approx(4 / 6)  # l1 l2 v1 v2 exercised a slot; v3 failed, v4 stock
     assert s["overall"]["score"] == pytest.approx(s["overall"]["speedup"] * (4 / 6) * (4 / 6))
     assert s["statuses"] == {"PASSED": 4, "INCORRECT": 1, "TIMEOUT": 1}
+    single = agg.summarize(dict(results, interleave=1), categories=cats)  # one process a side: no score
+    assert single["overall"]["speedup"] == s["overall"]["speedup"] and single["overall"]["score"] is None
+    assert "- score (overall x correctness x coverage): **not given**: one engine process per side" in agg.markdown(
+        single)
 
 
 def test_category_lookup_from_catalog_and_fallback():
@@ -97,13 +103,13 @@ def test_category_lookup_from_catalog_and_fallback():
 def test_aa_run_leaves_coverage_out():
     row = _row("a", tp={"b": 0.9})
     del row["evidence"]
-    s = agg.summarize({"aa": True, "scenarios": [row]}, categories={"a": "X"})
+    s = agg.summarize({"aa": True, "interleave": 3, "scenarios": [row]}, categories={"a": "X"})
     assert s["scenarios"][0]["covered"] is None and s["scenarios"][0]["scored"]
     assert s["overall"]["coverage"] is None and s["overall"]["score"] == pytest.approx(0.9)
 
 
 def test_nothing_scored_gives_no_score():
-    s = agg.summarize({"scenarios": [_row("a", tp={"b": 2.0}, status="INCORRECT", passed=False)]},
+    s = agg.summarize({"interleave": 3, "scenarios": [_row("a", tp={"b": 2.0}, status="INCORRECT", passed=False)]},
                       categories={"a": "X"})
     assert s["categories"]["X"]["speedup"] is None
     assert s["overall"]["speedup"] is None and s["overall"]["score"] is None
@@ -147,3 +153,22 @@ def test_a_score_within_the_variation_between_processes_says_so():
     assert "1 workload(s) faster, 1 slower, of 2 scored" in agg.markdown(s)
     single = agg.summarize({"interleave": 1, "scenarios": [steady]}, categories={"a": "X"})
     assert single["significance"] is None and "no significant change" not in agg.markdown(single)
+
+
+def test_rows_that_ran_no_kernel_of_the_plugins_own_have_no_speedup_to_claim():
+    """A plugin that does nothing must never read as a speedup (audit, session 53)."""
+    own = _row("a", tp={"w": 1.05})
+    own["evidence"]["slots"]["rms_norm"]["engine_own"] = True  # passthrough: the engine's own kernel handed back
+    mixed = _row("b", tp={"w": 1.05}, slots={"rms_norm": "exercised", "silu_and_mul": "exercised"})
+    mixed["evidence"]["slots"]["rms_norm"]["engine_own"] = True
+    bare = _row("c", tp={"w": 1.05})
+    del bare["evidence"]  # a candidate row without kernel evidence (only an A/A run has none)
+    zero = _row("d", tp={"w": 1.05, "x": 0.0})  # a workload that served nothing
+    na = _row("e", tp={"w": 1.05}, status="NOT_APPLICABLE", slots={"rms_norm": "n/a"})
+    rows = {r["scenario"]: agg.per_scenario(r) for r in (own, mixed, bare, zero, na)}
+    assert rows["a"]["unscored"] == "the engine's own kernels" and rows["b"]["scored"]
+    assert rows["c"]["unscored"] == "no kernel evidence" and agg.per_scenario(bare, aa=True)["scored"]
+    assert rows["d"]["unscored"] == "no finite speedup on every workload"
+    assert rows["e"]["unscored"] == "not applicable"
+    md = agg.markdown(agg.summarize({"interleave": 3, "scenarios": [own]}, categories={"a": "X"}))
+    assert "| no (the engine's own kernels) |" in md and "- score (overall x correctness x coverage): -" in md

@@ -367,3 +367,20 @@ def test_runs_warmed_up_otherwise_are_warned_of():
     assert compare.compare(base, head)["warnings"] == []
     head["warmup_share"] = 0.25
     assert compare.compare(base, head)["warnings"] == ["warmup_share differs: BASE None, HEAD 0.25"]
+
+
+def test_an_aa_of_one_process_a_side_gives_no_noise_floor():
+    """Its spread is the repeats inside one process: a floor from it would judge a single pair (audit, s53)."""
+    aa = results(row(), aa=True, interleave=1)
+    with pytest.raises(compare.CompareError, match="one engine process per side"):
+        compare.noise_floor_from_aa(aa, "aa.json")
+    assert compare.noise_floor_from_aa(results(row(), aa=True), "aa.json")["value"] is not None
+
+
+def test_a_head_that_ran_no_kernel_of_its_plugin_is_never_faster():
+    """HEAD ran the stock model (every slot n/a): a faster delta is noise (audit, s53)."""
+    head = results(row(tput=1.2, lat=0.8, status="NOT_APPLICABLE", slots={"rms_norm": ("n/a", 0)}))
+    cmp = compare.compare(results(row()), head)
+    assert cmp["summary"]["faster"] == 0 and all(p["verdict"] == "no change" for p in cmp["perf"])
+    assert any("exercised no kernel of its plugin" in n for n in cmp["scenarios"][0]["notes"])
+    assert compare.compare(results(row()), results(row(tput=1.2, lat=0.8)))["summary"]["faster"] == 2

@@ -24,6 +24,28 @@ def test_eager_counts_decide():
     assert ev["workers"] == [{"pid": 10, "plugins_loaded": True}]
 
 
+def test_in_eager_mode_a_device_profile_needs_the_declared_names_launched():
+    """A kernel that only wraps the engine's own op is called, yet launches none of its names (audit, s53)."""
+    stock_only = [{"kernels": {"void vllm::rms_norm_kernel<float>": 9}}]
+    ev = evidence.judge(_result({"p:rms_norm": 7, "p:silu_and_mul": 3}, profile=stock_only), [LOAD], "eager")
+    assert ev["slots"]["rms_norm"]["status"] == "not exercised" and "0 launches" in ev["slots"]["rms_norm"]["proof"]
+    assert ev["slots"]["silu_and_mul"]["status"] == "exercised"  # declares no names: its calls
+    ours = [{"kernels": {"my_norm_kernel": 9}}]
+    assert evidence.judge(_result({"p:rms_norm": 7}, profile=ours), [LOAD], "eager")["slots"]["rms_norm"][
+        "status"] == "exercised"
+    cpu = [{"kernels": {}}]  # a profile that saw no device kernel (CPU): the calls decide
+    assert evidence.judge(_result({"p:rms_norm": 7}, profile=cpu), [LOAD], "eager")["slots"]["rms_norm"][
+        "status"] == "exercised"
+
+
+def test_the_engines_own_kernel_handed_back_is_marked_and_says_so():
+    load = {**LOAD, "installed": {**LOAD["installed"], "silu_and_mul": {
+        "plugin": "p", "kernel": "engine:silu_and_mul", "entered": ["SiluAndMul"], "engine_own": True}}}
+    ev = evidence.judge(_result({"p:silu_and_mul": 3}), [load], "eager")["slots"]["silu_and_mul"]
+    assert ev["status"] == "exercised" and ev["engine_own"] is True
+    assert ev["proof"].startswith("the engine's own kernel, handed back by the plugin (no speedup is claimed)")
+
+
 def test_compiled_mode_needs_profiler_names_not_counts():
     profile = [{"kernels": {"void other_kernel": 40}}]
     ev = evidence.judge(_result({"p:rms_norm": 7, "p:silu_and_mul": 3}, {"p:silu_and_mul": 1}, profile),

@@ -129,3 +129,11 @@ def test_a_plugin_that_failed_to_load_in_an_engine_process_is_a_load_error():
     assert ev["load_errors"] == ["pid 10: plugin 'broken' failed to load: RuntimeError: only in the engine"]
     status, why = _verdict(_row(ev), [load], allow_unexercised=True)
     assert status == "LOAD_ERROR" and "only in the engine" in why[0]
+
+
+def test_inductor_generated_names_cannot_prove_a_plugin_kernel():
+    """torch.compile generates triton_poi_fused_* etc. for any model, the stock engine's included (audit, s53)."""
+    names = {"rms_norm": ["triton_poi_fused_0"], "silu_and_mul": ["fk_triton_silu_and_mul_kernel"]}
+    found = {"rms_norm": ["triton_poi_fused_0"], "silu_and_mul": ["fk_triton_silu_and_mul_kernel"]}
+    out = kernel_names.unproven(names, found, set())
+    assert list(out) == ["rms_norm"] and "a name Inductor gives the kernels it generates" in out["rms_norm"][0]

@@ -17,6 +17,18 @@ def test_wrapped_kernel_counts_calls_and_checks_dtype():
     with pytest.raises(TypeError, match="does not support float16"):
         op(x.half(), w.half(), 1e-6)
     assert ops.wrap("unit_test_a", slot, slot.reference, ("float32",)) is op
+    assert probe.calls[ops.op_key("unit_test_a", "rms_norm")] == 2  # a refused call ran nothing of the plugin's
+
+
+def test_a_kernel_that_raised_is_not_counted_as_a_call():
+    def broken(x, w, eps):
+        raise ZeroDivisionError("kernel failed")
+
+    op = ops.wrap("unit_test_raise", SLOTS["rms_norm"], broken, ("float32",))
+    probe.reset_calls()
+    with pytest.raises(ZeroDivisionError):
+        op(torch.randn(2, 8), torch.ones(8), 1e-6)
+    assert probe.calls[ops.op_key("unit_test_raise", "rms_norm")] == 0
 
 
 def test_in_place_slot_mutates_through_the_op():

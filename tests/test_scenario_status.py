@@ -1,6 +1,7 @@
 import json
 
 from fk_adapters import scenario_status
+from fk_adapters.results import RunResults
 
 
 def _write(path, obj):
@@ -61,15 +62,39 @@ def test_a_rate_measured_beside_another_gpu_process_says_so(tmp_path):
 def test_a_plugin_run_gives_its_verdict_with_the_blended_speed(tmp_path):
     perf = {"throughput": {"balanced": {"tokens_per_s": {"baseline": {"median": 1000.0}, "ratio": 0.8}}},
             "latency": {"batch1": {"latency_s": {"ratio": 1.25}}}}
-    row = {"scenario": "s", "status": "PASSED", "baseline": {"status": "ok"}, "perf": perf}
+    row = {"scenario": "s", "status": "PASSED", "baseline": {"status": "ok"}, "perf": perf,
+           "correctness": {"passed": True}, "evidence": {"slots": {"rms_norm": {"status": "exercised", "calls": 9}}}}
     _write(tmp_path / "r" / "results.json", {"engine": "vllm", "created": "2026-01-01", "device": "cuda",
-                                             "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
+                                             "candidate": "triton", "verdict": "PASS", "interleave": 3,
+                                             "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures
     assert figures == ["1e+03 tok/s (balanced) on cuda", "triton: PASSED at 0.8x the stock speed (blend)"]
     _write(tmp_path / "r" / "results.json", {"engine": "vllm", "created": "2026-01-02", "device": "cuda", "quick": 32,
                                              "candidate": "triton", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures
-    assert figures[1] == "triton: PASSED at 0.8x the stock speed (blend, 1/32 of the requests, one throughput repeat)"
+    assert figures[1] == ("triton: PASSED at 0.8x the stock speed (blend, 1/32 of the requests, one throughput "
+                          "repeat; one engine process a side: not significant)")
+
+
+def test_runs_that_ran_no_kernel_of_their_own_claim_no_speed(tmp_path):
+    """A/A runs, the engine's own kernels handed back (passthrough) and disturbed timings: no speed (audit, s53)."""
+    perf = {"throughput": {"balanced": {"tokens_per_s": {"baseline": {"median": 1000.0}, "ratio": 1.05}}}}
+    row = {"scenario": "s", "status": "PASSED", "baseline": {"status": "ok"}, "perf": perf,
+           "correctness": {"passed": True},
+           "evidence": {"slots": {"rms_norm": {"status": "exercised", "calls": 9, "engine_own": True}}}}
+    run = {"engine": "vllm", "created": "2026-01-01", "device": "cuda", "verdict": "PASS", "interleave": 3}
+    _write(tmp_path / "r" / "results.json", dict(run, candidate="passthrough", scenarios=[row]))
+    assert scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures[1] == (
+        "passthrough: PASSED (no speed claimed: the engine's own kernels)")
+    aa = {k: v for k, v in row.items() if k != "evidence"}
+    _write(tmp_path / "r" / "results.json", dict(run, candidate="baseline (A/A)", aa=True, scenarios=[aa]))
+    assert scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures[1] == (
+        "baseline (A/A): PASSED (stock against stock: no speed claimed)")
+    del row["evidence"]["slots"]["rms_norm"]["engine_own"]
+    row["perf"]["disturbed"] = ["round 1 baseline: another process used the GPU (pid 7)"]
+    _write(tmp_path / "r" / "results.json", dict(run, candidate="triton", scenarios=[row]))
+    assert scenario_status.collect([str(tmp_path)])[("s", "vllm")].figures[1] == (
+        "triton: PASSED (no speed claimed: disturbed)")
 
 
 def test_a_verdict_says_whether_a_float32_run_or_the_fixed_thresholds_alone_judged_it():
@@ -127,12 +152,12 @@ def test_a_plugin_none_of_whose_kernels_ran_is_not_shown_as_passed_or_timed(tmp_
                                              "candidate": "wrong", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
     assert figures[1] == "wrong: not exercised: ran the stock model (no layer of the model routes to rms_norm)"
-    row["status"] = "PASSED"
+    row["status"], row["correctness"] = "PASSED", {"passed": True}
     row["evidence"]["slots"]["rms_norm"]["status"] = "exercised"
     _write(tmp_path / "r" / "results.json", {"engine": "transformers", "created": "2026-01-01", "device": "cuda",
                                              "candidate": "wrong", "verdict": "PASS", "scenarios": [row]})
     figures = scenario_status.collect([str(tmp_path)])[("s", "transformers")].figures
-    assert figures[1] == "wrong: PASSED at 1.22x the stock speed (blend)"
+    assert figures[1] == "wrong: PASSED at 1.22x the stock speed (blend; one engine process a side: not significant)"
 
 
 def test_a_not_proven_run_is_not_credited_a_speed():
@@ -141,4 +166,4 @@ def test_a_not_proven_run_is_not_credited_a_speed():
     row = {"scenario": "s", "status": "NOT_PROVEN", "correctness": {"passed": True},
            "evidence": {"slots": {"rms_norm": {"status": "not proven", "calls": 9}}},
            "perf": {"throughput": {"w": {"tokens_per_s": {"ratio": 1.2}}}, "latency": {}}}
-    assert _plugin_figure(row, False) == "NOT_PROVEN"
+    assert _plugin_figure(row, RunResults()) == "NOT_PROVEN (no speed claimed: not proven)"

@@ -18,10 +18,12 @@ def wrap_chosen(chosen: dict, natives: dict) -> dict:
 def engine_own_ops(chosen: dict, natives: dict) -> dict[str, str]:
     """{slot: op key} of the chosen kernels that are the engine's own (``loading.engine_own``): seams may leave their
     calls where the engine's mode runs that op, counted (``calls.on_native_path``)."""
-    from fk_adapters.engines.loading import engine_own
+    from fk_adapters.engines.loading import ENGINE_OWN, engine_own
     from fk_adapters.ops import op_key
 
-    return {slot: op_key(plugin, slot) for slot, (plugin, k) in chosen.items() if engine_own(k, natives, slot)}
+    own = {slot: op_key(plugin, slot) for slot, (plugin, k) in chosen.items() if engine_own(k, natives, slot)}
+    ENGINE_OWN.update(own)
+    return own
 
 
 def enter(chosen: dict, ops_by_slot: dict, hosts, register) -> dict[str, list[str]]:

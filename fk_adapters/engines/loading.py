@@ -26,6 +26,11 @@ def engine_own(kernel: Kernel, natives: dict, slot: str) -> bool:
     return kernel.factory(natives[slot]) is natives[slot]
 
 
+# the slots whose chosen kernel is the engine's own (``install_common.engine_own_ops``), as the install found them:
+# the load record marks them, and no speedup is claimed for them
+ENGINE_OWN: dict[str, str] = {}
+
+
 def capture_slots(engine: str, slots=None) -> list[str]:
     """The catalog slots that enter ``engine`` (of ``slots``, where the process's entries are its own)."""
     from fk_adapters.tasks import SLOTS
@@ -69,8 +74,10 @@ def load_and_install(engine: str, device: str, install, detail: dict, slots=None
         chosen, notes = select_kernels(plugins, engine, device, slots)
         detail["plugins"] = [p.describe() for p in plugins]
         detail["notes"] = notes
-        detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": where}
-                               for (s, (p, k)), where in zip(chosen.items(), install(chosen).values())}
+        entered = install(chosen)
+        detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": where,
+                                   **({"engine_own": True} if s in ENGINE_OWN else {})}
+                               for (s, (p, k)), where in zip(chosen.items(), entered.values())}
     except Exception as exc:
         detail["error"] = f"{type(exc).__name__}: {exc}"
         probe.record_load(engine, detail)

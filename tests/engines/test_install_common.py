@@ -54,3 +54,18 @@ def test_only_a_kernel_that_is_the_engines_own_native_counts_as_engine_own(monke
     assert not engine_own(own, {}, "rms_norm")
     monkeypatch.setenv("FK_CAPTURE", "1")  # the recorder's op must see every call
     assert not engine_own(own, natives, "rms_norm")
+
+
+def test_the_engines_own_kernels_are_marked_for_the_load_record(monkeypatch):
+    from fk_adapters.engines import loading
+    from fk_adapters.kernel import Kernel
+
+    def native(x):
+        return x
+
+    monkeypatch.setattr(loading, "ENGINE_OWN", {})
+    chosen = {"rms_norm": ("pass", Kernel(slot="rms_norm", factory=lambda n: n, name="engine:rms_norm",
+                                          devices=("cpu",))),
+              "silu_and_mul": ("mine", Kernel(slot="silu_and_mul", fn=native, name="mine", devices=("cpu",)))}
+    own = install_common.engine_own_ops(chosen, {"rms_norm": native, "silu_and_mul": native})
+    assert own == {"rms_norm": "pass:rms_norm"} and loading.ENGINE_OWN == own

@@ -331,6 +331,7 @@ def install(model, chosen: dict) -> dict[str, list[str]]:
     modules) enters nothing: [] (the runner reports it n/a)."""
     hosted = {s: v for s, v in chosen.items() if s in NATIVES}
     ops = install_common.wrap_chosen(hosted, NATIVES)
+    install_common.engine_own_ops(hosted, NATIVES)  # marked in the load record: no speedup is claimed for them
     entered = route(model, {s: op for s, op in ops.items() if s not in (*recurrent.SLOTS, attention.SLOT)})
     entered |= recurrent.route(model, {s: op for s, op in ops.items() if s in recurrent.SLOTS})
     if attention.SLOT in ops:

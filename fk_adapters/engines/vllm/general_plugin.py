@@ -49,7 +49,10 @@ def _hook_forks() -> None:
 
 def _in_fork() -> None:
     """A forked process: vLLM does not run plugins there. It inherits the kernels of a process that installed them
-    (recorded as loaded too); a fork of a front end installs them itself."""
+    (recorded as loaded too); a fork of a front end installs them itself. Either counts only its own calls."""
+    from fk_adapters import probe
+
+    probe.forget_parents_calls()
     if _loaded_in is not None:
         _record_inherited()
     elif _front_end is not None:

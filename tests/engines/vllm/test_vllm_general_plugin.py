@@ -36,9 +36,12 @@ def test_fks_driver_installs_nothing_and_the_engine_core_it_forks_installs(plugi
     pid["now"] = 101  # the forked engine core
     gp._in_fork()
     assert seen[-1] == ("install", 101, gp.FORK_OF_FRONT_END)
-    pid["now"] = 102  # a worker the engine core forks inherits its kernels
+    pid["now"] = 102  # a worker the engine core forks inherits its kernels, not the calls they made there
+    from fk_adapters import probe
+
+    probe.calls["p:rms_norm"] += 3
     gp._in_fork()
-    assert seen[-1] == ("inherited", 102)
+    assert seen[-1] == ("inherited", 102) and probe.calls["p:rms_norm"] == 0
 
 
 def test_a_process_vllm_starts_fresh_installs_at_its_plugin_call(plugin):
