@@ -130,6 +130,8 @@ def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
     ran = [e for e in ev.values() if e.get("status") == E.EXERCISED]
     if ran and all(e.get("engine_own") for e in ran):
         return "the engine's own kernels"
+    if ran and all(e.get("engine_own") or e.get("kernel_library") for e in ran):
+        return "a library's kernels, not the plugin's"
     values = [*agg["throughput"].values(), *agg["latency"].values()]
     if agg["speedup"] is None or not all(_finite(v) for v in values):
         return "no finite speedup on every workload"

@@ -138,6 +138,24 @@ def _ran_how(ev: dict, mode: str, names, profile) -> tuple[str, str]:
     return _ran(ev["calls"] > 0), f"op run {ev['calls']}x (capture/eager), {how}"
 
 
+def _own_inside(ev: dict) -> None:
+    """Mark an exercised slot whose kernel is the engine's own: handed back by the plugin, or run inside every one of
+    its calls (a wrapper around the native its factory was given); a kernel that did so in some calls (a fallback)
+    says how many."""
+    inside, calls = ev.get("native_inside", 0), ev["calls"]
+    if ev.get("kernel_library"):
+        ev["proof"] = (f"{ev['kernel_library']}'s kernels, which the plugin requires rather than ships (no speedup is "
+                       "claimed for the plugin): " + ev["proof"])
+    if ev.get("engine_own"):
+        ev["proof"] = "the engine's own kernel, handed back by the plugin (no speedup is claimed): " + ev["proof"]
+    elif inside and inside >= calls:
+        ev["engine_own"] = True
+        ev["proof"] = (f"the engine's own op ran inside every call of the plugin's kernel ({inside} of {calls}: the "
+                       "native its factory was given; no speedup is claimed): " + ev["proof"])
+    elif inside:
+        ev["proof"] += f"; {inside} of its {calls} calls ran the engine's own op inside (a fallback)"
+
+
 def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
     """Evidence per installed slot for one candidate run; ``mode`` is one of MODES; ``native``: the kernel names
     the stock engine launches (the baseline's profile, ``kernel_names.known_native``)."""
@@ -148,7 +166,8 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
     installed = installed_kernels(loads)
     declared = {s: meta.get((i["plugin"], s), {}) for s, i in installed.items()}
     unproven = kernel_names.unproven({s: d["kernel_names"] for s, d in declared.items() if d.get("kernel_names")},
-                                     {s: d.get("kernel_names_defined", []) for s, d in declared.items()}, native)
+                                     {s: d.get("kernel_names_defined", []) for s, d in declared.items()}, native,
+                                     {s: d.get("kernel_names_in_engine", []) for s, d in declared.items()})
     slots = {}
     for slot, info in installed.items():
         key = op_key(info["plugin"], slot)
@@ -156,9 +175,11 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
         ev = {"plugin": info["plugin"], "kernel": info["kernel"], "entered": info["entered"],
               "layers": _sum(probes, "constructed", slot), "calls": _sum(probes, "calls", key),
               "traced": _sum(probes, "traced", key), "native_path": _sum(probes, "native_path", key),
+              "native_inside": _sum(probes, "native_inside", key),
               "profiler_hits": 0 if slot in unproven else kernel_names.hits(profile, names),
               "profiled": profile is not None, "kernel_names": names,
-              **({"engine_own": True} if info.get("engine_own") else {})}
+              **({"engine_own": True} if info.get("engine_own") else {}),
+              **({"kernel_library": declared[slot]["kernel_library"]} if declared[slot].get("kernel_library") else {})}
         if slot in unproven:
             ev["status"], ev["proof"] = E.NOT_PROVEN, "; ".join(unproven[slot])
         elif ev["layers"] == 0:
@@ -168,8 +189,8 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
                 else "the model built no layer for this slot")
         else:
             ev["status"], ev["proof"] = _ran_how(ev, mode, names, profile)
-        if ev["status"] == E.EXERCISED and ev.get("engine_own"):
-            ev["proof"] = "the engine's own kernel, handed back by the plugin (no speedup is claimed): " + ev["proof"]
+        if ev["status"] == E.EXERCISED:
+            _own_inside(ev)
         if ev["status"] == E.EXERCISED:
             _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names), _by_names(mode, names, profile))
         slots[slot] = ev

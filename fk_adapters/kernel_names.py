@@ -11,6 +11,7 @@ so ``rms_norm_kernel`` cannot match ``fused_add_rms_norm_kernel``.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import mmap
 import pathlib
@@ -20,6 +21,10 @@ from importlib import metadata
 _IDENT = re.compile(r"[A-Za-z0-9_:]+$")
 _LIB_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".cubin", ".fatbin")
 _JIT_DECORATORS = ("jit", "autotune", "heuristics")
+# what a shared library or device binary begins with: ELF (.so, .cubin), PE (.pyd, .dll), Mach-O (32/64-bit, fat),
+# CUDA fatbin: a text file named like one defines nothing
+_BINARY_MAGIC = (b"\x7fELF", b"MZ", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
+                 b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"\x50\xed\x55\xba")
 NATIVE_FILE = pathlib.Path(__file__).with_name("native_kernels.json")
 
 
@@ -66,20 +71,42 @@ def launched(profile: list[dict] | None) -> set[str]:
 
 # ----------------------------------------------------------------------------------- (a) the plugin defines it
 
+def _triton_names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(the module's names for the triton package or its submodules, the decorators it imported from them)."""
+    modules, decorators = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "triton"}
+        elif isinstance(node, ast.ImportFrom):
+            from_triton = (node.module or "").split(".")[0] == "triton"
+            for a in node.names:
+                if a.name == "triton":  # triton itself, re-exported (vLLM: from vllm.triton_utils import triton)
+                    modules.add(a.asname or a.name)
+                elif from_triton:
+                    (decorators if a.name in _JIT_DECORATORS else modules).add(a.asname or a.name)
+    return modules, decorators
+
+
+def _is_triton_decorator(dec: ast.expr, modules: set[str], decorators: set[str]) -> bool:
+    """``@triton.jit``, ``@triton.autotune(...)``, ``@tl_alias.heuristics(...)`` or a bare ``@jit`` imported from
+    triton: not a function of the plugin's own that happens to be called jit."""
+    target = dec.func if isinstance(dec, ast.Call) else dec
+    if isinstance(target, ast.Attribute):
+        base = target.value
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        return target.attr in _JIT_DECORATORS and isinstance(base, ast.Name) and base.id in modules
+    return isinstance(target, ast.Name) and target.id in decorators
+
+
 def _jit_functions(source: str) -> set[str]:
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for dec in node.decorator_list:
-                target = dec.func if isinstance(dec, ast.Call) else dec
-                last = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
-                if last in _JIT_DECORATORS:
-                    out.add(node.name)
-    return out
+    modules, decorators = _triton_names(tree)
+    return {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(_is_triton_decorator(d, modules, decorators) for d in node.decorator_list)}
 
 
 def _in_library(path: pathlib.Path, name: str) -> bool:
@@ -89,7 +116,7 @@ def _in_library(path: pathlib.Path, name: str) -> bool:
                          + rb"(?<![0-9])" + re.escape(str(len(last)).encode() + last))
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return pattern.search(data) is not None
+            return data[:4].startswith(_BINARY_MAGIC) and pattern.search(data) is not None
     except (OSError, ValueError):
         return False
 
@@ -154,6 +181,20 @@ def defined_by_library(dist: metadata.Distribution | None, library: str, names) 
                        names)
 
 
+def jit_in_package(package: str, names) -> list[str]:
+    """The names among ``names`` that the installed package ``package`` (the hosting engine's import name) defines as
+    Triton kernels: a plugin that calls the engine's own Triton code would launch them too."""
+    names = list(names)
+    return _defined_in(list(_package_py_files(package)), names) if names and package else []
+
+
+@functools.lru_cache(maxsize=8)
+def _package_py_files(package: str) -> tuple[pathlib.Path, ...]:
+    dists = metadata.packages_distributions().get(package, [])
+    files = metadata.distribution(dists[0]).files or [] if dists else []
+    return tuple(pathlib.Path(f.locate()) for f in files if f.suffix == ".py")
+
+
 # ----------------------------------------------------------------------------------- (b) the engine launches it
 
 def known_native(engine: str, version: str | None) -> set[str]:
@@ -176,11 +217,13 @@ def native_matches(name: str, native: set[str]) -> list[str]:
 INDUCTOR_NAME = re.compile(r"^triton_(poi|red|per|tem)_")
 
 
-def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str]], native: set[str]) -> dict:
+def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str]], native: set[str],
+             in_engine: dict[str, list[str]] | None = None) -> dict:
     """{slot: [why each failing name cannot prove the slot's kernel ran]} for the slots with a failing name.
 
     ``slot_names``: the names each installed slot's kernel declares; ``defined_names``: those its plugin defines;
-    ``native``: the stock engine's own kernel names (full profiler names)."""
+    ``native``: the stock engine's own kernel names (full profiler names); ``in_engine``: those the hosting engine's
+    own package defines as Triton kernels too (``jit_in_package``)."""
     owners: dict[str, list[str]] = {}
     for slot, names in slot_names.items():
         for n in names:
@@ -192,6 +235,9 @@ def unproven(slot_names: dict[str, list[str]], defined_names: dict[str, list[str
             if n not in defined_names.get(slot, []):
                 why.append(f"{n!r} is not defined by the plugin (or a library it requires and names) "
                            "(no @triton.jit function or library symbol of that name)")
+            if n in (in_engine or {}).get(slot, []):
+                why.append(f"{n!r} is a Triton kernel of the engine's own package too (its launches could be the "
+                           "engine's code, called by the plugin)")
             if INDUCTOR_NAME.match(n):
                 why.append(f"{n!r} is a name Inductor gives the kernels it generates (torch.compile launches such "
                            "kernels for the stock engine too)")

@@ -41,12 +41,15 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
         dtype = _DTYPE_NAMES.get(str(args[slot.dtype_arg].dtype), str(args[slot.dtype_arg].dtype))
         if dtype not in allowed:
             raise TypeError(f"fk kernel {key} does not support {dtype} (declared: {sorted(allowed)})")
+        entered = probe.native_entered[key]
         if not record:
             out = fn(*args)
         else:
             record(args)
             with torch.profiler.record_function(scope):  # a profiled capture: the device time inside slot calls
                 out = fn(*args)
+        if probe.native_entered[key] != entered:  # the engine's own op ran inside this call
+            probe.native_inside[key] += 1
         probe.hit(key)  # counted once the kernel returned: a call that raised ran nothing of the plugin's
         return out
 

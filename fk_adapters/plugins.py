@@ -40,11 +40,15 @@ class LoadedPlugin:
     error: str = ""
     source_sha256: str = ""  # of the plugin package's source files: the same code wherever it is installed
     names_defined: dict[str, list[str]] = field(default_factory=dict)  # {slot: declared kernel names it defines}
+    # {slot: declared kernel names the hosting engine's own package defines as Triton kernels too}
+    names_in_engine: dict[str, list[str]] = field(default_factory=dict)
 
     def describe(self) -> dict:
         return {"name": self.name, "dist": self.dist, "version": self.version, "target": self.target,
                 "source_sha256": self.source_sha256, "info": self.info, "error": self.error,
-                "kernels": [dict(k.describe(), kernel_names_defined=self.names_defined.get(k.slot, []))
+                "kernels": [dict(k.describe(), kernel_names_defined=self.names_defined.get(k.slot, []),
+                                 **({"kernel_names_in_engine": self.names_in_engine[k.slot]}
+                                    if self.names_in_engine.get(k.slot) else {}))
                             for k in self.kernels]}
 
 
@@ -101,6 +105,9 @@ def _load_one(ep: metadata.EntryPoint, engine: str, device: str) -> LoadedPlugin
     plugin.names_defined = {k.slot: (kernel_names.defined_by_library(ep.dist, k.kernel_library, k.kernel_names)
                                      if k.kernel_library else kernel_names.defined(ep.module, ep.dist, k.kernel_names))
                             for k in kernels if k.kernel_names}
+    own = [k for k in kernels if k.kernel_names and not k.kernel_library]
+    in_engine = set(kernel_names.jit_in_package(engine, [n for k in own for n in k.kernel_names]))
+    plugin.names_in_engine = {k.slot: [n for n in k.kernel_names if n in in_engine] for k in own}
     return plugin
 
 

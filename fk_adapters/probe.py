@@ -23,6 +23,8 @@ not_routed: Counter = Counter()  # {what stayed on the engine's stock path (why)
 stock_layers: Counter = Counter()  # {slot: layers built for it that can never route to a plugin}
 traced: Counter = Counter()
 native_path: Counter = Counter()  # {op key: engine-own calls left on the engine's own compiled path}
+native_entered: Counter = Counter()  # {op key: calls of the engine's own op through the native its factory was given}
+native_inside: Counter = Counter()  # {op key: plugin calls during which that engine op ran (a wrapper or a fallback)}
 signatures: defaultdict[str, Counter] = defaultdict(Counter)  # {slot: {signature key: calls}}, capture mode only
 value_stats: defaultdict[str, dict] = defaultdict(dict)  # {slot: {signature key: {arg: sums}}}, capture mode only
 rank: dict = {}  # {"rank", "world_size"} of this process's tensor-parallel group, where it has one of 2+ ranks
@@ -80,6 +82,8 @@ def set_rank(rank_in_group: int, world_size: int) -> None:
 
 def reset_calls() -> None:
     calls.clear()
+    native_entered.clear()
+    native_inside.clear()
     signatures.clear()
     value_stats.clear()
 
@@ -94,7 +98,8 @@ def forget_parents_calls() -> None:
 def snapshot() -> dict:
     return {"pid": os.getpid(), **rank, "calls": dict(calls), "constructed": dict(constructed),
             "not_routed": dict(not_routed), "stock_layers": dict(stock_layers), "traced": dict(traced),
-            "native_path": dict(native_path), "signatures": {slot: dict(c) for slot, c in signatures.items()},
+            "native_path": dict(native_path), "native_inside": dict(native_inside),
+            "signatures": {slot: dict(c) for slot, c in signatures.items()},
             "value_stats": _value_stats()}
 
 

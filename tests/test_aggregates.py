@@ -170,5 +170,8 @@ def test_rows_that_ran_no_kernel_of_the_plugins_own_have_no_speedup_to_claim():
     assert rows["c"]["unscored"] == "no kernel evidence" and agg.per_scenario(bare, aa=True)["scored"]
     assert rows["d"]["unscored"] == "no finite speedup on every workload"
     assert rows["e"]["unscored"] == "not applicable"
+    lib = _row("f", tp={"w": 1.05})
+    lib["evidence"]["slots"]["rms_norm"]["kernel_library"] = "vllm"  # fk-vllm-moe: vLLM's kernels, required
+    assert agg.per_scenario(lib)["unscored"] == "a library's kernels, not the plugin's"
     md = agg.markdown(agg.summarize({"interleave": 3, "scenarios": [own]}, categories={"a": "X"}))
     assert "| no (the engine's own kernels) |" in md and "- score (overall x correctness x coverage): -" in md

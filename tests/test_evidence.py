@@ -46,6 +46,14 @@ def test_the_engines_own_kernel_handed_back_is_marked_and_says_so():
     assert ev["proof"].startswith("the engine's own kernel, handed back by the plugin (no speedup is claimed)")
 
 
+def test_a_librarys_kernel_is_named_as_the_librarys():
+    load = {**LOAD, "plugins": [{"name": "p", "kernels": [
+        {"slot": "rms_norm", "kernel_names": [], "kernel_library": "vllm"}]}]}
+    ev = evidence.judge(_result({"p:rms_norm": 7}), [load], "eager")["slots"]["rms_norm"]
+    assert ev["status"] == "exercised" and ev["kernel_library"] == "vllm"
+    assert ev["proof"].startswith("vllm's kernels, which the plugin requires rather than ships")
+
+
 def test_compiled_mode_needs_profiler_names_not_counts():
     profile = [{"kernels": {"void other_kernel": 40}}]
     ev = evidence.judge(_result({"p:rms_norm": 7, "p:silu_and_mul": 3}, {"p:silu_and_mul": 1}, profile),

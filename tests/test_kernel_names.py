@@ -137,3 +137,43 @@ def test_inductor_generated_names_cannot_prove_a_plugin_kernel():
     found = {"rms_norm": ["triton_poi_fused_0"], "silu_and_mul": ["fk_triton_silu_and_mul_kernel"]}
     out = kernel_names.unproven(names, found, set())
     assert list(out) == ["rms_norm"] and "a name Inductor gives the kernels it generates" in out["rms_norm"][0]
+
+
+def test_a_name_the_engines_own_package_defines_as_a_triton_kernel_proves_nothing():
+    """A plugin shipping a stub of that name and calling the engine's Triton code would be credited (audit, s53)."""
+    found = kernel_names.jit_in_package("vllm", ["_fwd_kernel", "fk_triton_rms_norm_kernel"])
+    assert found == ["_fwd_kernel"]
+    assert kernel_names.jit_in_package("no_such_package_here", ["_fwd_kernel"]) == []
+    out = kernel_names.unproven({"paged_attention": ["_fwd_kernel"]}, {"paged_attention": ["_fwd_kernel"]}, set(),
+                                {"paged_attention": found})
+    assert "a Triton kernel of the engine's own package too" in out["paged_attention"][0]
+
+
+def test_only_tritons_decorators_and_real_binaries_define_a_name(tmp_path):
+    """A local function called jit, or a text file named like a library, defines nothing (audit, s53)."""
+    src = textwrap.dedent("""
+        import triton as tr
+        from triton import autotune
+        from vllm.triton_utils import triton
+
+        def jit(f):
+            return f
+
+        @jit
+        def fake_kernel():
+            pass
+
+        @tr.jit
+        def real_kernel():
+            pass
+
+        @autotune(configs=[], key=[])
+        @triton.jit
+        def tuned_kernel():
+            pass
+    """)
+    assert kernel_names._jit_functions(src) == {"real_kernel", "tuned_kernel"}
+    (tmp_path / "names.so").write_text("my_norm_kernel\n")
+    assert kernel_names._defined_in([tmp_path / "names.so"], ["my_norm_kernel"]) == []
+    (tmp_path / "lib.so").write_bytes(b"\x7fELF" + b"\0" * 60 + b"my_norm_kernel\0")
+    assert kernel_names._defined_in([tmp_path / "lib.so"], ["my_norm_kernel"]) == ["my_norm_kernel"]

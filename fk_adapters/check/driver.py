@@ -12,7 +12,7 @@ import importlib
 import math
 import sys
 
-from fk_adapters import groups
+from fk_adapters import groups, probe
 from fk_adapters.check import compiled, guards, scales, signature, timing
 from fk_adapters.engines.driver_common import main, phase
 
@@ -193,7 +193,10 @@ def _load(job: dict):
         raise LookupError(f"plugin {job['plugin']} offers no {job['slot']} kernel for {spec.name} on {job['device']}"
                           + (f" ({'; '.join(notes)})" if notes else ""))
     kernel, native = chosen[job["slot"]][1], natives[job["slot"]]
-    return kernel_callable(kernel, natives), native, engine_own(kernel, natives, job["slot"])
+    return (kernel_callable(kernel, natives, ENGINE_OP_KEY), native, engine_own(kernel, natives, job["slot"]))
+
+
+ENGINE_OP_KEY = "fk-check:candidate"  # counts the candidate's calls of the native its factory was given
 
 
 def _compiled_native(job: dict, res: dict):
@@ -229,9 +232,14 @@ def run(job: dict) -> dict:
     for i, w in enumerate(job["signatures"]):
         phase(f"{job['slot']}: shape {i + 1}/{len(job['signatures'])}")
         signature.validate(slot, w["args"])
+        entered = probe.native_entered[ENGINE_OP_KEY]
         row = check_signature(slot, w["args"], cand, eng, job["device"], clock, job.get("config", {}),
                               seed=1000 * i, integrity=integrity, values=w.get("value_stats"), native=native)
         row["calls"] = w.get("calls", 1)
+        inside = probe.native_entered[ENGINE_OP_KEY] - entered
+        if inside and not own:
+            row["flags"] = [f"the candidate ran the engine's own op inside it ({inside} calls of the native its "
+                            "factory was given): what was timed is partly the engine's kernel"]
         if w.get("value_stats"):
             row["value_stats"] = w["value_stats"]
         res["shapes"].append(row)

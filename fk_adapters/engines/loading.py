@@ -6,15 +6,30 @@ routes every slot the engine hosts to the engine's own kernel, and the ops count
 """
 from __future__ import annotations
 
+import functools
+
 from fk_adapters import probe
 from fk_adapters.kernel import DEVICES, DTYPES, ENGINES, Kernel
 
 CAPTURE_PLUGIN = "fk-capture"
 
 
-def kernel_callable(kernel: Kernel, natives: dict):
-    """The plain callable for a kernel: its fn, or its factory applied to the engine's own kernel."""
-    return kernel.fn if kernel.fn is not None else kernel.factory(natives[kernel.slot])
+def kernel_callable(kernel: Kernel, natives: dict, key: str = ""):
+    """The plain callable for a kernel: its fn, or its factory applied to the engine's own kernel (with ``key``, an
+    op key: counted in ``probe.native_entered`` each time the plugin's kernel calls it)."""
+    if kernel.fn is not None:
+        return kernel.fn
+    native = natives[kernel.slot]
+    return kernel.factory(_counted(native, key) if key else native)
+
+
+def _counted(native, key: str):
+    @functools.wraps(native)
+    def engine_op(*args, **kwargs):
+        probe.native_entered[key] += 1
+        return native(*args, **kwargs)
+
+    return engine_op
 
 
 def engine_own(kernel: Kernel, natives: dict, slot: str) -> bool:

@@ -156,6 +156,20 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
     assert not any(s["engine_own"] for s in res["slots"])
 
 
+@pytest.mark.engine
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_fk_check_flags_a_candidate_that_runs_the_engines_own_op_inside(tmp_path):
+    """fk-slow: vLLM's own kernel, then a delay. What is timed is the engine's kernel: flagged (audit, s53)."""
+    wl = _workload(tmp_path, slots=("rms_norm",))
+    p = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--device", "cpu",
+                        "--plugins", "slow", "--workload", wl, "--rounds", "1", "--warmup", "1", "--repeats", "3",
+                        "--max-shapes", "1", "--out", "out"],
+                       capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=600)
+    (row,) = json.loads((tmp_path / "out" / "results.json").read_text())["slots"]
+    assert row["status"] == "PASSED" and not row["engine_own"], p.stdout[-3000:]
+    assert any("ran the engine's own op inside it" in f for r in row["shapes"] for f in r["flags"]), row["shapes"]
+
+
 def _norm_sig(*tensors):
     return [{"shape": list(shape), "dtype": "float32", "stride": [shape[-1], 1] if len(shape) == 2 else [1]}
             for shape in tensors] + [{"value": 1e-5}]

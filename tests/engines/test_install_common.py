@@ -69,3 +69,41 @@ def test_the_engines_own_kernels_are_marked_for_the_load_record(monkeypatch):
               "silu_and_mul": ("mine", Kernel(slot="silu_and_mul", fn=native, name="mine", devices=("cpu",)))}
     own = install_common.engine_own_ops(chosen, {"rms_norm": native, "silu_and_mul": native})
     assert own == {"rms_norm": "pass:rms_norm"} and loading.ENGINE_OWN == own
+
+
+def test_a_kernel_that_runs_the_engines_op_inside_is_counted_per_call():
+    """A factory's kernel that only wraps the native it was given (or falls back to it) is seen (audit, s53)."""
+    import torch
+
+    from fk_adapters import evidence, probe
+    from fk_adapters.kernel import Kernel
+    from fk_adapters.tasks import SLOTS
+
+    def native(x, w, eps):
+        return SLOTS["rms_norm"].reference(x, w, eps)
+
+    def fallback(n):
+        return lambda x, w, eps: n(x, w, eps) if x.shape[0] > 2 else SLOTS["rms_norm"].reference(x, w, eps)
+
+    chosen = {"rms_norm": ("audit_wrap", Kernel(slot="rms_norm", factory=lambda n: (lambda *a: n(*a)), name="w",
+                                                devices=("cpu",)))}
+    op = install_common.wrap_chosen(chosen, {"rms_norm": native})["rms_norm"]
+    probe.reset_calls()
+    x, w = torch.randn(4, 8), torch.ones(8)
+    op(x, w, 1e-6), op(x, w, 1e-6)
+    assert probe.native_inside["audit_wrap:rms_norm"] == 2 and probe.calls["audit_wrap:rms_norm"] == 2
+    load = {"pid": 1, "installed": {"rms_norm": {"plugin": "audit_wrap", "kernel": "w", "entered": ["RMSNorm"]}},
+            "plugins": [{"name": "audit_wrap", "kernels": [{"slot": "rms_norm", "kernel_names": []}]}]}
+    res = {"probe": [dict(probe.snapshot(), constructed={"rms_norm": 1})], "profile": None}
+    ev = evidence.judge(res, [load], "eager")["slots"]["rms_norm"]
+    assert ev["engine_own"] is True and ev["proof"].startswith("the engine's own op ran inside every call")
+
+    part = install_common.wrap_chosen({"rms_norm": ("audit_fallback", Kernel(
+        slot="rms_norm", factory=fallback, name="f", devices=("cpu",)))}, {"rms_norm": native})["rms_norm"]
+    part(x, w, 1e-6), part(x[:2], w, 1e-6)
+    assert probe.native_inside["audit_fallback:rms_norm"] == 1 and probe.calls["audit_fallback:rms_norm"] == 2
+    load["installed"]["rms_norm"]["plugin"] = load["plugins"][0]["name"] = "audit_fallback"
+    res = {"probe": [dict(probe.snapshot(), constructed={"rms_norm": 1})], "profile": None}
+    ev = evidence.judge(res, [load], "eager")["slots"]["rms_norm"]
+    assert "engine_own" not in ev
+    assert ev["proof"].endswith("1 of its 2 calls ran the engine's own op inside (a fallback)")
