@@ -247,7 +247,7 @@ def markdown(summary: dict) -> str:
              f"{k[FAILED]} failed of {k['scenarios']})",
              f"- coverage: {pct(o['coverage'])}" + (" (A/A: not applicable)" if summary["aa"] else ""),
              "- score (overall x correctness x coverage): "
-             + (f"**not given**: {summary['not_significant']}" if summary.get("not_significant") else _x(o["score"]))]
+             + ("**not given** (not significant: next line)" if summary.get("not_significant") else _x(o["score"]))]
     if summary.get("not_significant"):
         lines += [f"- **not significant**: {summary['not_significant']}; these geomeans describe this one pair of "
                   "processes only, not a speedup"]

@@ -88,8 +88,9 @@ def test_summarize_categories_overall_and_failures():
     assert s["statuses"] == {"PASSED": 4, "INCORRECT": 1, "TIMEOUT": 1}
     single = agg.summarize(dict(results, interleave=1), categories=cats)  # one process a side: no score
     assert single["overall"]["speedup"] == s["overall"]["speedup"] and single["overall"]["score"] is None
-    assert "- score (overall x correctness x coverage): **not given**: one engine process per side" in agg.markdown(
-        single)
+    md = agg.markdown(single)
+    assert "- score (overall x correctness x coverage): **not given** (not significant: next line)" in md
+    assert "- **not significant**: one engine process per side" in md
 
 
 def test_category_lookup_from_catalog_and_fallback():
