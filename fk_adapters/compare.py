@@ -146,14 +146,31 @@ def _n(r: dict) -> int:
     return min((r.get("baseline") or {}).get("n", 0) or 0, (r.get("candidate") or {}).get("n", 0) or 0)
 
 
+def _measured(r: dict) -> bool:
+    """A ratio that can be compared: finite and positive, as is every value it holds (a side that timed 0 s or
+    served nothing gives no ratio to call faster or slower)."""
+    if not r or not _positive(r.get("ratio")):
+        return False
+    return all(_positive(v) for side in ("baseline", "candidate") for v in (r.get(side) or {}).get("values") or [])
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < math.inf
+
+
 def side_interval(r: dict, seed: int = 0) -> dict | None:
     """One file's candidate/baseline ratio with its interval: bootstrap of the per-repeat values when the file has
-    them, else the range of the repeat-by-repeat ratios. None when the file has no ratio there."""
-    if not r or r.get("ratio") is None:
+    them, else the range of the repeat-by-repeat ratios. None when the file has no ratio there, or one that is not
+    finite and positive."""
+    if not _measured(r):
         return None
     bv, cv, paired = _values(r)
-    if bv is not None and paired:
+    if bv is not None and paired and len(bv) >= variation.MIN_ROUNDS:
         return stats.rounds_interval(bv, cv)
+    if bv is not None and paired:  # rounds that timed nothing on a side left too few pairs: their range, no interval
+        ratios = [c / b for b, c in zip(bv, cv) if b]
+        return {"ratio": r["ratio"], "lo": min(ratios, default=r["ratio"]), "hi": max(ratios, default=r["ratio"]),
+                "n": len(ratios), "method": "range", **({"note": stats.NO_INTERVAL} if len(ratios) < 2 else {})}
     if bv is not None:
         out = stats.bootstrap_ratio(bv, cv, paired, n_boot=N_BOOT, conf=CONF, seed=seed)
         out["method"] = "bootstrap"
@@ -177,7 +194,7 @@ def shared_baselines(b_row: dict, h_row: dict) -> bool:
 def delta_interval(b: dict, h: dict, shared: bool = False, seed: int = 0) -> dict | None:
     """HEAD ratio / BASE ratio with its interval (bootstrap when both files have per-repeat values, else range;
     ``shared``: the same baseline processes, ``stats.rounds_delta_interval``)."""
-    if not b or not h or b.get("ratio") is None or h.get("ratio") is None:
+    if not _measured(b) or not _measured(h):
         return None
     bb, bc, bp = _values(b)
     hb, hc, hp = _values(h)
@@ -218,12 +235,12 @@ def noise_floor_from_aa(aa: dict, path: str = "") -> dict:
             iv = side_interval(r)
             if iv is not None and all(math.isfinite(iv[k]) for k in ("lo", "hi")):
                 intervals.append(dict(iv, scenario=row["scenario"], kind=kind, workload=name, metric=metric,
-                                      half_width=stats.half_width(iv)))
+                                      half_width=stats.half_width(iv), pair_reach=pair_reach(r)))
     if not intervals:
         raise CompareError(f"--aa {path} holds no performance ratio to derive a noise floor from"
                            + (f" (left out, another process used the GPU: {', '.join(skipped)})" if skipped else ""))
     out = {"value": stats.noise_floor(intervals), "source": f"A/A results {path}".strip(), "intervals": intervals,
-           "meta": _meta(aa, path)}
+           "pair_reach": max(iv["pair_reach"] for iv in intervals), "meta": _meta(aa, path)}
     if skipped:
         out["disturbed"] = skipped
     return out
@@ -304,13 +321,26 @@ def _scenario(b_row: dict, h_row: dict) -> dict:
                       if (r.get("time_split") or {}).get("timed")}}
 
 
-def margins(floor: dict | None, threshold: float) -> tuple[dict, float]:
+def pair_reach(r: dict) -> float:
+    """How far from 1 the farthest single round of an A/A ratio lies (one process a side): what a run of one pair of
+    processes may read when nothing changed. 0.0 where the ratio has no paired rounds."""
+    bv, cv, paired = _values(r)
+    ratios = [c / b for b, c in zip(bv or [], cv or []) if paired and b and c and b > 0 and c > 0]
+    return max((abs(x - 1.0) for x in ratios), default=0.0)
+
+
+def margins(floor: dict | None, threshold: float, single: bool = False) -> tuple[dict, float]:
     """The margin each delta must clear: max(threshold, the A/A half-width of that same scenario x workload x
-    metric) where the A/A run measured it, else max(threshold, the floor's value: its widest interval)."""
-    default = max(threshold, floor["value"] if floor else 0.0)
+    metric) where the A/A run measured it, else max(threshold, the floor's value: its widest interval). ``single``:
+    BASE or HEAD ran fewer than ``variation.MIN_ROUNDS`` rounds, so its ratio is one pair of processes, which may lie
+    as far off as the A/A's farthest single round (``pair_reach``), not only its interval over rounds."""
+    def reach(d: dict) -> float:
+        return d.get("pair_reach", 0.0) if single else 0.0
+
+    default = max(threshold, floor["value"] if floor else 0.0, reach(floor or {}))
     by = {}
     for iv in (floor or {}).get("intervals") or []:
-        by[(iv["scenario"], iv["kind"], iv["workload"], iv["metric"])] = max(threshold, iv["half_width"])
+        by[(iv["scenario"], iv["kind"], iv["workload"], iv["metric"])] = max(threshold, iv["half_width"], reach(iv))
     return by, default
 
 
@@ -446,8 +476,9 @@ def compare(base, head, threshold: float = 0.02, noise_floor: float | dict | Non
     if not threshold <= max_margin < 1:
         raise CompareError(f"max margin {max_margin} is not a fraction in [threshold {threshold}, 1)")
     floor = _floor(noise_floor)
-    by_workload, margin = margins(floor, threshold)
-    judged = floor is not None or (variation.between_processes(base) and variation.between_processes(head))
+    rounds = variation.between_processes(base) and variation.between_processes(head)
+    by_workload, margin = margins(floor, threshold, single=not rounds)
+    judged = floor is not None or rounds
     scenarios, perf, uncompared = _compare_rows(base, head, lambda *key: by_workload.get(key, margin), judged,
                                                 max_margin)
     methods = sorted({r["delta"]["method"] for r in perf if r["delta"]})
@@ -456,6 +487,10 @@ def compare(base, head, threshold: float = 0.02, noise_floor: float | dict | Non
     if floor is None:
         limitations.append(f"no noise floor given (--noise-floor or --aa): deltas judged against the threshold "
                            f"({threshold:.1%}) alone")
+    elif not rounds and floor.get("pair_reach"):
+        limitations.append(f"BASE or HEAD ran fewer than {variation.MIN_ROUNDS} interleaved rounds: each delta is "
+                           f"judged against the A/A's farthest single round ({floor['pair_reach']:.1%}), not only its "
+                           "interval over rounds")
     summary = _summary(scenarios, perf)
     problems = [p for s in scenarios for p in s["problems"]]
     problems += [f"{r['scenario']}: {r['kind']} {r['workload']} slower: delta {interval_text(r['delta'])} beyond "

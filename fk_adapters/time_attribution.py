@@ -79,17 +79,17 @@ def _mean_ci(values: list[float]) -> tuple[float, list[float] | None]:
 
 
 def share_interval(rounds: list[dict], of: str) -> list[float] | None:
-    """The 95% t-interval of the share of the rounds' mean ``of`` delta (the timed one, or the profiled runs' own
-    wall-time one) that their kernels name, from the rounds' unexplained parts (``of`` minus the kernels' delta,
-    paired within each round's processes); None under 3 rounds or without a delta to share."""
+    """The 95% t-interval of the share S = mean(kernels' delta) / mean(``of`` delta) (the timed one, or the profiled
+    runs' own wall-time one), a ratio of means: by the delta method, S +- t * sd(kernels - S x of) / sqrt(n) /
+    mean(of), each round's pair of deltas from its own processes; None under 3 rounds or without a delta to share."""
     if len(rounds) < 3 or any(r.get(of) is None for r in rounds):
         return None
     total = statistics.fmean(r[of] for r in rounds)
     if not total:
         return None
-    gaps = [r[of] - r["kernels_delta_us"] for r in rounds]
-    half = stats.t95_half(gaps)
-    return sorted(1 - (statistics.fmean(gaps) + d) / total for d in (half, -half))
+    share = statistics.fmean(r["kernels_delta_us"] for r in rounds) / total
+    half = stats.t95_half([r["kernels_delta_us"] - share * r[of] for r in rounds]) / abs(total)
+    return [share - half, share + half]
 
 
 def timed_lines(t: dict) -> list[str]:

@@ -384,3 +384,40 @@ def test_a_head_that_ran_no_kernel_of_its_plugin_is_never_faster():
     assert cmp["summary"]["faster"] == 0 and all(p["verdict"] == "no change" for p in cmp["perf"])
     assert any("exercised no kernel of its plugin" in n for n in cmp["scenarios"][0]["notes"])
     assert compare.compare(results(row()), results(row(tput=1.2, lat=0.8)))["summary"]["faster"] == 2
+
+
+def test_a_single_pair_is_held_to_the_aas_farthest_round_not_its_mean_interval():
+    """10 A/A rounds whose process pairs sit at 1.051 / 0.951: their interval over rounds is narrow, yet one pair of
+    processes reads 5% off when nothing changed. A HEAD of one process a side at +6% (repeats inside the process
+    only) must not be called faster against the narrow floor (audit, s53)."""
+    def aa_row():
+        r = row("s1")
+        base = [100.0] * 10
+        cand = [105.1 if i % 2 else 95.1 for i in range(10)]
+        r["perf"] = {"throughput": {"balanced": {"tokens_per_s": perf_entry(base, cand)}}, "latency": {}}
+        del r["evidence"]
+        return r
+
+    aa = results(aa_row(), aa=True, interleave=10)
+    floor = compare.noise_floor_from_aa(aa, "aa.json")
+    assert floor["value"] < 0.05 and floor["pair_reach"] == pytest.approx(0.051)
+    head = row("s1")
+    head["perf"] = {"throughput": {"balanced": {"tokens_per_s": perf_entry(BASE_TPUT, scaled(BASE_TPUT, 1.06),
+                                                                           values=True)}}, "latency": {}}
+    head["perf"]["throughput"]["balanced"]["tokens_per_s"]["paired"] = False  # one process a side: its repeats
+    base = copy.deepcopy(head)
+    base["perf"]["throughput"]["balanced"]["tokens_per_s"] = perf_entry(BASE_TPUT, BASE_TPUT, values=True)
+    base["perf"]["throughput"]["balanced"]["tokens_per_s"]["paired"] = False
+    cmp = compare.compare(results(base, interleave=1), results(head, interleave=1), noise_floor=floor)
+    (p,) = cmp["perf"]
+    assert p["margin"] == pytest.approx(0.051) and p["verdict"] != "faster", p
+    assert any("farthest single round" in x for x in cmp["limitations"])
+
+
+def test_a_side_that_read_zero_is_not_compared_never_faster():
+    """A candidate latency of 0 s (or a ratio of 0 or inf) has no delta to judge (audit, s53)."""
+    head = row()
+    head["perf"]["latency"]["batch1"]["latency_s"] = perf_entry(BASE_LAT, [0.0] * len(BASE_LAT))
+    cmp = compare.compare(results(row()), results(head), noise_floor=0.05)
+    lat = next(p for p in cmp["perf"] if p["kind"] == "latency")
+    assert lat["verdict"] == "not compared" and cmp["summary"]["faster"] == 0

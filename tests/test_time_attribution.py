@@ -143,3 +143,11 @@ def test_the_kernels_delta_splits_into_device_time_and_the_waits_on_the_host_eac
     one = time_attribution.against_timed(pairs[:1], "batch32")
     assert one["device_interval_us"] is None and "moved +0.1 ms (100% of the timed delta)" in "\n".join(
         time_attribution.timed_lines(one))
+
+
+def test_a_share_that_is_the_same_in_every_round_has_no_width():
+    """Kernels naming 90% of every round's delta, whatever its size: the share is 0.9 exactly. The interval is the
+    ratio estimator's (kernels - S x timed), not the unexplained part's over a fixed mean (audit, s53)."""
+    rounds = [{"timed": t, "kernels_delta_us": 0.9 * t} for t in (10.0, 20.0, 30.0)]
+    assert time_attribution.share_interval(rounds, "timed") == pytest.approx([0.9, 0.9])
+    assert time_attribution.share_interval(rounds[:2], "timed") is None

@@ -85,3 +85,14 @@ def test_compare_never_calls_a_passthrough_faster_than_an_aa_of_the_same_machine
         floor = compare.noise_floor_from_aa(copy.deepcopy(aa))
         cmp = compare.compare(aa, head, noise_floor=floor)
         assert cmp["summary"]["faster"] == 0, (seed, cmp["perf"][0]["delta"])
+
+
+def test_a_workload_with_too_few_pairs_or_a_zero_gets_no_interval():
+    """The run ran 3 rounds, but a round that timed nothing on a side left 2 pairs; a 0 is no ratio (audit, s53)."""
+    run = {"interleave": 3, "scenarios": []}
+    two = {"ratio": 1.1, "baseline": {"values": [100.0, 101.0]}, "candidate": {"values": [110.0, 111.0]}}
+    assert variation.interval(two, run) is None
+    zero = {"ratio": 1.1, "baseline": {"values": [100.0, 101.0, 99.0]}, "candidate": {"values": [110.0, 0.0, 109.0]}}
+    assert variation.interval(zero, run) is None
+    three = {"ratio": 1.1, "baseline": {"values": [100.0, 101.0, 99.0]}, "candidate": {"values": [110.0, 111.0, 109.0]}}
+    assert variation.interval(three, run)["n"] == 3

@@ -49,13 +49,14 @@ S, E = ScenarioStatus, SlotEvidence
 
 
 ORDER = "A B, B A, A B, ... (each side first in alternate rounds)"
-# --with-aa: a second stock process (A') in every round. The three rotate, then rotate the other way: after 3 rounds
-# each has held each place once; after 5, each pair has run in either order 3:2 (as A B, B A, ... does); after 6,
-# every order once. (A plain rotation would run B before A' in 4 rounds of 5.)
-ORDER_WITH_AA = "A B A', B A' A, A' A B, A A' B, B A A', A' B A, ... (every place and every pair's order in turn)"
-_WITH_AA_ROUNDS = (("baseline", "candidate", AA_PARTNER), ("candidate", AA_PARTNER, "baseline"),
-                   (AA_PARTNER, "baseline", "candidate"), ("baseline", AA_PARTNER, "candidate"),
-                   ("candidate", "baseline", AA_PARTNER), (AA_PARTNER, "candidate", "baseline"))
+# --with-aa: a second stock process (A') in every round. Each even round runs the one before it backwards, so after
+# every even number of rounds each pair has run in either order equally often (as A B, B A, ... does), and after an
+# odd number 1 apart; after 6, every order once. (The rotation used before session 53 ran A before B 3:1 in 4 rounds
+# and 6:4 in 10: a second-process effect then reads as the candidate's.)
+ORDER_WITH_AA = "A B A', A' B A, B A' A, A A' B, A' A B, B A A', ... (each even round the one before it backwards)"
+_WITH_AA_ROUNDS = (("baseline", "candidate", AA_PARTNER), (AA_PARTNER, "candidate", "baseline"),
+                   ("candidate", AA_PARTNER, "baseline"), ("baseline", AA_PARTNER, "candidate"),
+                   (AA_PARTNER, "baseline", "candidate"), ("candidate", "baseline", AA_PARTNER))
 
 
 def _round_order(rnd: int, with_aa: bool = False) -> tuple[str, ...]:

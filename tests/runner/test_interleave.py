@@ -317,12 +317,14 @@ def test_with_aa_each_round_runs_a_second_stock_process_every_place_and_order_in
     fake.speed = 0.97
     row = ab.run_scenario(_cfg(tmp_path, interleave=3, with_aa=True), scenarios.load("tiny-llama"),
                           echo=lambda m: None)
-    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "aa", "candidate-r2", "aa-r2", "baseline-r2",
-                                          "aa-r3", "baseline-r3", "candidate-r3"]
-    orders = ["".join(s[0] for s in ab._round_order(r, True)) for r in range(1, 7)]
-    assert sorted(orders) == sorted({"bca", "bac", "cab", "cba", "abc", "acb"})  # 6 rounds: every order once
-    for first, second in (("b", "c"), ("c", "a"), ("b", "a")):  # 5 rounds: each pair in either order 3:2
-        assert sum(o.index(first) < o.index(second) for o in orders[:5]) in (2, 3)
+    assert [c[0] for c in fake.calls] == ["baseline", "candidate", "aa", "aa-r2", "candidate-r2", "baseline-r2",
+                                          "candidate-r3", "aa-r3", "baseline-r3"]
+    orders = ["".join(s[0] for s in ab._round_order(r, True)) for r in range(1, 13)]
+    assert sorted(orders[:6]) == sorted({"bca", "bac", "cab", "cba", "abc", "acb"})  # 6 rounds: every order once
+    for n in range(2, 13):  # every pair in either order equally often after an even number of rounds, else 1 apart
+        for first, second in (("b", "c"), ("c", "a"), ("b", "a")):
+            ahead = sum(o.index(first) < o.index(second) for o in orders[:n])
+            assert abs(2 * ahead - n) == n % 2, (n, first, second, ahead)
     assert [c[0] for c in fake.calls if not c[1]] == ["aa", "aa-r2", "aa-r3"]  # the partner is never profiled
     assert row["status"] == "PASSED" and row["perf"]["throughput"]["w"]["tokens_per_s"]["ratio"] == pytest.approx(0.97)
     aa = row[ab.AA_PARTNER]
