@@ -114,6 +114,12 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and 0 < v < float("inf")
 
 
+def _engine_own(ev: dict) -> bool:
+    """A slot whose kernel is the engine's own (``evidence``'s mark; in results written before it, the label
+    ``engine:SLOT`` that fk's own plugins give the engine's kernel handed back: fk-passthrough, fk-slow)."""
+    return bool(ev.get("engine_own")) or str(ev.get("kernel", "")).startswith("engine:")
+
+
 def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
     """Why a row has no speedup to claim ('' when it is scored): the candidate was not correct, ran no kernel of its
     own (none exercised, the slots all handed back to the engine's own kernels, or kernels proven in round 1 only),
@@ -128,9 +134,9 @@ def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
     if agg["covered"] is False:
         return "no kernel of the plugin ran"
     ran = [e for e in ev.values() if e.get("status") == E.EXERCISED]
-    if ran and all(e.get("engine_own") for e in ran):
+    if ran and all(_engine_own(e) for e in ran):
         return "the engine's own kernels"
-    if ran and all(e.get("engine_own") or e.get("kernel_library") for e in ran):
+    if ran and all(_engine_own(e) or e.get("kernel_library") for e in ran):
         return "a library's kernels, not the plugin's"
     values = [*agg["throughput"].values(), *agg["latency"].values()]
     if agg["speedup"] is None or not all(_finite(v) for v in values):

@@ -160,6 +160,9 @@ def test_rows_that_ran_no_kernel_of_the_plugins_own_have_no_speedup_to_claim():
     """A plugin that does nothing must never read as a speedup (audit, session 53)."""
     own = _row("a", tp={"w": 1.05})
     own["evidence"]["slots"]["rms_norm"]["engine_own"] = True  # passthrough: the engine's own kernel handed back
+    legacy = _row("g", tp={"w": 1.05})
+    legacy["evidence"]["slots"]["rms_norm"]["kernel"] = "engine:rms_norm"  # a passthrough row written before the mark
+    assert agg.per_scenario(legacy)["unscored"] == "the engine's own kernels"
     mixed = _row("b", tp={"w": 1.05}, slots={"rms_norm": "exercised", "silu_and_mul": "exercised"})
     mixed["evidence"]["slots"]["rms_norm"]["engine_own"] = True
     bare = _row("c", tp={"w": 1.05})
