@@ -89,10 +89,11 @@ def load_and_install(engine: str, device: str, install, detail: dict, slots=None
         chosen, notes = select_kernels(plugins, engine, device, slots)
         detail["plugins"] = [p.describe() for p in plugins]
         detail["notes"] = notes
+        ENGINE_OWN.clear()  # this install's (a process may install for more than one host)
         entered = install(chosen)
-        detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": where,
-                                   **({"engine_own": True} if s in ENGINE_OWN else {})}
+        detail["installed"] = {s: {"plugin": p, "kernel": k.label, "entered": where}
                                for (s, (p, k)), where in zip(chosen.items(), entered.values())}
+        _mark_engine_own(detail)
     except Exception as exc:
         detail["error"] = f"{type(exc).__name__}: {exc}"
         probe.record_load(engine, detail)
@@ -113,4 +114,15 @@ def entered_later(engine: str, name: str, where: str) -> None:
         return
     for entry in detail.get("installed", {}).values():
         entry["entered"] = [where if w == name else w for w in entry["entered"]]
+    _mark_engine_own(detail)  # a host entered later (SGLang's diffusers fallback) finds its natives then
     probe.record_load(engine, detail)
+
+
+def _mark_engine_own(detail: dict) -> None:
+    """Mark each installed slot whose chosen kernel an install found to be the engine's own (``ENGINE_OWN``: {slot:
+    the op key of the plugin's kernel})."""
+    from fk_adapters.ops import op_key
+
+    for slot, entry in detail.get("installed", {}).items():
+        if ENGINE_OWN.get(slot) == op_key(entry["plugin"], slot):
+            entry["engine_own"] = True

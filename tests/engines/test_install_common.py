@@ -107,3 +107,27 @@ def test_a_kernel_that_runs_the_engines_op_inside_is_counted_per_call():
     ev = evidence.judge(res, [load], "eager")["slots"]["rms_norm"]
     assert "engine_own" not in ev
     assert ev["proof"].endswith("1 of its 2 calls ran the engine's own op inside (a fallback)")
+
+
+def test_an_earlier_install_in_the_process_marks_nothing_of_this_one(monkeypatch, tmp_path):
+    """ENGINE_OWN is one install's: a slot another host marked before must not mark this plugin's (CI, s53)."""
+    from fk_adapters.engines import loading
+    from fk_adapters.kernel import Kernel
+    from fk_adapters.plugins import LoadedPlugin
+
+    def native(x):
+        return x
+
+    mine = Kernel(slot="rms_norm", fn=native, name="mine", devices=("cpu",))
+    monkeypatch.setenv("FK_RUN_DIR", str(tmp_path))
+    monkeypatch.setattr("fk_adapters.plugins.load_plugins", lambda *a, **k: [LoadedPlugin(name="p", kernels=[mine])])
+    monkeypatch.setattr(loading, "ENGINE_OWN", {"rms_norm": "p:rms_norm"})  # left by an earlier install
+    detail = loading.load_and_install("vllm", "cpu", lambda chosen: {s: ["RMSNorm"] for s in chosen}, {})
+    assert detail["installed"]["rms_norm"] == {"plugin": "p", "kernel": "mine", "entered": ["RMSNorm"]}
+
+    def own_install(chosen):
+        install_common.engine_own_ops({"rms_norm": ("p", Kernel(slot="rms_norm", factory=lambda n: n, name="own",
+                                                                 devices=("cpu",)))}, {"rms_norm": native})
+        return {s: ["RMSNorm"] for s in chosen}
+
+    assert loading.load_and_install("vllm", "cpu", own_install, {})["installed"]["rms_norm"]["engine_own"] is True
