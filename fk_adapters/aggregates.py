@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from fk_adapters import scenarios, variation
+from fk_adapters import scenarios, stats, variation
 from fk_adapters.check.runner import weighted_geomean
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.metrics import THROUGHPUT_KEYS
@@ -110,10 +110,6 @@ def outcome(row: dict) -> str:
     return CORRECT
 
 
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and 0 < v < float("inf")
-
-
 def _engine_own(ev: dict) -> bool:
     """A slot whose kernel is the engine's own (``evidence``'s mark; in results written before it, the label
     ``engine:SLOT`` that fk's own plugins give the engine's kernel handed back: fk-passthrough, fk-slow)."""
@@ -139,7 +135,7 @@ def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
     if ran and all(_engine_own(e) or e.get("kernel_library") for e in ran):
         return "a library's kernels, not the plugin's"
     values = [*agg["throughput"].values(), *agg["latency"].values()]
-    if agg["speedup"] is None or not all(_finite(v) for v in values):
+    if agg["speedup"] is None or not all(stats.positive_finite(v) for v in values):
         return "no finite speedup on every workload"
     return "disturbed" if agg["disturbed"] else ""
 

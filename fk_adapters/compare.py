@@ -149,13 +149,15 @@ def _n(r: dict) -> int:
 def _measured(r: dict) -> bool:
     """A ratio that can be compared: finite and positive, as is every value it holds (a side that timed 0 s or
     served nothing gives no ratio to call faster or slower)."""
-    if not r or not _positive(r.get("ratio")):
+    if not r or not stats.positive_finite(r.get("ratio")):
         return False
-    return all(_positive(v) for side in ("baseline", "candidate") for v in (r.get(side) or {}).get("values") or [])
+    return all(stats.positive_finite(v) for side in ("baseline", "candidate")
+               for v in (r.get(side) or {}).get("values") or [])
 
 
-def _positive(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < math.inf
+def _round_ratios(bv: list | None, cv: list | None) -> list[float]:
+    """Each round's candidate / baseline, over the rounds where both sides measured something."""
+    return [c / b for b, c in zip(bv or [], cv or []) if stats.positive_finite(b) and stats.positive_finite(c)]
 
 
 def side_interval(r: dict, seed: int = 0) -> dict | None:
@@ -168,7 +170,7 @@ def side_interval(r: dict, seed: int = 0) -> dict | None:
     if bv is not None and paired and len(bv) >= variation.MIN_ROUNDS:
         return stats.rounds_interval(bv, cv)
     if bv is not None and paired:  # rounds that timed nothing on a side left too few pairs: their range, no interval
-        ratios = [c / b for b, c in zip(bv, cv) if b]
+        ratios = _round_ratios(bv, cv)
         return {"ratio": r["ratio"], "lo": min(ratios, default=r["ratio"]), "hi": max(ratios, default=r["ratio"]),
                 "n": len(ratios), "method": "range", **({"note": stats.NO_INTERVAL} if len(ratios) < 2 else {})}
     if bv is not None:
@@ -325,8 +327,7 @@ def pair_reach(r: dict) -> float:
     """How far from 1 the farthest single round of an A/A ratio lies (one process a side): what a run of one pair of
     processes may read when nothing changed. 0.0 where the ratio has no paired rounds."""
     bv, cv, paired = _values(r)
-    ratios = [c / b for b, c in zip(bv or [], cv or []) if paired and b and c and b > 0 and c > 0]
-    return max((abs(x - 1.0) for x in ratios), default=0.0)
+    return max((abs(x - 1.0) for x in _round_ratios(bv, cv) if paired), default=0.0)
 
 
 def margins(floor: dict | None, threshold: float, single: bool = False) -> tuple[dict, float]:

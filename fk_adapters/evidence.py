@@ -191,7 +191,6 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
             ev["status"], ev["proof"] = _ran_how(ev, mode, names, profile)
         if ev["status"] == E.EXERCISED:
             _own_inside(ev)
-        if ev["status"] == E.EXERCISED:
             _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names), _by_names(mode, names, profile))
         slots[slot] = ev
     errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]

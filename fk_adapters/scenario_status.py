@@ -103,7 +103,7 @@ def _plugin_figure(row: dict, res: RunResults) -> str:
         return f"{verdict(row)} (stock against stock: no speed claimed)"
     if per["unscored"] and per["unscored"] not in (aggregates.WRONG, aggregates.FAILED):
         return f"{verdict(row)} (no speed claimed: {per['unscored']})"
-    if per["speedup"] is None or not per["scored"]:
+    if not per["scored"]:  # wrong or failed: no speed to claim (one without a speedup is unscored, said above)
         return verdict(row)
     quick, single = res.quick, variation.why_not(res)
     how = "".join((f", 1/{requests_divisor(quick)} of the requests, one throughput repeat" if quick else "",

@@ -185,6 +185,12 @@ def t95(df: int) -> float:
     return _T95[max(k for k in _T95 if k <= df)] if df < 120 else 1.96
 
 
+def positive_finite(x) -> bool:
+    """A measured rate, time or ratio that can stand in a ratio: a number, finite and above 0 (0, infinity, NaN or a
+    bool is no measurement)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < math.inf
+
+
 def t95_half(values: Sequence[float]) -> float:
     """The half-width of the 95% t-interval of the mean of ``values`` (at least 2)."""
     return t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))

@@ -51,6 +51,6 @@ def interval(r: dict, results: dict) -> dict | None:
         return None
     if len(b["values"]) < MIN_ROUNDS:  # a round that timed nothing on a side leaves too few pairs for this workload
         return None
-    if not all(isinstance(v, (int, float)) and 0 < v < float("inf") for v in (*b["values"], *c["values"])):
+    if not all(stats.positive_finite(v) for v in (*b["values"], *c["values"])):
         return None  # a round that read 0 (or no finite value) has no ratio to put in an interval
     return stats.rounds_interval(b["values"], c["values"])

@@ -193,7 +193,7 @@ def _load(job: dict):
         raise LookupError(f"plugin {job['plugin']} offers no {job['slot']} kernel for {spec.name} on {job['device']}"
                           + (f" ({'; '.join(notes)})" if notes else ""))
     kernel, native = chosen[job["slot"]][1], natives[job["slot"]]
-    return (kernel_callable(kernel, natives, ENGINE_OP_KEY), native, engine_own(kernel, natives, job["slot"]))
+    return kernel_callable(kernel, natives, ENGINE_OP_KEY), native, engine_own(kernel, natives, job["slot"])
 
 
 ENGINE_OP_KEY = "fk-check:candidate"  # counts the candidate's calls of the native its factory was given
