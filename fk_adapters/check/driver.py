@@ -238,8 +238,8 @@ def run(job: dict) -> dict:
         row["calls"] = w.get("calls", 1)
         inside = probe.native_entered[ENGINE_OP_KEY] - entered
         if inside and not own:
-            row["flags"] = [f"the candidate ran the engine's own op inside it ({inside} calls of the native its "
-                            "factory was given): what was timed is partly the engine's kernel"]
+            row["flags"].append(f"the candidate ran the engine's own op inside it ({inside} calls of the native its "
+                                "factory was given): what was timed is partly the engine's kernel")
         if w.get("value_stats"):
             row["value_stats"] = w["value_stats"]
         res["shapes"].append(row)
