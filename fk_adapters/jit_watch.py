@@ -5,7 +5,9 @@ kernel compiled by that run's processes (the engine's workers and Inductor's com
 the run's own log. The driver notes the log's length before a timed repeat and reads the kernels added after it. Only
 the run's own processes write there: another engine compiling on the same machine, or a kernel loaded from a cache
 another process filled, is not counted (session 43 found both miscounted by watching the shared cache folders).
-Seen on an H200 (session 42): single timed runs of fk46-mixtral in early engine processes ran 0.8-1.6 s long."""
+Seen on an H200 (session 42): single timed runs of fk46-mixtral in early engine processes ran 0.8-1.6 s long.
+Each config an ``@triton.autotune`` benchmarks is logged too (``autotune:NAME``): a new key benchmarks every config
+even where the binaries came from the cache."""
 from __future__ import annotations
 
 import importlib
@@ -15,6 +17,7 @@ from fk_adapters import engine_runs
 
 RETIME_MAX = 2  # re-runs of one timed repeat during which a kernel was compiled
 LOG_VAR = "FK_TRITON_COMPILE_LOG"
+AUTOTUNE_PREFIX = "autotune:"  # a log line of one config benchmarked, not a compile
 LOG_FILE = "triton_compiles.log"
 MANAGER = "fk_adapters.triton_compile_log:LoggingCacheManager"
 
@@ -77,7 +80,7 @@ def findings(runs: dict) -> list[str]:
         perf = res.get("perf") or {}
         redone, kept = perf.get("retimed") or [], perf.get("compiled_while_timed") or []
         if redone:
-            out.append(f"{where}: {len(redone)} timed run(s) re-run, Triton compiled kernels during them: "
+            out.append(f"{where}: {len(redone)} timed run(s) re-run, Triton compiled or autotuned kernels during them: "
                        + "; ".join(f"{e['workload']} {e['elapsed_s']:.3g} s ({e['compiled']})" for e in redone))
         if kept:
             out.append(f"{where}: still compiling after {RETIME_MAX} re-runs, these timings include it: "

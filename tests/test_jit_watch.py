@@ -48,7 +48,7 @@ def test_findings_name_each_run_that_was_timed_again():
     runs = {"baseline": [{"perf": {}}, {"perf": kept}], "candidate": [{"perf": redone}, {"perf": {}}]}
     assert jit_watch.findings(runs) == [
         "round 2 baseline: still compiling after 2 re-runs, these timings include it: latency batch1 (k x1)",
-        "round 1 candidate: 1 timed run(s) re-run, Triton compiled kernels during them: "
+        "round 1 candidate: 1 timed run(s) re-run, Triton compiled or autotuned kernels during them: "
         "throughput prefill-heavy 5.16 s (fused_moe_kernel x1)"]
     assert jit_watch.findings({"baseline": [{}], "candidate": [{"perf": {}}]}) == []
 
@@ -60,3 +60,31 @@ def test_a_manager_triton_could_not_import_is_switched_off_before_the_engine_sta
     monkeypatch.setitem(sys.modules, "fk_adapters.triton_compile_log", None)  # as where Triton is missing
     assert "not watched" in jit_watch.ready()
     assert "TRITON_CACHE_MANAGER" not in os.environ and "FK_TRITON_COMPILE_LOG" not in os.environ
+
+
+AUTOTUNED = """
+import torch, triton, triton.language as tl
+from fk_adapters import jit_watch
+jit_watch.ready()  # as fk's engine driver does before the engine starts: this installs the autotune watch
+
+@triton.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"],
+                 do_bench=lambda fn, quantiles=None: (fn(), [1.0, 1.0, 1.0])[1])
+@triton.jit
+def fk_tuned_add(x, y, n, B: tl.constexpr):
+    i = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(y + i, tl.load(x + i, mask=i < n) + 1, mask=i < n)
+
+for n in (40, 40, 24):  # the second call at n=40 reuses the tuned config: nothing benchmarked
+    x, y = torch.zeros(n), torch.empty(n)
+    fk_tuned_add[lambda meta: (triton.cdiv(n, meta["B"]),)](x, y, n)
+    assert torch.equal(y, x + 1)
+"""
+
+
+def test_each_config_an_autotune_benchmarks_is_logged(triton_compiles):
+    """A kernel loaded from a warm cache still benchmarks every config at a new key: one-time work a short warm-up can
+    leave inside a timed repeat, which no compile shows."""
+    mark = jit_watch.Since()
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    subprocess.run([sys.executable, "-c", AUTOTUNED], check=True, env=env)
+    assert mark.new() == ["autotune:fk_tuned_add"] * 4  # two configs at n=40, two at n=24

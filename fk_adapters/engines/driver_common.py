@@ -80,9 +80,9 @@ def unfinished_perf():
 
 
 def clean_timing(out: dict, what: str, fn, *args):
-    """``fn(*args)``, run again (up to ``jit_watch.RETIME_MAX`` times) while Triton compiles a kernel during it:
-    one-time work, not serving (``jit_watch``). Each discarded run is listed in ``out["retimed"]``; the result kept is
-    the first with no compile, else the last, then named in ``out["compiled_while_timed"]``; every call is in
+    """``fn(*args)``, run again (up to ``jit_watch.RETIME_MAX`` times) while Triton compiles or autotunes a kernel
+    in it: one-time work, not serving (``jit_watch``). Each discarded run is listed in ``out["retimed"]``; the result
+    kept is the first with no compile, else the last, then named in ``out["compiled_while_timed"]``; every call is in
     ``out["timeline"]``."""
     for attempt in range(jit_watch.RETIME_MAX + 1):
         mark, started, cpu = jit_watch.Since(), time.time(), host_cpu.jiffies()

@@ -105,7 +105,7 @@ def test_the_run_notes_name_timed_repeats_run_again_after_a_triton_compile():
     redone = {"perf": {"retimed": [{"workload": "throughput balanced", "elapsed_s": 4.95,
                                     "compiled": "fused_moe_kernel x1"}]}}
     _, notes = _run_notes(_cfg(device="cuda"), {}, {"baseline": [redone, {}], "candidate": [{}, {}]})
-    assert notes == ["round 1 baseline: 1 timed run(s) re-run, Triton compiled kernels during them: "
+    assert notes == ["round 1 baseline: 1 timed run(s) re-run, Triton compiled or autotuned kernels during them: "
                      "throughput balanced 4.95 s (fused_moe_kernel x1)"]
 
 
