@@ -41,9 +41,15 @@ def engine_own(kernel: Kernel, natives: dict, slot: str) -> bool:
     return kernel.factory(natives[slot]) is natives[slot]
 
 
-# the slots whose chosen kernel is the engine's own (``install_common.engine_own_ops``), as the install found them:
-# the load record marks them, and no speedup is claimed for them
+# the slots whose chosen kernel is the engine's own (``install_common.engine_own_ops``), as this process's install found
+# them: {slot: the op key}. The load record marks them, and no speedup is claimed for them; seams whose routed call
+# would differ from stock's leave their calls on the engine's own code, counted (``calls.on_native_path``)
 ENGINE_OWN: dict[str, str] = {}
+
+
+def own_key(slot: str) -> str:
+    """The op key of ``slot``'s chosen kernel where it is the engine's own (``ENGINE_OWN``), else ''."""
+    return ENGINE_OWN.get(slot, "")
 
 
 def capture_slots(engine: str, slots=None) -> list[str]:

@@ -8,10 +8,6 @@ from dataclasses import dataclass
 from fk_adapters.engines import calls
 
 NOT_SELECTED = ""  # Stock reason: no kernel chosen for this slot (not counted)
-# {slot: op key} of the chosen engine-own kernels (passthrough), set by install: the seams whose routed call would
-# differ from stock's (attention: the slot leaves out what SGLang tunes FA3's call with; all_reduce: the slot is out of
-# place, so the native reduces a copy) leave those calls on SGLang's own code, counted (``calls.on_native_path``)
-ENGINE_OWN: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

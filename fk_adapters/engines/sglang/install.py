@@ -69,8 +69,7 @@ def install(chosen: dict[str, tuple[str, Kernel]], where: tuple[targets.Target, 
     linear_attention.point_runtime()
     guard = targets.ModeGuard(chosen, engine_modes, _capturing)
     wrapped = {s: guard.wrap(s, op) for s, op in install_common.wrap_chosen(chosen, NATIVES).items()}
-    targets.ENGINE_OWN.clear()
-    targets.ENGINE_OWN.update(install_common.engine_own_ops(chosen, NATIVES))
+    install_common.engine_own_ops(chosen, NATIVES)
     counters: dict[str, list] = {}  # constructor path -> the layer counters of the targets counting there
     return install_common.enter(chosen, wrapped, ((t, t.slots) for t in where),
                                 lambda t, mine: _register(hook_registry, t, mine, counters))

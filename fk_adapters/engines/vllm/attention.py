@@ -11,15 +11,10 @@ Imports vLLM: loaded only by ``install`` in an engine process.
 from __future__ import annotations
 
 from fk_adapters import probe
-from fk_adapters.engines import calls
+from fk_adapters.engines import calls, loading
 
 SLOT = "paged_attention"
 OPS: dict = {}  # {SLOT: op}: set by install before the model is built
-# the op key of an engine-own kernel (passthrough), set by install: its calls run the in-tree forward itself, counted,
-# since the slot's interface leaves out what the engine's kernel is tuned with (the batch's longest sequence, FA3's
-# scheduler metadata and split count): through the slot, vLLM's own FlashAttention ran 24% longer (session 32; that
-# cause is read from the code, not measured)
-ENGINE_OWN = [""]
 CHECK = [lambda: None]  # set by install: refuses a kernel not safe for the engine's mode, as each layer is built
 
 
@@ -51,8 +46,11 @@ class _Routed:
             calls.left_stock(SLOT, why)
             return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
                                    output_block_scale)
-        if ENGINE_OWN[0]:
-            calls.on_native_path(ENGINE_OWN[0])
+        # an engine-own kernel (passthrough) runs the in-tree forward itself, counted: the slot's interface leaves
+        # out what the engine's kernel is tuned with (the batch's longest sequence, FA3's scheduler metadata and split
+        # count); through the slot, vLLM's own FlashAttention ran 24% longer (session 32, cause read from the code)
+        if own := loading.own_key(SLOT):
+            calls.on_native_path(own)
             return super().forward(layer, query, key, value, kv_cache, attn_metadata, output)
         md, n = attn_metadata, attn_metadata.num_actual_tokens
         k_cache, v_cache = self._fk_cache(kv_cache)

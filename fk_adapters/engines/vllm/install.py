@@ -117,7 +117,7 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     if entered.get("fused_moe"):
         _count_quantized_moe()
     if "paged_attention" in wrapped:
-        entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen, own)]
+        entered["paged_attention"] = [_register_attention(wrapped["paged_attention"], chosen)]
     if collective.SLOT in wrapped:
         entered[collective.SLOT] = [collective.install(wrapped[collective.SLOT], chosen, engine_modes, log,
                                                          own.get(collective.SLOT, ""))]
@@ -139,7 +139,7 @@ def _count_quantized_moe() -> None:
                                 name=RoutedExperts.__name__)
 
 
-def _register_attention(op, chosen: dict, own: dict) -> str:
+def _register_attention(op, chosen: dict) -> str:
     """The attention backend whose impl calls ``op``: in CPU_ATTN's place on a CPU build (which ignores a selected
     backend), else as CUSTOM, which the candidate's driver selects for full-attention layers."""
     from vllm.platforms import current_platform
@@ -148,7 +148,6 @@ def _register_attention(op, chosen: dict, own: dict) -> str:
     from fk_adapters.engines.vllm import attention
 
     attention.OPS[attention.SLOT] = op
-    attention.ENGINE_OWN[0] = own.get(attention.SLOT, "")
     attention.CHECK[0] = lambda: safety.check({attention.SLOT: chosen[attention.SLOT]}, *engine_modes())
     cpu = current_platform.is_cpu()
     name = "FkCPUAttentionBackend" if cpu else "FkFlashAttentionBackend"

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fk_adapters import probe
+from fk_adapters.engines import loading
 from fk_adapters.engines.sglang import targets
 from fk_adapters.tasks import SLOTS
 from tests.engines.sglang import attention_fakes as fakes
@@ -121,7 +122,7 @@ def test_layers_are_counted_once_at_radix_attention_with_the_backend_and_layer_r
 
 
 def test_an_engine_own_kernel_runs_the_backends_own_forward_counted(monkeypatch):
-    monkeypatch.setitem(targets.ENGINE_OWN, "paged_attention", "passthrough:paged_attention")
+    monkeypatch.setitem(loading.ENGINE_OWN, "paged_attention", "passthrough:paged_attention")
     monkeypatch.setattr(probe, "native_path", probe.native_path.__class__())
     calls = []
     out = _hook("forward_extend", lambda *a: calls.append(a))(_stock, _backend(), torch.randn(3, HQ * D),

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fk_adapters import groups, probe
+from fk_adapters.engines import loading
 from fk_adapters.engines.sglang import collective, targets
 
 
@@ -85,7 +86,7 @@ def test_the_init_hook_counts_routed_and_stock_groups_but_not_one_rank_ones():
 
 
 def test_an_engine_own_kernel_leaves_a_routed_call_on_sglangs_own_all_reduce_counted(monkeypatch):
-    monkeypatch.setitem(targets.ENGINE_OWN, "all_reduce", "passthrough:all_reduce")
+    monkeypatch.setitem(loading.ENGINE_OWN, "all_reduce", "passthrough:all_reduce")
     group = FakeGroup("tp:5")
     collective.group_built(group)
     x = torch.full((3, 4), 2.0)

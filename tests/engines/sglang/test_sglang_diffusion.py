@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fk_adapters import probe
+from fk_adapters.engines import loading
 from fk_adapters.engines.sglang import diffusion_targets, targets
 from fk_adapters.tasks import SLOTS
 
@@ -100,7 +101,7 @@ def test_no_kernel_chosen_for_sdpa_leaves_every_call_stock_uncounted():
 def test_the_passthrough_leaves_each_attention_call_on_its_own_kernel_counted(monkeypatch):
     """A passthrough (the engine's own kernel: FA3 here, torch's SDPA in the CLIP encoder) routes nothing: each
     routable call stays on its implementation's own path and is counted there."""
-    monkeypatch.setitem(targets.ENGINE_OWN, "sdpa", "passthrough:sdpa")
+    monkeypatch.setitem(loading.ENGINE_OWN, "sdpa", "passthrough:sdpa")
     q, k, v = _qkv()
     for cls_name in ("FlashAttentionImpl", "SDPAImpl"):
         hook, seen = _hook(cls_name)
