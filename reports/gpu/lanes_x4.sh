@@ -11,8 +11,10 @@
 #   (last SGLang part) bash reports/gpu/fk_gpu.sh sglang setup; setsid nohup bash reports/gpu/lanes_x4.sh sglang > /dev/null 2>&1 < /dev/null &
 #   bash reports/gpu/lanes_x4.sh pack        # each issue's work folder (no weights) -> $OUT, while or after they run
 # A lane's log is <issue work folder>/lane-<name>.log. Keep a call in flight: an idle machine goes back after 30 s,
-# with everything on it (session 30 lost 18 minutes of results so; session 40 its whole 4-GPU hold). Poll with `sleep 200; bash reports/gpu/lanes_x4.sh
-# pack`: each poll brings back what is done so far. Never batch another tool's long call with a poll.
+# with everything on it (session 30 lost 18 minutes of results so; session 40 its whole 4-GPU hold; session 54 its first
+# hold, polled from outside the calls). Poll with `bash reports/gpu/lanes_x4.sh wait 560; bash reports/gpu/lanes_x4.sh
+# pack` as one call (the wait sleeps on the machine until the lanes end or the seconds pass) and send the next poll at
+# once: each poll brings back what is done so far. Never batch another tool's long call with a poll.
 # transformers (no engine to stage: reports/gpu/extra-transformers.txt's parts, then `fk_gpu.sh transformers setup`):
 #   T-A  GPU 2     first of all: issue 32's newly hosted architectures (Pi0, MobileNetV4, EfficientNetV2, SDXL, FLUX.1-dev, HunyuanVideo-1.5,
 #                  LightGCN): capture, Triton A/B, wrong-gemm, passthrough; SGLang's lanes wait for it
@@ -476,12 +478,16 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # SGLang's default mode at 5 rounds (session 33 ran 3: passthrough 0.999 [0.996, 1.002], floor 0.52%), the
     # passthrough with the A/A of the same rounds (--with-aa, 15 processes); then the prefill pair the same way
     lane S-0 31 sglang 0 STEPS="adapter" ADAPTER_SC="llama31-8b-decode llama31-8b-4l-prefill" ADAPTER_SIDES=with ;;
-  s52-linear-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-qwen3-next, then fk46-mamba2
-    # (LINEAR_SC), compiled, --quick (under --smoke a timed run of qwen3-next lasts about 2 s and one process differs
+  s52-linear-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-qwen3-next (fk46-mamba2:
+    # s54-mamba2-h100), compiled, --quick (under --smoke a timed run of qwen3-next lasts about 2 s and one process differs
     # from the next by 10-26%: session 41's floor reached 27-161%), the A/A in the same rounds (--with-aa), 4 rounds:
     # 12 processes a model, about 100-120 s each on session 41's H200
-    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next fk46-mamba2}" ADAPTER_SIDES=with \
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next}" ADAPTER_SIDES=with \
       ROUNDS=4 ADAPTER_ARGS="--quick" ;;
+  s54-mamba2-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-mamba2, compiled, --smoke (its
+    # timed runs last 40-45 s a process under --smoke, s36-h100x4: long enough; --quick would be about 5 minutes a
+    # process), the A/A in the same rounds (--with-aa), 4 rounds under the hold's budget: about 110 s a warm process
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=4 ADAPTER_ARGS="--smoke" ;;
   s53-fullsize-h100)  # one GPU, vLLM: issue 31's first full-size A/B (FastKernels' three throughput workloads at
     # every request, not --smoke): the compiled fk46-llama-3.1 Triton A/B, one timed repeat after the warm-up pass
     # (docs/design/suite-time.md: at an assumed 20k tok/s about 5 minutes a process with the short warm-up), 3 interleaved rounds under
@@ -522,6 +528,11 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # a call of its own after the last `pack` (what comes back is 8 files, 64 MiB a call). Keep them under .stage/jit-ENGINE
     # here; the next hold copies them to /tmp/fkstage/jit before `fk_gpu.sh ENGINE setup`, which restores them
     bash "$HERE/fk_gpu.sh" "${2:-vllm}" jitpack > /dev/null && cp "$ROOT"/jit/jit.tgz.part* "${OUT:?}/" && ls -la "$OUT" ;;
+  wait)  # wait SECONDS: sleep on the machine until no lane's issue script runs or SECONDS pass; then each lane's last lines
+    end=$(( $(date +%s) + ${2:-560} ))
+    while [ "$(date +%s)" -lt "$end" ] && pgrep -f "reports/gpu/issue[0-9]+\.sh" > /dev/null; do sleep 10; done
+    date -u; for f in "$ROOT"/i*/*/lane-*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 3 "$f" | cut -c1-300; }; done
+    exit 0 ;;
   pack)
     for issue in 29 30 31 32 33; do
       for engine in vllm sglang transformers; do
@@ -536,5 +547,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s53-fullsize-h100|s41-sglang|s42-vllm|pack|jitpack [ENGINE]"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s54-mamba2-h100|s53-fullsize-h100|s41-sglang|s42-vllm|wait SECONDS|pack|jitpack [ENGINE]"; exit 2 ;;
 esac
