@@ -154,6 +154,21 @@ def _own_inside(ev: dict) -> None:
                        "native its factory was given; no speedup is claimed): " + ev["proof"])
     elif inside:
         ev["proof"] += f"; {inside} of its {calls} calls ran the engine's own op inside (a fallback)"
+    else:
+        _ops_inside(ev)
+
+
+def _ops_inside(ev: dict) -> None:
+    """The same from the ops the first calls dispatched (``op_watch``): a kernel that calls the engine's op itself."""
+    watched, inside, ops = ev.get("ops_watched", 0), ev.get("engine_ops_inside", 0), ", ".join(ev.get("native_ops", []))
+    if ev.get("engine_own") or not inside:
+        return
+    if inside >= watched:
+        ev["engine_own"] = True
+        ev["proof"] = (f"the engine's own op ({ops}) ran inside every watched call of the plugin's kernel ({inside} of "
+                       f"the first {watched}; no speedup is claimed): " + ev["proof"])
+    else:
+        ev["proof"] += f"; {inside} of its first {watched} calls ran the engine's own op ({ops}) inside (a fallback)"
 
 
 def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
@@ -175,7 +190,9 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
         ev = {"plugin": info["plugin"], "kernel": info["kernel"], "entered": info["entered"],
               "layers": _sum(probes, "constructed", slot), "calls": _sum(probes, "calls", key),
               "traced": _sum(probes, "traced", key), "native_path": _sum(probes, "native_path", key),
-              "native_inside": _sum(probes, "native_inside", key),
+              "native_inside": _sum(probes, "native_inside", key), "ops_watched": _sum(probes, "ops_watched", key),
+              "engine_ops_inside": _sum(probes, "engine_ops_inside", key),
+              "native_ops": sorted({n for p in probes for n in p.get("native_ops", {}).get(key, [])}),
               "profiler_hits": 0 if slot in unproven else kernel_names.hits(profile, names),
               "profiled": profile is not None, "kernel_names": names,
               **({"engine_own": True} if info.get("engine_own") else {}),

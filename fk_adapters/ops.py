@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from fk_adapters import op_families, probe
+from fk_adapters import op_families, op_watch, probe
 
 _registered: dict[str, object] = {}
 _libraries: list = []  # a torch Library deregisters its ops when collected: keep them alive
@@ -25,8 +25,9 @@ def namespace(plugin: str) -> str:
     return "fk_" + re.sub(r"\W", "_", plugin)
 
 
-def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
-    """Register ``fn`` as torch op ``fk_<plugin>::<slot>`` and return the op (idempotent per process)."""
+def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...], native=None):
+    """Register ``fn`` as torch op ``fk_<plugin>::<slot>`` and return the op (idempotent per process). ``native``:
+    the engine's own kernel for the slot, whose ops the first calls are watched for (``op_watch``)."""
     import torch
 
     qualname = f"{namespace(plugin)}::{slot.name}"
@@ -36,18 +37,21 @@ def wrap(plugin: str, slot, fn, dtypes: tuple[str, ...]):
     allowed = set(dtypes)
     record = _recorder(slot) if probe.capturing() else None
     scope = op_families.SLOT_SCOPE + slot.name
+    watched = native is not None and slot.name not in op_watch.UNWATCHED and not probe.capturing()
+    watch = op_watch.Watch(key, native) if watched else None
 
     def body(*args):
         dtype = _DTYPE_NAMES.get(str(args[slot.dtype_arg].dtype), str(args[slot.dtype_arg].dtype))
         if dtype not in allowed:
             raise TypeError(f"fk kernel {key} does not support {dtype} (declared: {sorted(allowed)})")
         entered = probe.native_entered[key]
+        run = (lambda *a: watch.call(fn, a)) if watch is not None and watch.wants(args) else fn
         if not record:
-            out = fn(*args)
+            out = run(*args)
         else:
             record(args)
             with torch.profiler.record_function(scope):  # a profiled capture: the device time inside slot calls
-                out = fn(*args)
+                out = run(*args)
         if probe.native_entered[key] != entered:  # the engine's own op ran inside this call
             probe.native_inside[key] += 1
         probe.hit(key)  # counted once the kernel returned: a call that raised ran nothing of the plugin's

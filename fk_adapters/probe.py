@@ -25,6 +25,9 @@ traced: Counter = Counter()
 native_path: Counter = Counter()  # {op key: engine-own calls left on the engine's own compiled path}
 native_entered: Counter = Counter()  # {op key: calls of the engine's own op through the native its factory was given}
 native_inside: Counter = Counter()  # {op key: plugin calls during which that engine op ran (a wrapper or a fallback)}
+ops_watched: Counter = Counter()  # {op key: calls whose dispatched ops were watched (``op_watch``)}
+engine_ops_inside: Counter = Counter()  # {op key: watched calls that dispatched every engine op of the native}
+native_ops: dict[str, list[str]] = {}  # {op key: the engine ops the native dispatches, as ``op_watch`` read them}
 signatures: defaultdict[str, Counter] = defaultdict(Counter)  # {slot: {signature key: calls}}, capture mode only
 value_stats: defaultdict[str, dict] = defaultdict(dict)  # {slot: {signature key: {arg: sums}}}, capture mode only
 rank: dict = {}  # {"rank", "world_size"} of this process's tensor-parallel group, where it has one of 2+ ranks
@@ -84,6 +87,9 @@ def reset_calls() -> None:
     calls.clear()
     native_entered.clear()
     native_inside.clear()
+    ops_watched.clear()
+    engine_ops_inside.clear()
+    native_ops.clear()
     signatures.clear()
     value_stats.clear()
 
@@ -98,7 +104,8 @@ def forget_parents_calls() -> None:
 def snapshot() -> dict:
     return {"pid": os.getpid(), **rank, "calls": dict(calls), "constructed": dict(constructed),
             "not_routed": dict(not_routed), "stock_layers": dict(stock_layers), "traced": dict(traced),
-            "native_path": dict(native_path), "native_inside": dict(native_inside),
+            "native_path": dict(native_path), "native_inside": dict(native_inside), "ops_watched": dict(ops_watched),
+            "engine_ops_inside": dict(engine_ops_inside), "native_ops": dict(native_ops),
             "signatures": {slot: dict(c) for slot, c in signatures.items()},
             "value_stats": _value_stats()}
 

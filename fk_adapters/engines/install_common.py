@@ -11,7 +11,8 @@ def wrap_chosen(chosen: dict, natives: dict) -> dict:
     from fk_adapters import ops
     from fk_adapters.tasks import SLOTS
 
-    return {slot: ops.wrap(plugin, SLOTS[slot], kernel_callable(k, natives, ops.op_key(plugin, slot)), k.dtypes)
+    return {slot: ops.wrap(plugin, SLOTS[slot], kernel_callable(k, natives, ops.op_key(plugin, slot)), k.dtypes,
+                           natives.get(slot))
             for slot, (plugin, k) in chosen.items()}
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fk_adapters import probe
+from fk_adapters import aggregates, probe
 from fk_adapters.engines.vllm import general_plugin
 
 # Do not import vllm in the test process: it rewires triton for this host (breaks interpreted kernels).
@@ -276,6 +276,22 @@ def test_a_plugin_borrowing_the_engines_kernel_names_is_not_proven(tmp_path):
     assert "declared for gelu_and_mul too" in slots["silu_and_mul"]["proof"]
     report = (tmp_path / "out" / "report.md").read_text()
     assert "NOT_PROVEN" in report
+
+
+def test_a_plugin_calling_the_engines_own_ops_itself_is_not_credited(tmp_path):
+    """fk-wrong's `disguise`: plain functions (no factory, so no counted native) that call vLLM's `_C` ops. Its
+    outputs are stock's; fk sees the engine's op inside each watched call and claims no speedup for either slot."""
+    p, res = fk_run(tmp_path, "--plugins", "disguise", "--scenario", "tiny-llama", "--no-multiprocessing", "--quick",
+                    "--allow-uncovered", "--allow-unexercised")
+    assert res is not None, p.stderr[-3000:]
+    row = res["scenarios"][0]
+    assert row["correctness"]["passed"]
+    slots = row["evidence"]["slots"]
+    for slot, op in (("rms_norm", "_C::rms_norm"), ("silu_and_mul", "_C::silu_and_mul")):
+        assert slots[slot]["engine_own"] is True, slots[slot]
+        assert slots[slot]["proof"].startswith(f"the engine's own op ({op}) ran inside every watched call"), slots[slot]
+    agg = aggregates.summarize(res)["scenarios"][0]
+    assert not agg["scored"] and agg["unscored"] == "the engine's own kernels", agg
 
 
 def test_a_plugin_broken_only_inside_the_engine_fails_the_run_with_its_error(tmp_path):

@@ -1,0 +1,82 @@
+"""Whether a plugin's kernel runs the engine's own op inside it, seen from the ops it dispatches.
+
+A factory kernel is handed a counted native (``loading.kernel_callable``), but a kernel given as a plain ``fn`` can
+call the engine's op itself (``torch.ops._C.rms_norm``, ``sgl_kernel``'s ops) and return its result as its own. The
+first ``WATCHED`` eager calls of each op run under a dispatch mode that records the torch ops dispatched at the top
+level of the kernel; the native's own ops are read once, from a run of the native on fake tensors (no device work,
+no writes). A watched call that dispatched every one of the native's engine ops ran the engine's op inside it.
+torch's own ops (``aten``, ``prims``, ...) and fk's are not the engine's. Natives made of Triton launches alone dispatch
+no op to look for (there, a device profile's kernel names are the proof); a collective is never run on the side."""
+from __future__ import annotations
+
+from fk_adapters import probe
+
+WATCHED = 4  # eager calls watched per op and process
+UNWATCHED = ("all_reduce",)  # a collective: even on fake tensors its native could reach the process group
+_NOT_ENGINE = ("aten::", "prim::", "prims::", "profiler::", "c10d::", "_c10d_functional::", "fk_")  # torch's and fk's
+
+
+def is_engine_op(name: str) -> bool:
+    return not name.startswith(_NOT_ENGINE)
+
+
+def _recorder(seen: set):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(func._schema.name)
+            return func(*args, **(kwargs or {}))
+
+    return Recorder()
+
+
+def native_ops(native, args) -> frozenset[str]:
+    """The engine ops ``native`` dispatches at its top level, run on fake copies of ``args``: up to the first op
+    that cannot run on fake tensors (it is recorded before it fails)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    seen: set[str] = set()
+    try:
+        mode = FakeTensorMode()
+        fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        with mode, _recorder(seen):
+            native(*fake)
+    except Exception:  # noqa: BLE001 (a custom op without a fake kernel, a Triton launch: what ran is recorded)
+        pass
+    return frozenset(n for n in seen if is_engine_op(n))
+
+
+class Watch:
+    """One op's watch: ``call(fn, args)`` runs ``fn`` watched while ``wants(args)``."""
+
+    def __init__(self, key: str, native):
+        self.key, self.native, self.looks_for = key, native, None
+
+    def wants(self, args) -> bool:
+        if self.looks_for == frozenset() or probe.ops_watched[self.key] >= WATCHED:
+            return False
+        return not _capturing(args)
+
+    def call(self, fn, args):
+        if self.looks_for is None:
+            self.looks_for = native_ops(self.native, args)
+            probe.native_ops[self.key] = sorted(self.looks_for)
+            if not self.looks_for:
+                return fn(*args)
+        seen: set[str] = set()
+        with _recorder(seen):
+            out = fn(*args)
+        probe.ops_watched[self.key] += 1
+        if self.looks_for <= seen:
+            probe.engine_ops_inside[self.key] += 1
+        return out
+
+
+def _capturing(args) -> bool:
+    """A CUDA graph is being captured: work on the side would be captured into it."""
+    import torch
+
+    cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+    return cuda and torch.cuda.is_current_stream_capturing()
