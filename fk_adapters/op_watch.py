@@ -48,6 +48,21 @@ def native_ops(native, args) -> frozenset[str]:
     return frozenset(n for n in seen if is_engine_op(n))
 
 
+def dispatched(fn, args) -> set[str]:
+    """The engine ops ``fn(*args)`` dispatches at its top level."""
+    seen: set[str] = set()
+    with _recorder(seen):
+        fn(*args)
+    return {n for n in seen if is_engine_op(n)}
+
+
+def runs_native(fn, native, args, clone) -> list[str]:
+    """The native's engine ops where ``fn`` dispatched every one of them on ``args`` (each run on ``clone(args)``),
+    else []: one call on the side, as ``fk check`` makes per shape."""
+    looks_for = native_ops(native, clone(args))
+    return sorted(looks_for) if looks_for and looks_for <= dispatched(fn, clone(args)) else []
+
+
 class Watch:
     """One op's watch: ``call(fn, args)`` runs ``fn`` watched while ``wants(args)``."""
 

@@ -12,7 +12,7 @@ import importlib
 import math
 import sys
 
-from fk_adapters import groups, probe
+from fk_adapters import groups, op_watch, probe
 from fk_adapters.check import compiled, guards, scales, signature, timing
 from fk_adapters.engines.driver_common import main, phase
 
@@ -212,6 +212,18 @@ def _compiled_native(job: dict, res: dict):
     return (lambda args: engine.build(job["slot"], args)) if plan.compiles else None
 
 
+def _ops_inside(row: dict, slot, w: dict, cand, eng, device: str, seed: int) -> None:
+    """Flag a candidate that dispatches the engine's own op itself (``op_watch``), from one call on the side."""
+    args = signature.make_inputs(slot, w["args"], device, seed, stats=w.get("value_stats"))
+    try:
+        ops = op_watch.runs_native(cand, eng, args, _clone)
+    except Exception:  # noqa: BLE001 (the candidate's own failures are the correctness rounds' to report)
+        return
+    if ops:
+        row["flags"].append(f"the candidate dispatched the engine's own op ({', '.join(ops)}) itself: what was "
+                            "timed is the engine's kernel")
+
+
 def run(job: dict) -> dict:
     from fk_adapters.tasks import SLOTS
 
@@ -240,6 +252,8 @@ def run(job: dict) -> dict:
         if inside and not own:
             row["flags"].append(f"the candidate ran the engine's own op inside it ({inside} calls of the native its "
                                 "factory was given): what was timed is partly the engine's kernel")
+        elif not own and slot.name not in op_watch.UNWATCHED:
+            _ops_inside(row, slot, w, cand, eng, job["device"], 1000 * i)
         if w.get("value_stats"):
             row["value_stats"] = w["value_stats"]
         res["shapes"].append(row)

@@ -158,16 +158,22 @@ def test_fk_check_on_cpu_vllm_passthrough_passes_wrong_fails(tmp_path):
 
 @pytest.mark.engine
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
-def test_fk_check_flags_a_candidate_that_runs_the_engines_own_op_inside(tmp_path):
-    """fk-slow: vLLM's own kernel, then a delay. What is timed is the engine's kernel: flagged (audit, s53)."""
+@pytest.mark.parametrize("plugin, flag", [("slow", "ran the engine's own op inside it"),
+                                          ("disguise", "dispatched the engine's own op (_C::rms_norm) itself")])
+def test_fk_check_flags_a_candidate_that_runs_the_engines_own_op_inside(tmp_path, plugin, flag):
+    """fk-slow: vLLM's own kernel (the native its factory was given), then a delay; fk-wrong's disguise: a plain
+    function calling vLLM's op. What is timed is the engine's kernel: flagged (audits, s53 and s54)."""
     wl = _workload(tmp_path, slots=("rms_norm",))
     p = subprocess.run([sys.executable, "-m", "fk_adapters.cli.main", "check", "--engine", "vllm", "--device", "cpu",
-                        "--plugins", "slow", "--workload", wl, "--rounds", "1", "--warmup", "1", "--repeats", "3",
+                        "--plugins", plugin, "--workload", wl, "--rounds", "1", "--warmup", "1", "--repeats", "3",
                         "--max-shapes", "1", "--out", "out"],
                        capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ), timeout=600)
-    (row,) = json.loads((tmp_path / "out" / "results.json").read_text())["slots"]
+    rows = [r for r in json.loads((tmp_path / "out" / "results.json").read_text())["slots"]
+            if r["status"] != "NOT_OFFERED"]
+    assert [r["slot"] for r in rows] == ["rms_norm"], p.stdout[-3000:]
+    row = rows[0]
     assert row["status"] == "PASSED" and not row["engine_own"], p.stdout[-3000:]
-    assert any("ran the engine's own op inside it" in f for r in row["shapes"] for f in r["flags"]), row["shapes"]
+    assert any(flag in f for r in row["shapes"] for f in r["flags"]), row["shapes"]
 
 
 def _norm_sig(*tensors):
