@@ -166,9 +166,9 @@ def _ops_inside(ev: dict) -> None:
     if inside >= watched:
         ev["engine_own"] = True
         ev["proof"] = (f"the engine's own op ({ops}) ran inside every watched call of the plugin's kernel ({inside} of "
-                       f"the first {watched}; no speedup is claimed): " + ev["proof"])
+                       f"{watched}: the first 4 and each power of two; no speedup is claimed): " + ev["proof"])
     else:
-        ev["proof"] += f"; {inside} of its first {watched} calls ran the engine's own op ({ops}) inside (a fallback)"
+        ev["proof"] += f"; {inside} of its {watched} watched calls ran the engine's own op ({ops}) inside (a fallback)"
 
 
 def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:

@@ -2,16 +2,17 @@
 
 A factory kernel is handed a counted native (``loading.kernel_callable``), but a kernel given as a plain ``fn`` can
 call the engine's op itself (``torch.ops._C.rms_norm``, ``sgl_kernel``'s ops) and return its result as its own. The
-first ``WATCHED`` eager calls of each op run under a dispatch mode that records the torch ops dispatched at the top
-level of the kernel; the native's own ops are read once, from a run of the native on fake tensors (no device work,
-no writes). A watched call that dispatched every one of the native's engine ops ran the engine's op inside it.
-torch's own ops (``aten``, ``prims``, ...) and fk's are not the engine's. Natives made of Triton launches alone dispatch
-no op to look for (there, a device profile's kernel names are the proof); a collective is never run on the side."""
+first ``WATCHED`` eager calls of each op, then each call whose number is a power of two (so that a kernel cannot
+behave only while it is new), run under a dispatch mode that records the torch ops dispatched at the top level of
+the kernel; the native's own ops are read once, from a run of the native on fake tensors (no device work, no
+writes). A watched call that dispatched every one of the native's engine ops ran the engine's op inside it. torch's
+own ops (``aten``, ``prims``, ...) and fk's are not the engine's. Natives made of Triton launches alone dispatch no op
+to look for (there, a device profile's kernel names are the proof); a collective is never run on the side."""
 from __future__ import annotations
 
 from fk_adapters import probe
 
-WATCHED = 4  # eager calls watched per op and process
+WATCHED = 4  # the first eager calls watched per op and process (then calls 8, 16, 32, ...)
 UNWATCHED = ("all_reduce",)  # a collective: even on fake tensors its native could reach the process group
 _NOT_ENGINE = ("aten::", "prim::", "prims::", "profiler::", "c10d::", "_c10d_functional::", "fk_")  # torch's and fk's
 
@@ -70,7 +71,8 @@ class Watch:
         self.key, self.native, self.looks_for = key, native, None
 
     def wants(self, args) -> bool:
-        if self.looks_for == frozenset() or probe.ops_watched[self.key] >= WATCHED:
+        n = probe.calls[self.key] + 1  # this call's number in this process
+        if self.looks_for == frozenset() or (n > WATCHED and n & (n - 1)):
             return False
         return not _capturing(args)
 

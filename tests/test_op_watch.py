@@ -63,15 +63,32 @@ def test_the_natives_engine_ops_are_read_on_fake_tensors():
 
 def test_a_plain_function_calling_the_engines_op_is_the_engines_own():
     op, x, w = _op("audit_disguise", disguised), torch.randn(4, 8), torch.ones(8)
-    for _ in range(6):
+    for _ in range(17):
         torch.testing.assert_close(op(x, w, 1e-6), honest(x, w, 1e-6))
     key = "audit_disguise:rms_norm"
-    assert probe.ops_watched[key] == op_watch.WATCHED == probe.engine_ops_inside[key]  # only the first calls watched
-    assert probe.calls[key] == 6 and probe.native_ops[key] == ["fkt_engine::rms"]
+    assert probe.ops_watched[key] == 6 == probe.engine_ops_inside[key]  # calls 1-4, 8 and 16
+    assert probe.calls[key] == 17 and probe.native_ops[key] == ["fkt_engine::rms"]
     ev = _evidence("audit_disguise")
     assert ev["engine_own"] is True
     assert ev["proof"].startswith("the engine's own op (fkt_engine::rms) ran inside every watched call of the "
-                                  "plugin's kernel (4 of the first 4; no speedup is claimed)")
+                                  "plugin's kernel (6 of 6: the first 4 and each power of two; no speedup is claimed)")
+
+
+def test_a_kernel_honest_only_while_new_is_seen_later():
+    """Behaving for the first calls does not pass: calls 8, 16, 32, ... are watched too."""
+    count = [0]
+
+    def honest_at_first(x, w, eps):
+        count[0] += 1
+        return honest(x, w, eps) if count[0] <= 4 else disguised(x, w, eps)
+
+    op, x, w = _op("audit_later", honest_at_first), torch.randn(4, 8), torch.ones(8)
+    for _ in range(16):
+        op(x, w, 1e-6)
+    ev = _evidence("audit_later")
+    assert "engine_own" not in ev
+    assert ev["proof"].endswith("2 of its 6 watched calls ran the engine's own op (fkt_engine::rms) inside "
+                                "(a fallback)")
 
 
 def test_an_honest_kernel_is_not_marked_and_a_fallback_is_counted():
@@ -86,7 +103,8 @@ def test_an_honest_kernel_is_not_marked_and_a_fallback_is_counted():
     part(x, w, 1e-6), part(x[:2], w, 1e-6), part(x, w, 1e-6)
     ev = _evidence("audit_sometimes")
     assert "engine_own" not in ev
-    assert ev["proof"].endswith("1 of its first 3 calls ran the engine's own op (fkt_engine::rms) inside (a fallback)")
+    assert ev["proof"].endswith("1 of its 3 watched calls ran the engine's own op (fkt_engine::rms) inside "
+                                "(a fallback)")
 
 
 def test_a_native_with_no_engine_op_and_a_collective_are_not_watched(monkeypatch):
