@@ -26,7 +26,8 @@ def _recorder(seen: set):
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.add(func._schema.name)
+            schema = getattr(func, "_schema", None)  # an OpOverload; a higher-order op has none
+            seen.add(schema.name if schema is not None else str(getattr(func, "name", func)))
             return func(*args, **(kwargs or {}))
 
     return Recorder()
