@@ -529,7 +529,7 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # here; the next hold copies them to /tmp/fkstage/jit before `fk_gpu.sh ENGINE setup`, which restores them
     bash "$HERE/fk_gpu.sh" "${2:-vllm}" jitpack > /dev/null && cp "$ROOT"/jit/jit.tgz.part* "${OUT:?}/" && ls -la "$OUT" ;;
   wait)  # wait SECONDS: sleep on the machine until no lane's issue script runs or SECONDS pass; then each lane's last lines
-    end=$(( $(date +%s) + ${2:-560} ))
+    end=$(( $(date +%s) + ${2:-560} )); sleep 5  # a lane launched just before has started its script
     while [ "$(date +%s)" -lt "$end" ] && pgrep -f "reports/gpu/issue[0-9]+\.sh" > /dev/null; do sleep 10; done
     date -u; for f in "$ROOT"/i*/*/lane-*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 3 "$f" | cut -c1-300; }; done
     exit 0 ;;
