@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
 import mmap
+import os
 import pathlib
 import re
 from importlib import metadata
@@ -183,9 +185,49 @@ def defined_by_library(dist: metadata.Distribution | None, library: str, names) 
 
 def jit_in_package(package: str, names) -> list[str]:
     """The names among ``names`` that the installed package ``package`` (the hosting engine's import name) defines as
-    Triton kernels: a plugin that calls the engine's own Triton code would launch them too."""
-    names = list(names)
-    return _defined_in(list(_package_py_files(package)), names) if names and package else []
+    Triton kernels: a plugin that calls the engine's own Triton code would launch them too. The answer is kept on
+    disk per installed distribution and names (a scan reads every file of the engine: seconds per engine process)."""
+    names = list(dict.fromkeys(names))
+    if not names or not package:
+        return []
+    path = _scan_cache(package, names)
+    if path is None:  # no installed distribution of that name: nothing of it to scan
+        return []
+    try:
+        kept = json.loads(path.read_text())
+        if isinstance(kept, list) and set(kept) <= set(names):
+            return kept
+    except (OSError, ValueError):
+        pass
+    found = _defined_in(list(_package_py_files(package)), names)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(found))
+        os.replace(tmp, path)  # whole or not at all, with processes of one run scanning side by side
+    except OSError:
+        pass
+    return found
+
+
+_SCAN_VERSION = 1  # bump when what counts as a Triton kernel definition changes
+
+
+def _scan_cache(package: str, names: list[str]) -> pathlib.Path | None:
+    """Where the scan of ``package``'s installed distribution for ``names`` is kept (None: no distribution)."""
+    from fk_adapters import user_cache
+
+    dists = metadata.packages_distributions().get(package, [])
+    if not dists:
+        return None
+    dist = metadata.distribution(dists[0])
+    record = next((f for f in dist.files or [] if f.name in ("RECORD", "SOURCES.txt")), None)
+    try:
+        stamp = record.locate().stat().st_mtime_ns if record else 0
+    except OSError:
+        stamp = 0
+    key = hashlib.sha256(json.dumps([_SCAN_VERSION, dist.version, stamp, sorted(names)]).encode()).hexdigest()[:24]
+    return pathlib.Path(user_cache.home()) / "kernel-names" / f"{package}-{dist.version}-{key}.json"
 
 
 @functools.lru_cache(maxsize=8)

@@ -177,3 +177,22 @@ def test_only_tritons_decorators_and_real_binaries_define_a_name(tmp_path):
     assert kernel_names._defined_in([tmp_path / "names.so"], ["my_norm_kernel"]) == []
     (tmp_path / "lib.so").write_bytes(b"\x7fELF" + b"\0" * 60 + b"my_norm_kernel\0")
     assert kernel_names._defined_in([tmp_path / "lib.so"], ["my_norm_kernel"]) == ["my_norm_kernel"]
+
+
+def test_the_engine_package_scan_is_kept_on_disk(monkeypatch, tmp_path):
+    """A scan reads every file of the engine (seconds per engine process): each distribution and set of names once."""
+    monkeypatch.setenv("FK_CACHE_HOME", str(tmp_path))
+    names = ["_fwd_kernel", "fk_triton_rms_norm_kernel"]
+    assert kernel_names.jit_in_package("vllm", names) == ["_fwd_kernel"]
+    (kept,) = (tmp_path / "kernel-names").iterdir()
+    assert kept.name.startswith("vllm-") and kept.read_text() == '["_fwd_kernel"]'
+
+    def no_scan(*a):
+        raise AssertionError("scanned again")
+
+    monkeypatch.setattr(kernel_names, "_defined_in", no_scan)
+    assert kernel_names.jit_in_package("vllm", list(reversed(names))) == ["_fwd_kernel"]
+    kept.write_text("{not json")  # a damaged file is scanned again, not believed
+    monkeypatch.undo()
+    monkeypatch.setenv("FK_CACHE_HOME", str(tmp_path))
+    assert kernel_names.jit_in_package("vllm", names) == ["_fwd_kernel"]
