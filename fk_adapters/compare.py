@@ -401,6 +401,7 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
             row["verdict"], row["no_kernel"] = D.NO_CHANGE, True
         row["regression"] = row["verdict"] == D.SLOWER
         rows.append(row)
+        notes += _inside_margin(row)
         if row.get("farthest"):
             notes.append(f"{kind} {workload} too noisy: the farthest engine process, {row['farthest']}")
     if any(r.get("no_kernel") for r in rows):
@@ -411,6 +412,20 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
         if only:
             notes.append(f"workloads only in {label}: " + ", ".join(f"{k} {w}" for k, w in only))
     return rows, notes
+
+
+def _inside_margin(row: dict) -> list[str]:
+    """A note for a "no change" delta whose own interval (over rounds, or bootstrap) excludes 1: HEAD moved the same
+    way in every resample, by less than the margin (the variation between engine processes) lets a delta count."""
+    delta = row.get("delta") or {}
+    if row["verdict"] != D.NO_CHANGE or delta.get("method", "range") == "range" or row.get("no_kernel"):
+        return []
+    if delta.get("note") == stats.NO_INTERVAL or not (delta["hi"] < 1 or delta["lo"] > 1):
+        return []
+    way = "slower" if (delta["hi"] < 1) == row["higher_is_better"] else "faster"
+    row["inside_margin"] = way
+    return [f"{row['kind']} {row['workload']}: HEAD {way} by its own interval, {interval_text(delta)}, inside the "
+            f"±{row['margin']:.1%} margin: a delta smaller than the variation between engine processes, not counted"]
 
 
 def _ran_no_kernel(row: dict) -> bool:

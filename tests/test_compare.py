@@ -421,3 +421,21 @@ def test_a_side_that_read_zero_is_not_compared_never_faster():
     cmp = compare.compare(results(row()), results(head), noise_floor=0.05)
     lat = next(p for p in cmp["perf"] if p["kind"] == "latency")
     assert lat["verdict"] == "not compared" and cmp["summary"]["faster"] == 0
+
+
+def test_a_consistent_delta_inside_the_margin_is_named_not_counted():
+    """s54's prefill passthrough: slower than the second stock process in all 5 rounds (0.976 [0.962, 0.991]), inside
+    the A/A's 6.5%: "no change" stands, and the notes say which way HEAD moved."""
+    def row(lo, hi, method="t over rounds", verdict=compare.D.NO_CHANGE, hib=True):
+        return {"kind": "throughput", "workload": "prefill-1k", "verdict": verdict, "higher_is_better": hib,
+                "margin": 0.065, "delta": {"ratio": 0.976, "lo": lo, "hi": hi, "n": 5, "method": method}}
+
+    slower = row(0.962, 0.991)
+    assert compare._inside_margin(slower) == [
+        "throughput prefill-1k: HEAD slower by its own interval, 0.976 [0.962, 0.991], inside the ±6.5% margin: a "
+        "delta smaller than the variation between engine processes, not counted"]
+    assert slower["inside_margin"] == "slower" and slower["verdict"] == compare.D.NO_CHANGE
+    assert compare._inside_margin(row(0.962, 0.991, hib=False))[0].startswith("throughput prefill-1k: HEAD faster")
+    assert compare._inside_margin(row(0.98, 1.01)) == []  # the interval holds 1
+    assert compare._inside_margin(row(0.962, 0.991, method="range")) == []  # a bound on repeats, not an interval
+    assert compare._inside_margin(row(0.90, 0.92, verdict=compare.D.SLOWER)) == []  # counted already
