@@ -4,10 +4,12 @@ A factory kernel is handed a counted native (``loading.kernel_callable``), but a
 call the engine's op itself (``torch.ops._C.rms_norm``, ``sgl_kernel``'s ops) and return its result as its own. The
 first ``WATCHED`` eager calls of each op, then each call whose number is a power of two (so that a kernel cannot
 behave only while it is new), run under a dispatch mode that records the torch ops dispatched at the top level of
-the kernel; the native's own ops are read once, from a run of the native on fake tensors (no device work, no
-writes). A watched call that dispatched every one of the native's engine ops ran the engine's op inside it. torch's
-own ops (``aten``, ``prims``, ...) and fk's are not the engine's. Natives made of Triton launches alone dispatch no op
-to look for (there, a device profile's kernel names are the proof); a collective is never run on the side."""
+the kernel. The native's own engine op is read once, from a run of the native on fake tensors that stops at its
+first engine op (no device work, no writes, and no engine op ever runs on the side). A watched call that dispatched
+that op ran the engine's op inside it. torch's own ops (``aten``, ``prims``, ...) and fk's are not the engine's.
+Natives that reach no engine op that way (Triton launches alone, or an op that cannot run on fake tensors first)
+give nothing to look for (there, a device profile's kernel names are the proof); a collective is never run on the
+side."""
 from __future__ import annotations
 
 from fk_adapters import probe
@@ -21,33 +23,42 @@ def is_engine_op(name: str) -> bool:
     return not name.startswith(_NOT_ENGINE)
 
 
-def _recorder(seen: set):
+class _FirstEngineOp(Exception):
+    """Raised by the recorder at a native's first engine op: no engine op ever runs on the side."""
+
+
+def _recorder(seen: set, stop_at_engine_op: bool = False):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             schema = getattr(func, "_schema", None)  # an OpOverload; a higher-order op has none
-            seen.add(schema.name if schema is not None else str(getattr(func, "name", func)))
+            name = schema.name if schema is not None else str(getattr(func, "name", func))
+            seen.add(name)
+            if stop_at_engine_op and is_engine_op(name):
+                raise _FirstEngineOp(name)
             return func(*args, **(kwargs or {}))
 
     return Recorder()
 
 
 def native_ops(native, args) -> frozenset[str]:
-    """The engine ops ``native`` dispatches at its top level, run on fake copies of ``args``: up to the first op
-    that cannot run on fake tensors (it is recorded before it fails)."""
+    """The first engine op ``native`` dispatches at its top level, from a run on fake copies of ``args`` that stops
+    there: only torch's own ops run before it (on fake tensors, with no fallback to real kernels); empty where none
+    is reached (a Triton launch, or an op that cannot run on fake tensors, comes first)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    seen: set[str] = set()
     try:
-        mode = FakeTensorMode()
+        mode = FakeTensorMode(allow_fallback_kernels=False)
         fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-        with mode, _recorder(seen):
+        with mode, _recorder(set(), stop_at_engine_op=True):
             native(*fake)
-    except Exception:  # noqa: BLE001 (a custom op without a fake kernel, a Triton launch: what ran is recorded)
+    except _FirstEngineOp as found:
+        return frozenset(found.args)
+    except Exception:  # noqa: BLE001 (a Triton launch, an op without a fake kernel: no engine op to look for)
         pass
-    return frozenset(n for n in seen if is_engine_op(n))
+    return frozenset()
 
 
 def dispatched(fn, args) -> set[str]:

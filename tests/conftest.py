@@ -31,6 +31,17 @@ def _user_cache(_cache_home, monkeypatch):
     monkeypatch.delenv("FK_INTEGRITY_CACHE", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _engine_own_mark():
+    """The engine-own mark is one install's, in one process (``loading.ENGINE_OWN``); a test starts and ends without
+    another test's (CI runs a worker's files in one process: session 54 found SGLang's hooks reading a stale mark)."""
+    from fk_adapters.engines import loading
+
+    loading.ENGINE_OWN.clear()
+    yield
+    loading.ENGINE_OWN.clear()
+
+
 @pytest.fixture
 def triton_compiles(tmp_path, monkeypatch):
     """The test as one fk engine run whose Triton compiles are logged (``jit_watch.engine_env``, run folder
