@@ -23,8 +23,9 @@ def is_engine_op(name: str) -> bool:
     return not name.startswith(_NOT_ENGINE)
 
 
-class _FirstEngineOp(Exception):
-    """Raised by the recorder at a native's first engine op: no engine op ever runs on the side."""
+class _FirstEngineOp(BaseException):
+    """Raised by the recorder at a native's first engine op: no engine op ever runs on the side (a BaseException, so
+    that a native's own ``except Exception`` fallback cannot catch it and go on running on fake tensors)."""
 
 
 def _recorder(seen: set, stop_at_engine_op: bool = False):

@@ -123,3 +123,18 @@ def test_capture_mode_watches_nothing(monkeypatch):
     monkeypatch.setattr(probe, "capturing", lambda: False)
     op(x, w, 1e-6)
     assert probe.ops_watched["audit_capture:rms_norm"] == 0
+
+
+def test_a_natives_own_fallback_cannot_catch_the_stop():
+    """The fake run stops at the first engine op even inside a native's ``try/except Exception``."""
+    ran_after = []
+
+    def guarded(x, w, eps):
+        try:
+            return torch.ops.fkt_engine.rms(x, w, eps)
+        except Exception:
+            ran_after.append(True)
+            return honest(x, w, eps)
+
+    assert op_watch.native_ops(guarded, (torch.randn(4, 8), torch.ones(8), 1e-6)) == {"fkt_engine::rms"}
+    assert not ran_after
