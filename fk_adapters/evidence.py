@@ -140,35 +140,35 @@ def _ran_how(ev: dict, mode: str, names, profile) -> tuple[str, str]:
 
 def _own_inside(ev: dict) -> None:
     """Mark an exercised slot whose kernel is the engine's own: handed back by the plugin, or run inside every one of
-    its calls (a wrapper around the native its factory was given); a kernel that did so in some calls (a fallback)
-    says how many."""
-    inside, calls = ev.get("native_inside", 0), ev["calls"]
+    its calls (a wrapper around the native its factory was given) or of its watched calls (a kernel calling the
+    engine's op itself, ``op_watch``); a kernel that did so in some calls (a fallback) says how many."""
     if ev.get("kernel_library"):
         ev["proof"] = (f"{ev['kernel_library']}'s kernels, which the plugin requires rather than ships (no speedup is "
                        "claimed for the plugin): " + ev["proof"])
     if ev.get("engine_own"):
         ev["proof"] = "the engine's own kernel, handed back by the plugin (no speedup is claimed): " + ev["proof"]
-    elif inside and inside >= calls:
-        ev["engine_own"] = True
-        ev["proof"] = (f"the engine's own op ran inside every call of the plugin's kernel ({inside} of {calls}: the "
-                       "native its factory was given; no speedup is claimed): " + ev["proof"])
-    elif inside:
-        ev["proof"] += f"; {inside} of its {calls} calls ran the engine's own op inside (a fallback)"
-    else:
-        _ops_inside(ev)
-
-
-def _ops_inside(ev: dict) -> None:
-    """The same from the ops the first calls dispatched (``op_watch``): a kernel that calls the engine's op itself."""
-    watched, inside, ops = ev.get("ops_watched", 0), ev.get("engine_ops_inside", 0), ", ".join(ev.get("native_ops", []))
-    if ev.get("engine_own") or not inside:
         return
-    if inside >= watched:
+    inside, calls = ev.get("native_inside", 0), ev["calls"]
+    if inside:
+        _inside(ev, inside, calls, f"the engine's own op ran inside every call of the plugin's kernel ({inside} of "
+                f"{calls}: the native its factory was given; no speedup is claimed): ",
+                f"; {inside} of its {calls} calls ran the engine's own op inside (a fallback)")
+        return
+    watched, inside, ops = ev.get("ops_watched", 0), ev.get("engine_ops_inside", 0), ", ".join(ev.get("native_ops", []))
+    if inside:
+        _inside(ev, inside, watched, f"the engine's own op ({ops}) ran inside every watched call of the plugin's "
+                f"kernel ({inside} of {watched}: the first 4 and each power of two; no speedup is claimed): ",
+                f"; {inside} of its {watched} watched calls ran the engine's own op ({ops}) inside (a fallback)")
+
+
+def _inside(ev: dict, inside: int, of: int, every: str, some: str) -> None:
+    """The engine's op ran inside ``inside`` of ``of`` calls: in all, the slot is the engine's own (``every`` leads
+    its proof); in some, ``some`` ends it."""
+    if inside >= of:
         ev["engine_own"] = True
-        ev["proof"] = (f"the engine's own op ({ops}) ran inside every watched call of the plugin's kernel ({inside} of "
-                       f"{watched}: the first 4 and each power of two; no speedup is claimed): " + ev["proof"])
+        ev["proof"] = every + ev["proof"]
     else:
-        ev["proof"] += f"; {inside} of its {watched} watched calls ran the engine's own op ({ops}) inside (a fallback)"
+        ev["proof"] += some
 
 
 def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
