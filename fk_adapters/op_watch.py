@@ -71,8 +71,8 @@ def dispatched(fn, args) -> set[str]:
 
 
 def runs_native(fn, native, args, clone) -> list[str]:
-    """The native's engine ops where ``fn`` dispatched every one of them on ``args`` (each run on ``clone(args)``),
-    else []: one call on the side, as ``fk check`` makes per shape."""
+    """[the native's engine op] where ``fn`` dispatched it too on ``args`` (each run on ``clone(args)``), else []: one
+    call on the side, as ``fk check`` makes per shape."""
     looks_for = native_ops(native, clone(args))
     return sorted(looks_for) if looks_for and looks_for <= dispatched(fn, clone(args)) else []
 
