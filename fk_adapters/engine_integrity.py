@@ -46,11 +46,7 @@ def _load(path: str, key: dict) -> dict:
 def _save(path: str, key: dict, files: dict) -> str:
     """Write the cache file; '' or why it could not be written (the check stands without it)."""
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"key": key, "files": files}, f)
-        os.replace(tmp, path)  # concurrent fk runs: each writes a whole file
+        user_cache.write_json(path, {"key": key, "files": files})
     except OSError as exc:
         return f"cache not written: {exc}"
     return ""

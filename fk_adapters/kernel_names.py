@@ -15,10 +15,11 @@ import functools
 import hashlib
 import json
 import mmap
-import os
 import pathlib
 import re
 from importlib import metadata
+
+from fk_adapters import user_cache
 
 _IDENT = re.compile(r"[A-Za-z0-9_:]+$")
 _LIB_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".cubin", ".fatbin")
@@ -201,10 +202,7 @@ def jit_in_package(package: str, names) -> list[str]:
         pass
     found = _defined_in(list(_package_py_files(package)), names)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(found))
-        os.replace(tmp, path)  # whole or not at all, with processes of one run scanning side by side
+        user_cache.write_json(str(path), found)
     except OSError:
         pass
     return found
@@ -215,8 +213,6 @@ _SCAN_VERSION = 1  # bump when what counts as a Triton kernel definition changes
 
 def _scan_cache(package: str, names: list[str]) -> pathlib.Path | None:
     """Where the scan of ``package``'s installed distribution for ``names`` is kept (None: no distribution)."""
-    from fk_adapters import user_cache
-
     dists = metadata.packages_distributions().get(package, [])
     if not dists:
         return None
