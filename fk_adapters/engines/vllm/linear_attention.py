@@ -14,7 +14,7 @@ Imports vLLM: loaded only by ``install`` in an engine process.
 from __future__ import annotations
 
 from fk_adapters import probe
-from fk_adapters.engines import calls
+from fk_adapters.engines import calls, loading
 
 GDN = ("gated_delta_rule", "gated_delta_rule_decode")
 SSD = ("ssd_chunk_scan", "ssm_state_update")
@@ -43,6 +43,15 @@ def _live(indices):
     return torch.where(indices == 0, -1, indices)
 
 
+def _per_step(m, name: str, make):
+    """A tensor derived from the step's metadata ``m``, made by ``make`` once per step: every mixer layer of a step
+    reads the same ``m`` (vLLM builds it anew each step), and each derived tensor is a kernel launch or two."""
+    made = m.__dict__.setdefault("_fk_per_step", {})
+    if name not in made:
+        made[name] = make()
+    return made[name]
+
+
 def _pair(ops: dict, names: tuple[str, str]) -> tuple:
     """A family's two ops: the plugin's where chosen, else the engine's own kernel (never credited to the plugin)."""
     from fk_adapters.engines.vllm.natives import NATIVES
@@ -58,6 +67,27 @@ def _built(layer, slots: tuple[str, ...], why: str) -> None:
 def _left_stock(slots, why: str) -> None:
     for s in slots:
         calls.left_stock(s, why)
+
+
+def _own(mine: tuple[str, ...]) -> dict[str, str]:
+    """{slot: op key} where every slot of ``mine`` has the engine's own kernel chosen (a passthrough), else {}. Its
+    calls then stay on stock's path, counted: through the slots the engine's prep and kernels differ from stock's
+    (vLLM 0.26's decode-only GDN step runs one packed kernel with the gating inside; through the slots, the prep
+    kernel, then the unpacked one: session 55's fk46-qwen3-next passthrough, 6% slower in latency, outside the A/A)."""
+    own = {s: loading.own_key(s) for s in mine}
+    return own if own and all(own.values()) else {}
+
+
+def _stock_step(own: dict[str, str], mine: tuple[str, ...], why: str, m) -> bool:
+    """Whether this step stays on stock's path, counted: the family's kernels are all the engine's own (``own``: each
+    slot the step has a call of counts on the native path), or ``why`` says why ``mine`` stay stock ('': routed)."""
+    if own:
+        for slot, key in own.items():
+            if m.num_decodes if slot in (GDN[1], SSD[1]) else m.num_prefills:
+                calls.on_native_path(key)
+    elif why:
+        _left_stock(mine, why)
+    return bool(own or why)
 
 
 def _gdn_conv(layer, conv, m, x):
@@ -98,10 +128,10 @@ def _gdn_step(prefill, decode, m, dec: tuple, pre: tuple, state, out, scale: flo
     nd, ndt, npf = m.num_decodes, m.num_decode_tokens, m.num_prefills
     idx, qsl = m.non_spec_state_indices_tensor, m.non_spec_query_start_loc
     if nd:
-        decode(*dec, state, _live(idx[:nd]), scale, l2[0], out[:ndt])
+        decode(*dec, state, _per_step(m, "live", lambda: _live(idx[:nd])), scale, l2[0], out[:ndt])
     if npf:
-        prefill(*pre, state, idx[nd:nd + npf], qsl[nd:nd + npf + 1] - ndt, m.has_initial_state[nd:nd + npf], scale,
-                l2[1], out[ndt:])
+        prefill(*pre, state, idx[nd:nd + npf], _per_step(m, "qsl", lambda: qsl[nd:nd + npf + 1] - ndt),
+                m.has_initial_state[nd:nd + npf], scale, l2[1], out[ndt:])
 
 
 def gdn_prep(prep, layer, x, a, b, ndt: int, packed_decode: bool) -> tuple[tuple, tuple]:
@@ -126,6 +156,7 @@ def gdn_class(base, ops: dict):
 
     prefill, decode = _pair(ops, GDN)
     mine = tuple(s for s in GDN if s in ops)
+    own = _own(mine)
     cpu = current_platform.is_cpu()
     packed = getattr(envs, "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE", False)  # stock's decode-only steps (0.26)
 
@@ -148,8 +179,7 @@ def gdn_class(base, ops: dict):
             m = _metadata(self.prefix)
             if not self._fk_routed or m is None:  # None: the profile run (stock warms its kernels up)
                 return self._fk_stock(mixed_qkv, b, a, core_attn_out)
-            if m.spec_sequence_masks is not None:
-                _left_stock(mine, "speculative decoding")
+            if _stock_step(own, mine, "speculative decoding" if m.spec_sequence_masks is not None else "", m):
                 return self._fk_stock(mixed_qkv, b, a, core_attn_out)
             n = m.num_actual_tokens
             x, a, b = _gdn_conv(self, conv, m, mixed_qkv[:n]), a[:n], b[:n]
@@ -198,6 +228,7 @@ def kda_class(base, ops: dict):
 
     prefill, decode = _pair(ops, GDN)
     mine = tuple(s for s in GDN if s in ops)
+    own = _own(mine)
 
     class FkKDA(base):
         _fk_drift = ""
@@ -210,8 +241,7 @@ def kda_class(base, ops: dict):
             m = _metadata(self.prefix)
             if not self._fk_routed or m is None:  # None: the profile run
                 return super()._forward(*args, **kwargs)
-            if m.spec_sequence_masks is not None:
-                _left_stock(mine, "speculative decoding")
+            if _stock_step(own, mine, "speculative decoding" if m.spec_sequence_masks is not None else "", m):
                 return super()._forward(*args, **kwargs)
             return self._fk_kda(m, *args, **kwargs)
 
@@ -244,6 +274,7 @@ def mamba2_class(base, ops: dict):
 
     scan, update = _pair(ops, SSD)
     mine = tuple(s for s in SSD if s in ops)
+    own = _own(mine)
 
     class FkMambaMixer2(base):
         _fk_drift = ""
@@ -258,8 +289,7 @@ def mamba2_class(base, ops: dict):
                 return super().conv_ssm_forward(projected_states, output)
             why = ("speculative decoding" if m.num_accepted_tokens is not None else
                    "prefill checkpoints" if getattr(m, "checkpoint_chunk_idx", None) is not None else "")
-            if why:
-                _left_stock(mine, why)
+            if _stock_step(own, mine, why, m):
                 return super().conv_ssm_forward(projected_states, output)
             hbc, dt = torch.split(projected_states[..., self.tped_intermediate_size:],
                                   [self.tped_conv_size, self.tped_dt_size], dim=-1)
@@ -288,7 +318,8 @@ def mamba2_class(base, ops: dict):
                                                self.activation, conv_state_indices=m.state_indices_tensor_d)
                 xs, B, C = self.split_hidden_states_B_C_fn(xc)
                 update(xs.view(ndt, heads, self.head_dim), dt_d, self.A, B.view(ndt, groups, -1),
-                       C.view(ndt, groups, -1), self.D, self.dt_bias, state, _live(m.state_indices_tensor_d),
+                       C.view(ndt, groups, -1), self.D, self.dt_bias, state,
+                       _per_step(m, "live", lambda: _live(m.state_indices_tensor_d)),
                        out_d.view(ndt, heads, self.head_dim))
 
     FkMambaMixer2._fk_params = calls.Params.of(FkMambaMixer2.conv_ssm_forward, skip=1)

