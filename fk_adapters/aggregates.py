@@ -118,7 +118,8 @@ def _engine_own(ev: dict) -> bool:
 
 def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
     """Why a row has no speedup to claim ('' when it is scored): the candidate was not correct, ran no kernel of its
-    own (none exercised, the slots all handed back to the engine's own kernels, or kernels proven in round 1 only),
+    own (none exercised, the slots all handed back to the engine's own kernels, a library's, or kernels declaring no
+    names in a run on a device, or kernels proven in round 1 only),
     could not prove its kernels, measured no finite speedup on every workload, or was timed beside another process."""
     status, ev = row.get("status"), (row.get("evidence") or {}).get("slots") or {}
     if agg["outcome"] != CORRECT:
@@ -134,6 +135,8 @@ def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
         return "the engine's own kernels"
     if ran and all(_engine_own(e) or e.get("kernel_library") for e in ran):
         return "a library's kernels, not the plugin's"
+    if ran and all(_engine_own(e) or e.get("kernel_library") or e.get("unnamed") for e in ran):
+        return "kernels that declare no names (on a device, not told from the engine's)"
     values = [*agg["throughput"].values(), *agg["latency"].values()]
     if agg["speedup"] is None or not all(stats.positive_finite(v) for v in values):
         return "no finite speedup on every workload"

@@ -161,6 +161,17 @@ def _own_inside(ev: dict) -> None:
                 f"; {inside} of its {watched} watched calls ran the engine's own op ({ops}) inside (a fallback)")
 
 
+def _unnamed(ev: dict, on_device: bool) -> None:
+    """Mark an exercised slot of the plugin's own whose kernel declares no names, in a run ``on_device``: fk cannot
+    tell its launches from the engine's (a plain function may launch the engine's Triton or C++ kernels with no op
+    the watch sees), so no speedup is claimed for it."""
+    if not on_device or ev.get("engine_own") or ev.get("kernel_library") or ev["kernel_names"]:
+        return
+    ev["unnamed"] = True
+    ev["proof"] = ("declares no kernel names: its launches cannot be told from the engine's own (no speedup is "
+                   "claimed): " + ev["proof"])
+
+
 def _inside(ev: dict, inside: int, of: int, every: str, some: str) -> None:
     """The engine's op ran inside ``inside`` of ``of`` calls: in all, the slot is the engine's own (``every`` leads
     its proof); in some, ``some`` ends it."""
@@ -171,9 +182,11 @@ def _inside(ev: dict, inside: int, of: int, every: str, some: str) -> None:
         ev["proof"] += some
 
 
-def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset()) -> dict:
+def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozenset = frozenset(),
+          device: str = "") -> dict:
     """Evidence per installed slot for one candidate run; ``mode`` is one of MODES; ``native``: the kernel names
-    the stock engine launches (the baseline's profile, ``kernel_names.known_native``)."""
+    the stock engine launches (the baseline's profile, ``kernel_names.known_native``); ``device``: the run's (any
+    but "cpu" needs declared names for a kernel to claim speed, as a profile that saw device kernels does)."""
     if mode not in MODES:
         raise ValueError(f"unknown evidence mode {mode!r}")
     probes, profile = result.get("probe", []), result.get("profile")
@@ -208,6 +221,7 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
             ev["status"], ev["proof"] = _ran_how(ev, mode, names, profile)
         if ev["status"] == E.EXERCISED:
             _own_inside(ev)
+            _unnamed(ev, device not in ("", "cpu") or bool(kernel_names.launched(profile)))
             _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names), _by_names(mode, names, profile))
         slots[slot] = ev
     errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]

