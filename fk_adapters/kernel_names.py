@@ -213,10 +213,9 @@ _SCAN_VERSION = 1  # bump when what counts as a Triton kernel definition changes
 
 def _scan_cache(package: str, names: list[str]) -> pathlib.Path | None:
     """Where the scan of ``package``'s installed distribution for ``names`` is kept (None: no distribution)."""
-    dists = metadata.packages_distributions().get(package, [])
-    if not dists:
+    dist = _installed(package)
+    if dist is None:
         return None
-    dist = metadata.distribution(dists[0])
     record = next((f for f in dist.files or [] if f.name in ("RECORD", "SOURCES.txt")), None)
     try:
         stamp = record.locate().stat().st_mtime_ns if record else 0
@@ -227,9 +226,15 @@ def _scan_cache(package: str, names: list[str]) -> pathlib.Path | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _package_py_files(package: str) -> tuple[pathlib.Path, ...]:
+def _installed(package: str) -> metadata.Distribution | None:
+    """The installed distribution that provides the import name ``package`` (None: none does)."""
     dists = metadata.packages_distributions().get(package, [])
-    files = metadata.distribution(dists[0]).files or [] if dists else []
+    return metadata.distribution(dists[0]) if dists else None
+
+
+def _package_py_files(package: str) -> tuple[pathlib.Path, ...]:
+    dist = _installed(package)
+    files = dist.files or [] if dist else []
     return tuple(pathlib.Path(f.locate()) for f in files if f.suffix == ".py")
 
 
