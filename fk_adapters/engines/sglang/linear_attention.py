@@ -10,7 +10,8 @@ GraniteMoeHybrid): the module functions ``ssd_combined.mamba_chunk_scan_combined
 over a pool of the call's own initial states (it returns the final states; the engine scatters them), and
 ``ssu_dispatch.selective_state_update`` (decode) -> ``ssm_state_update`` on the pool at ``state_batch_indices``.
 
-Stock, counted with why: mamba radix-cache tracking steps (the engine keeps the chunk states the slots do not
+The engine's own kernels chosen (the passthrough) leave each call on stock's path, counted. Stock, counted with why:
+mamba radix-cache tracking steps (the engine keeps the chunk states the slots do not
 return), ReplaySSM, speculative verify (``target_verify`` is hooked only to count it), z-gated / clamped /
 per-channel calls; layers on a non-Triton GDN backend or Kimi-Linear's KDA are counted stock when built.
 Pure Python: imports sglang only in ``point_runtime``'s readers. ``docs/design/linear-attention-ssm.md`` has the
@@ -18,11 +19,22 @@ seams (section 3) and traps.
 """
 from __future__ import annotations
 
+from fk_adapters.engines import calls, loading
 from fk_adapters.engines.sglang.base import Runtime, Stock, Target
 
 GDN = ("gated_delta_rule", "gated_delta_rule_decode")
 SSD = ("ssd_chunk_scan", "ssm_state_update")
 _INF = float("inf")
+
+
+def _own(slot: str) -> Stock | None:
+    """Stock's path, counted, where ``slot``'s chosen kernel is the engine's own (the passthrough): through the slot the
+    adapter would split, gate and pool around it what the engine's fused kernel does inside (vLLM's GDN decode through
+    the slots: 6% slower, session 55)."""
+    if own := loading.own_key(slot):
+        calls.on_native_path(own)
+        return Stock(slot)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- Gated DeltaNet
@@ -76,6 +88,8 @@ def gdn_extend(ops, kernel, q, k, v, g, beta, ssm_states, cache_indices, query_s
            or Runtime.mamba_track_why())
     if why:
         return Stock(slot, why)
+    if stock := _own(slot):
+        return stock
     t, hv, vd, kd = q.shape[1], *ssm_states.shape[1:]
     out = q.new_zeros(t, hv, vd)  # stock returns o in q's dtype
     op(q[0], k[0], v[0], g[0], beta[0], ssm_states, cache_indices, query_start_loc, None, kd ** -0.5, True, out)
@@ -103,6 +117,8 @@ def gdn_packed_decode(ops, kernel, mixed_qkv, a, b, A_log, dt_bias, scale, ssm_s
         why = "" if h and hv % h == 0 else f"mixed_qkv width {mixed_qkv.shape[1]} is not 2HK + HV*V with K={kd}"
     if why:
         return Stock(slot, why)
+    if stock := _own(slot):
+        return stock
     r = mixed_qkv.shape[0]
     q, k, v = mixed_qkv.split([h * kd, h * kd, hv * vd], dim=-1)
     g, beta = gdn_gates(A_log, a, b, dt_bias, beta_dtype=b.dtype)
@@ -127,6 +143,8 @@ def gdn_decode(ops, kernel, q, k, v, a, b, A_log, dt_bias, ssm_states, cache_ind
            or _pool_why(ssm_states, v.shape[2], v.shape[3]))
     if why:
         return Stock(slot, why)
+    if stock := _own(slot):
+        return stock
     g, beta = gdn_gates(A_log, a, b, dt_bias)
     out = v.new_zeros(v.shape[1:])
     op(q[0], k[0], v[0], g, beta, ssm_states, cache_indices, k.shape[-1] ** -0.5, True, out)
@@ -170,6 +188,8 @@ def ssd_scan(ops, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, init
            or (Runtime.mamba_track_why() if return_intermediate_states else ""))
     if why:
         return Stock(slot, why)
+    if stock := _own(slot):
+        return stock
     r, (_, t, h, p), n = cu_seqlens.shape[0] - 1, x.shape, B.shape[-1]
     dtype = state_dtype or C.dtype  # the stock final states' dtype
     pool = (x.new_zeros(r, h, p, n, dtype=dtype) if initial_states is None
@@ -222,6 +242,8 @@ def ssm_update(ops, state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_soft
            or Runtime.ssm_rounding_why())
     if why:
         return Stock(slot, why)
+    if stock := _own(slot):
+        return stock
     op(x, dt_h, a_h, B, C, d_h, bias_h, state, state_batch_indices, out.view(x.shape))
     return None
 

@@ -265,6 +265,22 @@ def test_speculative_verify_is_hooked_only_to_be_counted_stock():
         "gated_delta_rule_decode (call: speculative verify (a state per draft token, no state update))": 1}
 
 
+@pytest.mark.parametrize("slot", sorted(METHOD))
+def test_the_engines_own_kernel_leaves_each_call_on_stocks_path_counted(slot, monkeypatch):
+    """The passthrough: through the slot the adapter would split, gate and pool around the native what the engine's
+    fused kernel does inside (vLLM's GDN decode so: 6% slower, session 55)."""
+    from fk_adapters.engines import loading
+
+    monkeypatch.setitem(loading.ENGINE_OWN, slot, f"passthrough:{slot}")
+    monkeypatch.setattr(probe, "native_path", probe.native_path.__class__())
+    c = _call(slot, _args(slot, _cases(slot)[0]), torch.Generator().manual_seed(0))
+    t = _target(METHOD[slot])
+    original, seen = _recorder()
+    hook = targets.make_hook(t, {slot: lambda *a: pytest.fail("routed")})
+    assert hook(original, *((object(),) if t.bound else ()), *c.args, **c.kwargs) == "stock" and len(seen) == 1
+    assert probe.native_path == {f"passthrough:{slot}": 1} and not probe.not_routed and not probe.calls
+
+
 def test_an_unselected_slot_runs_stock_uncounted():
     slot = "ssd_chunk_scan"
     c = _call(slot, _args(slot, _cases(slot)[0]), None)
