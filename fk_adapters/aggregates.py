@@ -116,6 +116,17 @@ def _engine_own(ev: dict) -> bool:
     return bool(ev.get("engine_own")) or str(ev.get("kernel", "")).startswith("engine:")
 
 
+def claims_nothing(ev: dict) -> bool:
+    """A slot whose kernel claims no speed for the plugin: the engine's own handed back, a library's, or, on a device,
+    one that declares no kernel names (``evidence``'s marks)."""
+    return _engine_own(ev) or bool(ev.get("kernel_library")) or bool(ev.get("unnamed"))
+
+
+def ran_own_kernel(slots: dict) -> bool:
+    """Whether any exercised slot of ``slots`` (a row's evidence) ran a kernel that claims speed for the plugin."""
+    return any(e.get("status") == E.EXERCISED and not claims_nothing(e) for e in slots.values())
+
+
 def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
     """Why a row has no speedup to claim ('' when it is scored): the candidate was not correct, ran no kernel of its
     own (none exercised, the slots all handed back to the engine's own kernels, a library's, or kernels declaring no
@@ -135,7 +146,7 @@ def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
         return "the engine's own kernels"
     if ran and all(_engine_own(e) or e.get("kernel_library") for e in ran):
         return "a library's kernels, not the plugin's"
-    if ran and all(_engine_own(e) or e.get("kernel_library") or e.get("unnamed") for e in ran):
+    if ran and not ran_own_kernel(ev):
         return "kernels that declare no names (on a device, not told from the engine's)"
     values = [*agg["throughput"].values(), *agg["latency"].values()]
     if agg["speedup"] is None or not all(stats.positive_finite(v) for v in values):

@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from fk_adapters import host_cpu, stats, time_split, variation
+from fk_adapters import aggregates, host_cpu, stats, time_split, variation
 from fk_adapters.gpu_share import disturbed
 from fk_adapters.results import (
     DeltaVerdict,
@@ -405,8 +405,8 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
         if row.get("farthest"):
             notes.append(f"{kind} {workload} too noisy: the farthest engine process, {row['farthest']}")
     if any(r.get("no_kernel") for r in rows):
-        notes.append("HEAD exercised no kernel of its plugin (it ran the stock model): a faster delta is noise, "
-                     "called no change")
+        notes.append("HEAD exercised no kernel of its plugin's own (the stock model, or only kernels that claim no "
+                     "speed: the engine's own, a library's): a faster delta is not the plugin's, called no change")
     for label, mine, other in (("BASE", b_perf, h_perf), ("HEAD", h_perf, b_perf)):
         only = [k for k in mine if k not in other]
         if only:
@@ -429,9 +429,9 @@ def _inside_margin(row: dict) -> list[str]:
 
 
 def _ran_no_kernel(row: dict) -> bool:
-    """A candidate row whose evidence shows no slot exercised (an A/A row has no evidence)."""
-    slots = _slots(row)
-    return "evidence" in row and not any(e.get("status") == E.EXERCISED for e in slots.values())
+    """A candidate row whose evidence shows no kernel of the plugin's own exercised: none at all, or only the
+    engine's own, a library's or unnamed ones on a device (an A/A row has no evidence)."""
+    return "evidence" in row and not aggregates.ran_own_kernel(_slots(row))
 
 
 def farthest_process(b: dict, h: dict, rows: dict | None = None, workload: str = "") -> str:

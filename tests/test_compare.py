@@ -378,12 +378,18 @@ def test_an_aa_of_one_process_a_side_gives_no_noise_floor():
 
 
 def test_a_head_that_ran_no_kernel_of_its_plugin_is_never_faster():
-    """HEAD ran the stock model (every slot n/a): a faster delta is noise (audit, s53)."""
+    """HEAD ran the stock model (every slot n/a), or only kernels that claim no speed (the passthrough): a faster
+    delta is not the plugin's (audit, s53)."""
     head = results(row(tput=1.2, lat=0.8, status="NOT_APPLICABLE", slots={"rms_norm": ("n/a", 0)}))
     cmp = compare.compare(results(row()), head)
     assert cmp["summary"]["faster"] == 0 and all(p["verdict"] == "no change" for p in cmp["perf"])
-    assert any("exercised no kernel of its plugin" in n for n in cmp["scenarios"][0]["notes"])
+    assert any("exercised no kernel of its plugin's own" in n for n in cmp["scenarios"][0]["notes"])
     assert compare.compare(results(row()), results(row(tput=1.2, lat=0.8)))["summary"]["faster"] == 2
+    for mark in ("engine_own", "kernel_library", "unnamed"):  # exercised, yet no kernel of the plugin's own
+        head = row(tput=1.2, lat=0.8)
+        for ev in head["evidence"]["slots"].values():
+            ev[mark] = True
+        assert compare.compare(results(row()), results(head))["summary"]["faster"] == 0, mark
 
 
 def test_a_single_pair_is_held_to_the_aas_farthest_round_not_its_mean_interval():
