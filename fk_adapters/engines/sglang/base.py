@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fk_adapters.engines import calls
+from fk_adapters.engines import calls, loading
 
 NOT_SELECTED = ""  # Stock reason: no kernel chosen for this slot (not counted)
 
@@ -16,6 +16,16 @@ class Stock:
 
     slot: str
     why: str = NOT_SELECTED
+
+
+def own_path(slot: str) -> Stock | None:
+    """SGLang's original for this call, counted, where ``slot``'s chosen kernel is the engine's own (the passthrough):
+    None otherwise. Seams whose slot cannot hand the engine's kernel what stock's call does (attention's tuning, an
+    out-of-place all-reduce, the GDN decode's packed kernel) leave the engine's own kernel where stock runs it."""
+    if own := loading.own_key(slot):
+        calls.on_native_path(own)
+        return Stock(slot)
+    return None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ from __future__ import annotations
 import threading
 
 from fk_adapters import groups
-from fk_adapters.engines import calls, loading
-from fk_adapters.engines.sglang.base import Stock, Target
+from fk_adapters.engines.sglang.base import Stock, Target, own_path
 
 SLOT = "all_reduce"
 _in_native = threading.local()  # set while a group's native runs SGLang's own all_reduce through the hooked method
@@ -43,9 +42,8 @@ def all_reduce(ops, group, input_):
         return Stock(SLOT)  # not counted: SGLang returns a 1-rank input at once; a native's own call
     if not getattr(group, "_fk_routed", False):
         return Stock(SLOT, "a group left stock")
-    if own := loading.own_key(SLOT):  # the slot is out of place: the native would reduce a copy
-        calls.on_native_path(own)
-        return Stock(SLOT)
+    if stock := own_path(SLOT):  # the slot is out of place: the native would reduce a copy
+        return stock
     return op(input_, group.unique_name)
 
 

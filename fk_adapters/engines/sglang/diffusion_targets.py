@@ -7,9 +7,8 @@ return ``[B, S, Hq, D]``; the ``sdpa`` slot is ``[B, H, L, D]``, so the adapter 
 """
 from __future__ import annotations
 
-from fk_adapters.engines import calls, loading
 from fk_adapters.engines.sglang import targets
-from fk_adapters.engines.sglang.base import Stock, Target
+from fk_adapters.engines.sglang.base import Stock, Target, own_path
 
 
 def _sdpa_why(query, key, value, causal: bool) -> str:
@@ -28,9 +27,8 @@ def _sdpa_why(query, key, value, causal: bool) -> str:
 
 
 def _sdpa(op, query, key, value, causal: bool, scale: float):
-    if own := loading.own_key("sdpa"):  # the passthrough: each implementation's own kernel, left where it runs
-        calls.on_native_path(own)
-        return Stock("sdpa")
+    if stock := own_path("sdpa"):  # the passthrough: each implementation's own kernel, left where it runs
+        return stock
     out = op(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), None, causal, float(scale))
     return out.transpose(1, 2).contiguous()
 

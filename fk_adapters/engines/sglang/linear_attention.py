@@ -19,22 +19,11 @@ seams (section 3) and traps.
 """
 from __future__ import annotations
 
-from fk_adapters.engines import calls, loading
-from fk_adapters.engines.sglang.base import Runtime, Stock, Target
+from fk_adapters.engines.sglang.base import Runtime, Stock, Target, own_path
 
 GDN = ("gated_delta_rule", "gated_delta_rule_decode")
 SSD = ("ssd_chunk_scan", "ssm_state_update")
 _INF = float("inf")
-
-
-def _own(slot: str) -> Stock | None:
-    """Stock's path, counted, where ``slot``'s chosen kernel is the engine's own (the passthrough): through the slot the
-    adapter would split, gate and pool around it what the engine's fused kernel does inside (vLLM's GDN decode through
-    the slots: 6% slower, session 55)."""
-    if own := loading.own_key(slot):
-        calls.on_native_path(own)
-        return Stock(slot)
-    return None
 
 
 # ----------------------------------------------------------------------------------------------- Gated DeltaNet
@@ -88,7 +77,7 @@ def gdn_extend(ops, kernel, q, k, v, g, beta, ssm_states, cache_indices, query_s
            or Runtime.mamba_track_why())
     if why:
         return Stock(slot, why)
-    if stock := _own(slot):
+    if stock := own_path(slot):
         return stock
     t, hv, vd, kd = q.shape[1], *ssm_states.shape[1:]
     out = q.new_zeros(t, hv, vd)  # stock returns o in q's dtype
@@ -117,7 +106,7 @@ def gdn_packed_decode(ops, kernel, mixed_qkv, a, b, A_log, dt_bias, scale, ssm_s
         why = "" if h and hv % h == 0 else f"mixed_qkv width {mixed_qkv.shape[1]} is not 2HK + HV*V with K={kd}"
     if why:
         return Stock(slot, why)
-    if stock := _own(slot):
+    if stock := own_path(slot):
         return stock
     r = mixed_qkv.shape[0]
     q, k, v = mixed_qkv.split([h * kd, h * kd, hv * vd], dim=-1)
@@ -143,7 +132,7 @@ def gdn_decode(ops, kernel, q, k, v, a, b, A_log, dt_bias, ssm_states, cache_ind
            or _pool_why(ssm_states, v.shape[2], v.shape[3]))
     if why:
         return Stock(slot, why)
-    if stock := _own(slot):
+    if stock := own_path(slot):
         return stock
     g, beta = gdn_gates(A_log, a, b, dt_bias)
     out = v.new_zeros(v.shape[1:])
@@ -188,7 +177,7 @@ def ssd_scan(ops, x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, init
            or (Runtime.mamba_track_why() if return_intermediate_states else ""))
     if why:
         return Stock(slot, why)
-    if stock := _own(slot):
+    if stock := own_path(slot):
         return stock
     r, (_, t, h, p), n = cu_seqlens.shape[0] - 1, x.shape, B.shape[-1]
     dtype = state_dtype or C.dtype  # the stock final states' dtype
@@ -242,7 +231,7 @@ def ssm_update(ops, state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_soft
            or Runtime.ssm_rounding_why())
     if why:
         return Stock(slot, why)
-    if stock := _own(slot):
+    if stock := own_path(slot):
         return stock
     op(x, dt_h, a_h, B, C, d_h, bias_h, state, state_batch_indices, out.view(x.shape))
     return None

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fk_adapters import probe, safety
-from fk_adapters.engines import calls, loading
+from fk_adapters.engines import calls
 from fk_adapters.engines.sglang import collective, linear_attention
-from fk_adapters.engines.sglang.base import NOT_SELECTED, Runtime, Stock, Target  # noqa: F401 (re-exported)
+from fk_adapters.engines.sglang.base import NOT_SELECTED, Runtime, Stock, Target, own_path  # noqa: F401 (re-exported)
 from fk_adapters.tasks import SLOTS
 
 
@@ -277,9 +277,8 @@ def _attention(ops, backend, q, k, v, layer, forward_batch, save_kv_cache=True, 
                                                                                 k_rope, sinks)
     if why:
         return Stock("paged_attention", why)
-    if own := loading.own_key("paged_attention"):  # the slot leaves out what SGLang tunes FA3's call with
-        calls.on_native_path(own)
-        return Stock("paged_attention")
+    if stock := own_path("paged_attention"):  # the slot leaves out what SGLang tunes FA3's call with
+        return stock
     md = backend.forward_metadata
     if k is not None and save_kv_cache:  # the engine's own cache write, as its forward starts with it
         backend.token_to_kv_pool.set_kv_buffer(layer, Runtime.kv_write_loc(forward_batch.out_cache_loc,
