@@ -190,6 +190,7 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
     if mode not in MODES:
         raise ValueError(f"unknown evidence mode {mode!r}")
     probes, profile = result.get("probe", []), result.get("profile")
+    on_device = device not in ("", "cpu") or bool(kernel_names.launched(profile))
     meta, stock_layers = kernel_meta(loads), probe.merged(probes, "stock_layers")
     installed = installed_kernels(loads)
     declared = {s: meta.get((i["plugin"], s), {}) for s, i in installed.items()}
@@ -221,7 +222,7 @@ def judge(result: dict, loads: list[dict], mode: str, native: set[str] | frozens
             ev["status"], ev["proof"] = _ran_how(ev, mode, names, profile)
         if ev["status"] == E.EXERCISED:
             _own_inside(ev)
-            _unnamed(ev, device not in ("", "cpu") or bool(kernel_names.launched(profile)))
+            _unnamed(ev, on_device)
             _judge_ranks(ev, rank_evidence(probes, profile, slot, key, names), _by_names(mode, names, profile))
         slots[slot] = ev
     errors = [f"pid {r['pid']}: {r['error']}" for r in loads if r.get("error")]
