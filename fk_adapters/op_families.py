@@ -47,6 +47,7 @@ SLOT_FAMILIES = {"rms_norm": ("rms_norm", "fused_add_rms_norm", "gated_rms_norm"
                  "ssm / linear attention": ("gated_delta_rule", "gated_delta_rule_decode", "ssd_chunk_scan",
                                             "ssm_state_update")}
 OTHER = "other"
+HOST_KEEP = 40  # host-side names kept per profile (``host_time``), most self time first
 SLOT_SCOPE = "fk.slot:"  # the profiler range fk capture opens around each slot call (``ops.wrap``)
 # how a capture's "slot_us" was measured; older captures summed host ranges' device totals, which can count a span twice
 SLOT_US_FROM = "kernels inside device spans"
@@ -83,16 +84,59 @@ def tally(kernel_events: Iterable[tuple[str, float]]) -> tuple[dict[str, int], d
 
 
 def kernel_profile(prof) -> dict:
-    """{"kernels": launches, "kernel_us": device microseconds, per CUDA kernel name, ``span_busy``'s keys, and
-    "slot_us" where fk's capture marked its slot calls} of a stopped ``torch.profiler.profile``. A
-    ``record_function`` range shows on the device too, as a span over its kernels: not a kernel, left out."""
+    """{"kernels": launches, "kernel_us": device microseconds, per CUDA kernel name, ``span_busy``'s keys,
+    ``host_time``'s, and "slot_us" where fk's capture marked its slot calls} of a stopped ``torch.profiler.profile``.
+    A ``record_function`` range shows on the device too, as a span over its kernels: not a kernel, left out."""
     events = prof.events()
     ranges = [(evt.name, evt.time_range.start, evt.time_range.end) for evt in events
               if _on_device(evt) and not getattr(evt, "is_user_annotation", False)]
     kernels, kernel_us = tally((name, end - start) for name, start, end in ranges)
     slots = slot_us(events)
+    host = host_time((getattr(evt, "thread", 0), evt.time_range.start, evt.time_range.end, evt.name)
+                     for evt in events if not _on_device(evt))
     return {"kernels": kernels, "kernel_us": kernel_us, **span_busy((start, end, name) for name, start, end in ranges),
-            **({"slot_us": slots} if slots else {})}
+            **host, **({"slot_us": slots} if slots else {})}
+
+
+def host_time(ranges: Iterable[tuple]) -> dict:
+    """{"host_calls": calls, "host_us": self microseconds} per name of the profiler's host-side ranges (thread, start,
+    end, name): torch ops, CUDA runtime calls (``cudaLaunchKernel``, ``cudaGraphLaunch``) and ``record_function``
+    ranges, each range's time less that of the ranges nested in it on its thread; the ``HOST_KEEP`` names of most self
+    time ({} without ranges). Python between ops is in no range unless a range encloses it: not seen here."""
+    by_thread: dict = {}
+    for thread, lo, hi, name in ranges:
+        by_thread.setdefault(thread, []).append((float(lo), -float(hi), name))  # an enclosing range first on a tie
+    calls: dict[str, int] = {}
+    self_us: dict[str, float] = {}
+
+    def close(entry, parent):
+        hi, lo, name, nested = entry
+        calls[name] = calls.get(name, 0) + 1
+        self_us[name] = self_us.get(name, 0.0) + max(0.0, hi - lo - nested)
+        if parent is not None:
+            parent[3] += hi - lo
+
+    for spans in by_thread.values():
+        stack: list[list] = []  # [end, start, name, µs of the ranges nested in it]
+        for lo, neg_hi, name in sorted(spans):
+            while stack and stack[-1][0] <= lo:
+                close(stack.pop(), stack[-1] if stack else None)
+            stack.append([max(-neg_hi, lo), lo, name, 0.0])
+        while stack:
+            close(stack.pop(), stack[-1] if stack else None)
+    keep = sorted(self_us, key=lambda n: (-self_us[n], n))[:HOST_KEEP]
+    if not keep:
+        return {}
+    return {"host_calls": {n: calls[n] for n in keep}, "host_us": {n: round(self_us[n], 1) for n in keep},
+            "host_cut": len(self_us) > len(keep)}  # True: names of less self time were left out
+
+
+def trace_host_time(events: list[dict]) -> dict:
+    """``host_time`` from a Chrome trace's events (SGLang's profiler): its torch ops, CUDA runtime / driver calls and
+    ``record_function`` ranges."""
+    cats = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
+    return host_time(((e.get("pid"), e.get("tid")), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)),
+                      e["name"]) for e in events if e.get("ph") == "X" and e.get("cat") in cats and "ts" in e)
 
 
 def _on_device(evt) -> bool:

@@ -43,7 +43,26 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
            "baseline_idle_us": _idle(base_profile), "candidate_idle_us": _idle(cand_profile)}
     out["movers"] = _movers(base, cand, tb + (out["baseline_idle_us"] or 0.0), out["baseline_idle_us"],
                             out["candidate_idle_us"], (_waits(base_profile), _waits(cand_profile)))
-    return out
+    host = host_movers(base_profile, cand_profile)
+    return {**out, "host": host} if host else out
+
+
+def host_movers(base_profile: list[dict], cand_profile: list[dict]) -> list[dict]:
+    """The host-side ranges (``op_families.host_time``) whose self time moved most between the sides' profiled steps,
+    largest |Δ| first, with their calls: where the host's extra time went (a name a side's profile left out below its
+    cut is not compared; one it never ran counts as 0). [] unless both sides' profiles measured it."""
+    if not all(p.get("host_us") for p in (base_profile or []) + (cand_profile or [])) or not base_profile \
+            or not cand_profile:
+        return []
+    sides = [(op_families.merge_kernel_us(ps, "host_us"), op_families.merge_kernel_us(ps, "host_calls"),
+              any(p.get("host_cut") for p in ps)) for ps in (base_profile, cand_profile)]
+    (bu, bc, b_cut), (cu, cc, c_cut) = sides
+    names = [n for n in set(bu) | set(cu) if (n in bu or not b_cut) and (n in cu or not c_cut)]
+    delta = {n: cu.get(n, 0.0) - bu.get(n, 0.0) for n in names}
+    ranked = sorted((n for n in names if delta[n]), key=lambda n: (-abs(delta[n]), n))[:MOVERS]
+    return [{"name": n, "baseline_calls": int(bc.get(n, 0)), "candidate_calls": int(cc.get(n, 0)),
+             "baseline_us": round(bu.get(n, 0.0), 1), "candidate_us": round(cu.get(n, 0.0), 1),
+             "delta_us": round(delta[n], 1)} for n in ranked]
 
 
 def per_slot(s: dict, evidence: dict, cand_profile: list[dict] | None) -> list[dict]:
@@ -138,6 +157,7 @@ def markdown(scenario: str, s: dict) -> list[str]:
                                      "share of Δ"], tablefmt="github"), ""]
     lines += _slot_lines(s.get("slots") or [])
     lines += _mover_lines(s.get("movers"))
+    lines += _host_lines(s.get("host") or [])
     for key, who in (("only_candidate", "Only in the candidate"), ("only_baseline", "Only in the baseline")):
         if s[key]:
             lines.append(f"{who} (largest first): " + "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, "
@@ -182,6 +202,16 @@ def _mover_lines(m: dict | None) -> list[str]:
             if m["named_share"] > 1.005 else "")
     return [f"Kernels whose {what} moved most: {named}. These {len(m['kernels'])} kernels name "
             f"**{100 * m['named_share']:.0f}%** of the step's delta of {m['step_delta_us']:+.0f} µs{over}{idle}.", ""]
+
+
+def _host_lines(rows: list[dict]) -> list[str]:
+    """The host-side ranges whose self time moved most (splits of an older fk have none)."""
+    if not rows:
+        return []
+    named = "; ".join(f"`{r['name'][:80]}` (calls {r['baseline_calls']} → {r['candidate_calls']}, self "
+                      f"{r['baseline_us']:.0f} → {r['candidate_us']:.0f} µs, {r['delta_us']:+.0f})" for r in rows)
+    return [f"On the host (the profiler's host-side ranges: torch ops, CUDA runtime calls, `record_function` ranges; "
+            f"each one's self time, Python outside them unseen), moved most: {named}.", ""]
 
 
 def moved(base_split: dict | None, head_split: dict | None) -> list[dict]:

@@ -93,3 +93,34 @@ def test_a_chrome_trace_credits_the_kernels_inside_a_slot_span_on_their_own_stre
     nested = {"cat": "gpu_user_annotation", "name": scope + "rms_norm", "ts": 101.0, "dur": 10.0, "pid": 0, "tid": 7}
     assert op_families.trace_slot_us([nested] + trace) == {"gated_rms_norm": 45.0}  # the outer call's
     assert op_families.trace_slot_us(trace[1:]) == {}
+
+
+def test_host_time_counts_each_ranges_self_time_on_its_own_thread(monkeypatch):
+    ranges = [(1, 0.0, 100.0, "aten::linear"), (1, 10.0, 40.0, "aten::mm"), (1, 20.0, 30.0, "cudaLaunchKernel"),
+              (1, 50.0, 60.0, "cudaLaunchKernel"), (2, 0.0, 50.0, "aten::linear"),
+              (1, 100.0, 130.0, "step"), (1, 100.0, 110.0, "aten::add")]  # same start: the enclosing range first
+    got = op_families.host_time(ranges)
+    assert got["host_calls"] == {"aten::linear": 2, "step": 1, "aten::mm": 1, "cudaLaunchKernel": 2, "aten::add": 1}
+    assert got["host_us"] == {"aten::linear": 110.0, "step": 20.0, "aten::mm": 20.0, "cudaLaunchKernel": 20.0,
+                              "aten::add": 10.0}  # linear: 100 - mm 30 - launch 10, plus 50 on thread 2
+    assert got["host_cut"] is False and op_families.host_time([]) == {}
+    monkeypatch.setattr(op_families, "HOST_KEEP", 2)
+    cut = op_families.host_time(ranges)
+    assert list(cut["host_us"]) == ["aten::linear", "aten::mm"] and cut["host_cut"] is True
+
+
+def test_a_real_profile_names_the_host_ops_and_a_chrome_trace_its_host_ranges():
+    import torch
+
+    a = torch.randn(64, 64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("fk-test-step"):
+            for _ in range(3):
+                torch.mm(a, a)
+    got = op_families.kernel_profile(prof)
+    assert got["kernel_us"] == {} and got["host_calls"]["aten::mm"] == 3 and got["host_calls"]["fk-test-step"] == 1
+    assert got["host_us"]["aten::mm"] > 0
+    trace = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 10.0, "dur": 30.0, "pid": 1, "tid": 2},
+             {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 20.0, "dur": 5.0, "pid": 1, "tid": 2},
+             {"ph": "X", "cat": "kernel", "name": "nvjet", "ts": 22.0, "dur": 50.0, "pid": 1, "tid": 7}]
+    assert op_families.trace_host_time(trace)["host_us"] == {"aten::mm": 25.0, "cudaLaunchKernel": 5.0}

@@ -191,3 +191,20 @@ def test_each_slot_that_ran_gets_its_plugin_kernels_device_time_beside_its_famil
              for line in slot_table if line.startswith("| ") and "plugin kernels" not in line}
     assert table["gemm"] == ["950", "gemm", "800", "950", "yes"]
     assert table["rms_norm"][-1] == "no: the family's rows hold both"
+
+
+def test_the_host_ranges_whose_self_time_moved_most_are_named_with_their_calls():
+    base = [{**_profile({"nvjet": 100.0})[0], "host_us": {"cudaGraphLaunch": 100.0, "aten::copy_": 50.0},
+             "host_calls": {"cudaGraphLaunch": 10, "aten::copy_": 20}, "host_cut": False}]
+    cand = [{**_profile({"nvjet": 100.0})[0],
+             "host_us": {"cudaGraphLaunch": 400.0, "fk_passthrough::gemm": 300.0, "aten::copy_": 50.0},
+             "host_calls": {"cudaGraphLaunch": 40, "fk_passthrough::gemm": 10, "aten::copy_": 20}, "host_cut": False}]
+    rows = time_split.split(base, cand)["host"]
+    assert [(r["name"], r["baseline_calls"], r["candidate_calls"], r["delta_us"]) for r in rows] == [
+        ("cudaGraphLaunch", 10, 40, 300.0), ("fk_passthrough::gemm", 0, 10, 300.0)]  # copy_ did not move
+    text = "\n".join(time_split.markdown("fk46-qwen3-next", time_split.split(base, cand)))
+    assert "`cudaGraphLaunch` (calls 10 → 40, self 100 → 400 µs, +300)" in text
+    base[0]["host_cut"] = True  # the baseline left names out: one it lacks may have been below its cut
+    assert [r["name"] for r in time_split.host_movers(base, cand)] == ["cudaGraphLaunch"]
+    assert time_split.host_movers(_profile({"nvjet": 1.0}), cand) == []  # an older profile: nothing to compare
+    assert "host" not in time_split.split(_profile({"nvjet": 1.0}), cand)

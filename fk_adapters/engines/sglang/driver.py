@@ -132,7 +132,8 @@ def kernel_counts(trace_dir: str) -> list[dict]:
         rank = re.search(r"-TP-(\d+)", os.path.basename(path))
         slots = op_families.trace_slot_us(events)
         out.append({"trace": os.path.basename(path), **({"rank": int(rank.group(1))} if rank else {}),
-                    "kernels": kernels, "kernel_us": kernel_us, **span, **({"slot_us": slots} if slots else {})})
+                    "kernels": kernels, "kernel_us": kernel_us, **span, **op_families.trace_host_time(events),
+                    **({"slot_us": slots} if slots else {})})
     return out
 
 
