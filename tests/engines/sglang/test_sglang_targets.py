@@ -448,11 +448,13 @@ def test_driver_kernel_counts_from_chrome_trace(tmp_path):
         json.dump({"traceEvents": events}, f)
     assert driver.kernel_counts(str(tmp_path)) == [{"trace": "x-TP-0.trace.json.gz", "rank": 0,
                                                     "kernels": {"fk_rms": 2}, "kernel_us": {"fk_rms": 5.5}}]
-    timed = [dict(events[0], ts=100.0), dict(events[1], ts=110.0)]  # 7.5 µs idle before the second launch
+    timed = [dict(events[0], ts=100.0), dict(events[1], ts=110.0),  # 7.5 µs idle before the second launch
+             dict(events[2], ts=90.0, pid=1, tid=1)]  # a host op: its calls and self time
     with gzip.open(tmp_path / "x-TP-0.trace.json.gz", "wt") as f:
         json.dump({"traceEvents": timed}, f)
     (got,) = driver.kernel_counts(str(tmp_path))
     assert (got["span_us"], got["busy_us"], got["wait_us"]) == (13.0, 5.5, {"fk_rms": 7.5})
+    assert (got["host_calls"], got["host_us"]) == ({"aten::add": 1}, {"aten::add": 9.0})
 
 
 @pytest.mark.gpu

@@ -76,6 +76,18 @@ def test_passthrough_loads_in_every_engine_process(tmp_path):
             ) in res["problems"][0]
 
 
+def test_a_profiled_run_names_the_host_ops_each_side_called(tmp_path):
+    """`--profile` on CPU: each side's profile keeps its host-side ranges; the adapter's op is the candidate's only."""
+    p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-llama", "--quick", "--profile",
+                    "--allow-uncovered")
+    assert p.returncode == 0 and res is not None, p.stderr[-3000:]
+    logs = tmp_path / "out" / "logs" / "tiny-llama"
+    (base,), (cand,) = (json.loads((logs / side / "result.json").read_text())["profile"]
+                        for side in ("baseline", "candidate"))
+    assert base["host_calls"] and "fk_passthrough::gemm" not in base["host_calls"]
+    assert cand["host_calls"]["fk_passthrough::gemm"] > 0 and cand["host_us"]["fk_passthrough::gemm"] > 0
+
+
 @pytest.mark.slow
 def test_passthrough_is_exact_where_norms_take_strided_q_k_slices(tmp_path):
     """Gemma-4 normalises q and k sliced out of the fused qkv projection: rows with a stride, which vLLM's CPU
