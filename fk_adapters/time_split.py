@@ -51,8 +51,7 @@ def host_movers(base_profile: list[dict], cand_profile: list[dict]) -> list[dict
     """The host-side ranges (``op_families.host_time``) whose self time moved most between the sides' profiled steps,
     largest |Δ| first, with their calls: where the host's extra time went (a name a side's profile left out below its
     cut is not compared; one it never ran counts as 0). [] unless both sides' profiles measured it."""
-    if not all(p.get("host_us") for p in (base_profile or []) + (cand_profile or [])) or not base_profile \
-            or not cand_profile:
+    if not base_profile or not cand_profile or not all(p.get("host_us") for p in base_profile + cand_profile):
         return []
     sides = [(op_families.merge_kernel_us(ps, "host_us"), op_families.merge_kernel_us(ps, "host_calls"),
               any(p.get("host_cut") for p in ps)) for ps in (base_profile, cand_profile)]
