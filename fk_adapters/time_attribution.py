@@ -26,7 +26,7 @@ def one_round(base: dict, cand: dict, workload: str) -> dict | None:
         return None
     out = {"baseline_s": tb, "candidate_s": tc, "timed_delta_us": round((tc - tb) * 1e6, 1),
            "kernels_delta_us": m["kernels_delta_us"], "device_delta_us": round(s["candidate_us"] - s["baseline_us"], 1),
-           "profiled_speedup": time_split.step_speedup(s)}
+           "profiled_speedup": time_split.step_speedup(s), "host_pace": (s.get("host_pace") or {}).get("ratio")}
     wb, wc = base.get("profile_wall_s"), cand.get("profile_wall_s")
     if wb is not None and wc is not None:
         out["profiled_wall_delta_us"] = round((wc - wb) * 1e6, 1)
@@ -163,7 +163,17 @@ def _round_lines(t: dict) -> list[str]:
     parts = all(r.get("device_delta_us") is not None for r in rounds)
     return ["", f"Per round, {what} (ms a run): " + "; ".join(
         f"{i}: " + " / ".join(f"{r[k] / 1000:+.1f}" for k in keys) + (_split_of(r) if parts else "")
-        for i, r in enumerate(rounds, 1)) + "."]
+        for i, r in enumerate(rounds, 1)) + "." + _pace_line(rounds)]
+
+
+def _pace_line(rounds: list[dict]) -> str:
+    """The candidate's host pace round by round (``time_split.host_pace``), where every round's profiles measured it."""
+    paces = [r.get("host_pace") for r in rounds]
+    if not all(paces):
+        return ""
+    return (" The candidate's host took " + " / ".join(f"x{p:.2f}" for p in paces) + " the baseline's time for the "
+            "same host work, round by round (`time_split.host_pace`): where the host bounds a latency, its timed "
+            "delta moves with that, whatever the kernels do.")
 
 
 def _split_of(r: dict) -> str:

@@ -2,11 +2,14 @@
 kernels that ran on one side only (a replacement's own kernels; an engine fusion the replacement broke)."""
 from __future__ import annotations
 
+import statistics
+
 from fk_adapters import kernel_names, op_families
 
 TOP_KERNELS = 5
 MOVERS = 8  # the kernels whose device time moved most, named with their share of the step's delta
 STILL = 0.01  # a step whose time moved less than this fraction is not attributed: its delta is noise
+PACE_CALLS, PACE_MIN_US, PACE_RANGES = 0.02, 1000.0, 5  # host_pace: the ranges it reads, and how many it needs
 
 
 def _families(kernel_us: dict[str, float]) -> dict[str, float]:
@@ -44,17 +47,43 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
     out["movers"] = _movers(base, cand, tb + (out["baseline_idle_us"] or 0.0), out["baseline_idle_us"],
                             out["candidate_idle_us"], (_waits(base_profile), _waits(cand_profile)))
     host = host_movers(base_profile, cand_profile)
-    return {**out, "host": host} if host else out
+    pace = host_pace(base_profile, cand_profile)
+    return {**out, **({"host": host} if host else {}), **({"host_pace": pace} if pace else {})}
+
+
+def _host_sides(base_profile, cand_profile) -> list[tuple[dict, dict, bool]] | None:
+    """Each side's host self µs and calls per range name, merged over its processes, and whether a profile cut it."""
+    if not base_profile or not cand_profile or not all(p.get("host_us") for p in base_profile + cand_profile):
+        return None
+    return [(op_families.merge_kernel_us(ps, "host_us"), op_families.merge_kernel_us(ps, "host_calls"),
+             any(p.get("host_cut") for p in ps)) for ps in (base_profile, cand_profile)]
+
+
+def host_pace(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> dict | None:
+    """How long the candidate's host took for the same work as the baseline's: the median, over the host ranges both
+    sides ran as often (calls within ``PACE_CALLS``, at least ``PACE_MIN_US`` self time each: the engine's own
+    scheduler and runner phases, torch ops, CUDA runtime calls), of candidate / baseline self time. Session 57 saw
+    it 0.6-1.3 between engine processes of one H100 VM, alike over every such range: the processes' host speed,
+    which a host-bound latency moves with whatever the kernels do. None under ``PACE_RANGES`` ranges."""
+    sides = _host_sides(base_profile, cand_profile)
+    if not sides:
+        return None
+    (bu, bc, _), (cu, cc, _) = sides
+    ratios = sorted(cu[n] / bu[n] for n in set(bu) & set(cu)
+                    if min(bu[n], cu[n]) >= PACE_MIN_US and bc.get(n) and abs(cc.get(n, 0) / bc[n] - 1) <= PACE_CALLS)
+    if len(ratios) < PACE_RANGES:
+        return None
+    return {"ratio": round(statistics.median(ratios), 3), "ranges": len(ratios),
+            "quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)[::2]]}
 
 
 def host_movers(base_profile: list[dict], cand_profile: list[dict]) -> list[dict]:
     """The host-side ranges (``op_families.host_time``) whose self time moved most between the sides' profiled steps,
     largest |Δ| first, with their calls: where the host's extra time went (a name a side's profile left out below its
     cut is not compared; one it never ran counts as 0). [] unless both sides' profiles measured it."""
-    if not base_profile or not cand_profile or not all(p.get("host_us") for p in base_profile + cand_profile):
+    sides = _host_sides(base_profile, cand_profile)
+    if not sides:
         return []
-    sides = [(op_families.merge_kernel_us(ps, "host_us"), op_families.merge_kernel_us(ps, "host_calls"),
-              any(p.get("host_cut") for p in ps)) for ps in (base_profile, cand_profile)]
     (bu, bc, b_cut), (cu, cc, c_cut) = sides
     names = [n for n in set(bu) | set(cu) if (n in bu or not b_cut) and (n in cu or not c_cut)]
     delta = {n: cu.get(n, 0.0) - bu.get(n, 0.0) for n in names}
@@ -156,7 +185,7 @@ def markdown(scenario: str, s: dict) -> list[str]:
                                      "share of Δ"], tablefmt="github"), ""]
     lines += _slot_lines(s.get("slots") or [])
     lines += _mover_lines(s.get("movers"))
-    lines += _host_lines(s.get("host") or [])
+    lines += _host_lines(s.get("host") or [], s.get("host_pace"))
     for key, who in (("only_candidate", "Only in the candidate"), ("only_baseline", "Only in the baseline")):
         if s[key]:
             lines.append(f"{who} (largest first): " + "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, "
@@ -203,14 +232,24 @@ def _mover_lines(m: dict | None) -> list[str]:
             f"**{100 * m['named_share']:.0f}%** of the step's delta of {m['step_delta_us']:+.0f} µs{over}{idle}.", ""]
 
 
-def _host_lines(rows: list[dict]) -> list[str]:
-    """The host-side ranges whose self time moved most (splits of an older fk have none)."""
+def _host_lines(rows: list[dict], pace: dict | None = None) -> list[str]:
+    """The host-side ranges whose self time moved most, and the host's pace (splits of an older fk have none)."""
     if not rows:
         return []
     named = "; ".join(f"`{r['name'][:80]}` (calls {r['baseline_calls']} → {r['candidate_calls']}, self "
                       f"{r['baseline_us']:.0f} → {r['candidate_us']:.0f} µs, {r['delta_us']:+.0f})" for r in rows)
     return [f"On the host (the profiler's host-side ranges: torch ops, CUDA runtime calls, `record_function` ranges; "
-            f"each one's self time, Python outside them unseen), moved most: {named}.", ""]
+            f"each one's self time, Python outside them unseen), moved most: {named}." + pace_words(pace), ""]
+
+
+def pace_words(pace: dict | None) -> str:
+    """``host_pace`` in a sentence ("" without one)."""
+    if not pace:
+        return ""
+    lo, hi = pace["quartiles"]
+    return (f" The candidate's host took x{pace['ratio']:.2f} the baseline's time for the same host work (median over "
+            f"the {pace['ranges']} ranges both sides ran as often, quartiles x{lo:.2f}-x{hi:.2f}): alike over all of "
+            f"them, that is the engine processes' host speed, not a kernel's work.")
 
 
 def moved(base_split: dict | None, head_split: dict | None) -> list[dict]:

@@ -151,3 +151,19 @@ def test_a_share_that_is_the_same_in_every_round_has_no_width():
     rounds = [{"timed": t, "kernels_delta_us": 0.9 * t} for t in (10.0, 20.0, 30.0)]
     assert time_attribution.share_interval(rounds, "timed") == pytest.approx([0.9, 0.9])
     assert time_attribution.share_interval(rounds[:2], "timed") is None
+
+
+def test_each_rounds_host_pace_is_named_beside_its_deltas():
+    """Session 57: the candidate's host ran x1.12, x0.60, x1.30 the baseline's time round by round, and the timed
+    latency delta followed it: each round's pace is printed with its deltas."""
+    pairs = [_pair(0.00100, c) for c in (0.00125, 0.00115, 0.00126)]
+    names = [f"r{i}" for i in range(5)]
+    for (base, cand), f in zip(pairs, (1.12, 0.6, 1.3)):
+        base["profile"][0].update(host_us={n: 2000.0 for n in names}, host_calls={n: 7 for n in names})
+        cand["profile"][0].update(host_us={n: 2000.0 * f for n in names}, host_calls={n: 7 for n in names})
+    t = time_attribution.against_timed(pairs, "batch32")
+    assert [r["host_pace"] for r in t["rounds"]] == pytest.approx([1.12, 0.6, 1.3])
+    assert ("The candidate's host took x1.12 / x0.60 / x1.30 the baseline's time for the same host work, round by "
+            "round") in "\n".join(time_attribution.timed_lines(t))
+    del pairs[1][1]["profile"][0]["host_us"]  # a round without it: no pace line
+    assert "host took" not in "\n".join(time_attribution.timed_lines(time_attribution.against_timed(pairs, "batch32")))

@@ -1,4 +1,6 @@
 """Where the device time went: families, shares of the delta, kernels on one side only."""
+import pytest
+
 from fk_adapters import time_split
 
 
@@ -208,3 +210,27 @@ def test_the_host_ranges_whose_self_time_moved_most_are_named_with_their_calls()
     assert [r["name"] for r in time_split.host_movers(base, cand)] == ["cudaGraphLaunch"]
     assert time_split.host_movers(_profile({"nvjet": 1.0}), cand) == []  # an older profile: nothing to compare
     assert "host" not in time_split.split(_profile({"nvjet": 1.0}), cand)
+
+
+def _host(us: dict, calls: dict) -> list[dict]:
+    return [{**_profile({"nvjet": 100.0})[0], "host_us": us, "host_calls": calls, "host_cut": False}]
+
+
+def test_the_host_pace_is_the_median_ratio_over_ranges_both_sides_ran_as_often():
+    """Session 57: one process's host ran every range 1.3x as long as the other's; the pace reads that, and not a
+    range one side called more (fk's own op, a graph launched more often) or too short to time."""
+    names = [f"schedule: phase{i}" for i in range(6)]
+    base = _host({n: 10_000.0 for n in names} | {"tiny": 10.0, "cudaGraphLaunch": 5_000.0},
+                 {n: 100 for n in names} | {"tiny": 100, "cudaGraphLaunch": 10})
+    slow = [1.3, 1.3, 1.3, 1.2, 1.4, 1.3]
+    cand = _host({n: 10_000.0 * f for n, f in zip(names, slow)} | {"tiny": 50.0, "cudaGraphLaunch": 50_000.0,
+                                                                    "fk_passthrough::gemm": 9_000.0},
+                 {n: 100 for n in names} | {"tiny": 100, "cudaGraphLaunch": 40, "fk_passthrough::gemm": 10})
+    pace = time_split.host_pace(base, cand)
+    assert pace["ratio"] == pytest.approx(1.3) and pace["ranges"] == 6  # tiny, the graph launches, fk's op: out
+    assert pace["quartiles"][0] <= 1.3 <= pace["quartiles"][1]
+    text = "\n".join(time_split.markdown("x", time_split.split(base, cand)))
+    assert "The candidate's host took x1.30 the baseline's time for the same host work" in text
+    assert time_split.host_pace(base, _host({n: 1.0 for n in names[:4]}, {n: 100 for n in names[:4]})) is None
+    assert time_split.host_pace(_profile({"nvjet": 1.0}), cand) is None  # an older profile
+    assert "host_pace" not in time_split.split(_profile({"nvjet": 1.0}), cand)

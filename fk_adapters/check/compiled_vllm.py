@@ -38,7 +38,8 @@ TOKEN_ARGS = {"rms_norm": (0,), "fused_add_rms_norm": (0, 1), "silu_and_mul": (0
 _LINEAR_ATTENTION = ("an opaque custom op (vllm::qwen_gdn_attention_core, vllm::mamba_mixer2) and a splitting op of "
                      "vLLM's piecewise graph: its kernels, compiled or not")
 KEPT = {
-    "gemm": "UnquantizedLinearMethod calls F.linear: Inductor leaves the matmul to cuBLAS (an extern call), as eager",
+    "gemm": ("UnquantizedLinearMethod calls F.linear: Inductor mostly leaves the matmul to cuBLAS (an extern call), "
+             "as eager (but see SEEN_BY_INDUCTOR)"),
     "fused_moe": "FusedMoE runs as the opaque custom op vllm::moe_forward: its kernels, compiled or not",
     "paged_attention": ("attention runs as the opaque custom op vllm::unified_attention_with_output, a splitting op "
                         "of vLLM's piecewise graph: its kernel, compiled or not"),
@@ -47,6 +48,13 @@ KEPT = {
     "all_reduce": ("the all-reduce runs as the opaque custom op vllm::all_reduce (a CPU build calls the communicator "
                    "directly): the communicator's kernel, compiled or not"),
 }
+
+# slots kept to their kernel here whose stock call is still ordinary torch code that Inductor sees, where a slot's op
+# is opaque to it: an engine-own kernel (passthrough) routed through the op would change stock's compiled graph.
+# gemm: Inductor may decompose a small matmul and fuse it with its neighbours (N=1 under coordinate-descent tuning,
+# which vLLM sets for its single-size compiles); session 57's stock fk46-qwen3-next on an H100 ran an RMSNorm and a
+# matmul in one Triton kernel, which the passthrough's opaque gemm op split, with other cuBLAS kernels
+SEEN_BY_INDUCTOR = ("gemm",)
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,10 +75,27 @@ def inductor_options(cc) -> dict:
     return {k: v for k, v in cc.inductor_compile_config.items() if isinstance(v, (bool, int, float, str))}
 
 
+def no_inductor(config) -> str:
+    """Why vLLM's ``config`` compiles nothing with Inductor ("" where it does)."""
+    from vllm.config.compilation import CompilationMode
+
+    cc = config.compilation_config
+    if cc.mode == CompilationMode.NONE or cc.backend != "inductor":
+        return f"vLLM's config compiles nothing with Inductor (mode {cc.mode}, backend {cc.backend!r})"
+    return ""
+
+
+def stock_seen_by_inductor(slot: str, config) -> bool:
+    """Whether vLLM's ``config`` has Inductor compile ``slot``'s stock call: its native forward (``plan``), or ordinary
+    torch code it sees (``SEEN_BY_INDUCTOR``)."""
+    if slot in SEEN_BY_INDUCTOR:
+        return not no_inductor(config)
+    return slot in LAYERS and plan(slot, config).compiles
+
+
 def plan(slot: str, config=None) -> Plan:
     """Whether vLLM's compiled mode (``config``, default: vLLM's default) runs ``slot`` as its native forward."""
     from vllm.config import set_current_vllm_config
-    from vllm.config.compilation import CompilationMode
 
     if slot in KEPT:
         return Plan(False, why=KEPT[slot])
@@ -79,9 +104,9 @@ def plan(slot: str, config=None) -> Plan:
     config = config or default_config()
     cc = config.compilation_config
     settings = _settings(cc)
-    if cc.mode == CompilationMode.NONE or cc.backend != "inductor":
-        return Plan(False, why=f"vLLM's config compiles nothing with Inductor (mode {cc.mode}, backend "
-                               f"{cc.backend!r})", settings=settings)
+    why = no_inductor(config)
+    if why:
+        return Plan(False, why=why, settings=settings)
     module, cls, op, includes = LAYERS[slot]
     importlib.import_module(module)  # registers the op
     from vllm.model_executor.custom_op import op_registry

@@ -482,10 +482,11 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # s54-mamba2-h100), compiled, --quick (under --smoke a timed run of qwen3-next lasts about 2 s and one process differs
     # from the next by 10-26%: session 41's floor reached 27-161%), the A/A in the same rounds (--with-aa), 4 rounds:
     # 12 processes a model, about 100-120 s each on session 41's H200
-    # first, while the GPU is idle: what a call through fk's op costs the host beyond the plain call (10-20 s).
+    # first (about 5 s): how fast each of the VM's CPUs runs the same Python, pass after pass (session 57: one engine
+    # process's host ran 0.6x-1.3x the other's, alike over every host range; session 57 timed fk's op, op_overhead.py).
     # VLLM_CUSTOM_SCOPES_FOR_PROFILING (both sides, every process): vLLM's runner and scheduler phases as profiler
     # ranges, so the profile's host table names the phase whose Python grew (session 56: 33-74 ms of host waits)
-    mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/op_overhead.py" cuda > "$ROOT/op-overhead.txt" 2>&1
+    mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/vcpu_speed.py" 8 > "$ROOT/vcpu-speed.txt" 2>&1
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next}" ADAPTER_SIDES=with \
       ROUNDS=4 ADAPTER_ARGS="--quick" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 ;;
   s54-mamba2-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-mamba2, compiled, --smoke (its
@@ -544,7 +545,7 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       done
     done
     cp "$ROOT/host-topology.txt" "${OUT:?}/" 2>/dev/null
-    cp "$ROOT/op-overhead.txt" "$OUT/" 2>/dev/null
+    cp "$ROOT/op-overhead.txt" "$ROOT/vcpu-speed.txt" "$OUT/" 2>/dev/null
     # what a cold first engine start compiles (session 48: a silent 57-102 s after vLLM's graph capture, on the first
     # process of a fresh machine only): the JIT caches it may fill, their sizes and newest files, to decide what to
     # carry from one hold to the next

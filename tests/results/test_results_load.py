@@ -10,7 +10,8 @@ from fk_adapters.engines.driver_common import PARTIAL_FILE
 from fk_adapters.results import Kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENGINE_FILES = ("job.json", "result.json", "gpu_share.json", PARTIAL_FILE)  # an engine process's own: not results
+# an engine process's own (processes.json: excerpts of several, reports/gpu/s57-h100): not results
+ENGINE_FILES = ("job.json", "result.json", "gpu_share.json", PARTIAL_FILE, "processes.json")
 
 
 def committed_json() -> list[str]:

@@ -16,8 +16,8 @@ from fk_adapters.engines.vllm import compat, natives
 # the in-tree methods a replacement stands for (CustomOp dispatches to one of them)
 IN_TREE_METHODS = ("forward_native", "forward_cuda", "forward_cpu")
 
-# {slot: op key} of the chosen engine-own kernels (passthrough): set by install. In a build whose compiled mode runs
-# the slot as its native forward through Inductor (``compiled_vllm.plan``), their calls stay on that path, as stock's.
+# {slot: op key} of the chosen engine-own kernels (passthrough): set by install. In a build whose compiled mode has
+# Inductor compile the slot's stock call (``compiled_vllm.stock_seen_by_inductor``), their calls stay on it, as stock's.
 NATIVE_PATH: dict[str, str] = {}
 _compiles: dict[tuple[str, int], bool] = {}
 
@@ -34,7 +34,7 @@ def native_path_slots(slots) -> frozenset[str]:
     config = get_current_vllm_config()
     for s in mine:
         if (s, id(config)) not in _compiles:
-            _compiles[s, id(config)] = compiled_vllm.plan(s, config).compiles
+            _compiles[s, id(config)] = compiled_vllm.stock_seen_by_inductor(s, config)
     return frozenset(s for s in mine if _compiles[s, id(config)])
 
 
@@ -151,8 +151,11 @@ def gated_norm_class(base, ops: dict):
 
 
 # ----------------------------------------------------------------------------------------------------------- gemm
-def _gemm_apply(op):
+def _gemm_apply(op, stock):
     def apply(self, layer, x, bias=None):  # traced under torch.compile: no Python side effects here
+        if self._fk_native:  # engine-own, and Inductor compiles stock's call: left to it, as stock
+            calls.on_native_path(NATIVE_PATH["gemm"])
+            return stock.apply(self, layer, x, bias)
         y = op(x.reshape(-1, x.shape[-1]), layer.weight, bias)
         return y.reshape(x.shape[:-1] + y.shape[-1:])
 
@@ -172,6 +175,7 @@ def _method_swapping_layer(base, stock_method, fk_method):
             why = self._fk_drift or ("" if method is stock_method else f"quant_method {method.__name__}")
             if not why:
                 self.quant_method = fk_method()
+                self.quant_method._fk_native = "gemm" in native_path_slots(("gemm",))
             probe.layer_built(("gemm",), why or None)
 
     FkLayer._fk_params = calls.Params.of(fk_method.apply, skip=1)
@@ -189,6 +193,8 @@ def linear_class(base, ops: dict):
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
 
     class FkUnquantizedLinearMethod(UnquantizedLinearMethod):
+        _fk_native = False  # set per layer where its calls stay stock's (``native_path_slots``)
+
         def process_weights_after_loading(self, layer):
             from vllm.platforms import current_platform
 
@@ -199,7 +205,7 @@ def linear_class(base, ops: dict):
             if hasattr(layer, "cpu_linear"):  # none for a 3-D weight (Mamba's conv1d): not a GEMM, never applied
                 natives.remember((layer.weight,), layer.cpu_linear)
 
-        apply = _gemm_apply(ops["gemm"])
+        apply = _gemm_apply(ops["gemm"], UnquantizedLinearMethod)
 
     return _method_swapping_layer(base, UnquantizedLinearMethod, FkUnquantizedLinearMethod)
 
@@ -210,12 +216,14 @@ def lm_head_class(base, ops: dict):
     from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
     class FkUnquantizedEmbeddingMethod(UnquantizedEmbeddingMethod):
+        _fk_native = False
+
         def process_weights_after_loading(self, layer):
             super().process_weights_after_loading(layer)  # on a CPU: the packed handle, the weight kept
             if hasattr(layer, "cpu_linear"):
                 natives.remember((layer.weight,), layer.cpu_linear)
 
-        apply = _gemm_apply(ops["gemm"])
+        apply = _gemm_apply(ops["gemm"], UnquantizedEmbeddingMethod)
 
     return _method_swapping_layer(base, UnquantizedEmbeddingMethod, FkUnquantizedEmbeddingMethod)
 
