@@ -1,5 +1,7 @@
 """How busy the host's CPUs were during a timed call, every process counted (ours too): a slow run on a GPU can be a
-host that other work kept busy (session 43: two fk runs side by side, one compiling while the other timed)."""
+host that other work kept busy (session 43: two fk runs side by side, one compiling while the other timed). In a VM,
+also the share of its CPUs' time the hypervisor gave to something else (steal): session 57's engine processes on one
+H100 VM ran their host work 0.6x-1.3x as fast as each other's, which nothing on the VM itself explained."""
 from __future__ import annotations
 
 import statistics
@@ -7,6 +9,7 @@ import statistics
 from fk_adapters import engine_runs
 
 BUSY_JUMP = 0.10  # a timed call this much busier (share of all CPUs) than the median of a scenario's calls is noted
+STEAL_NOTE = 0.01  # a timed call whose CPUs' time the hypervisor took this share of (or more) is noted
 
 
 def jiffies() -> tuple[int, int] | None:
@@ -19,6 +22,25 @@ def jiffies() -> tuple[int, int] | None:
     if len(v) < 5:
         return None
     return sum(v) - v[3] - v[4], sum(v)  # idle and iowait are not busy
+
+
+def stolen() -> tuple[int, int] | None:
+    """(steal, total) CPU time of all the host's CPUs so far (steal: a VM's CPUs' time its hypervisor ran something
+    else), from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (v[7], sum(v)) if len(v) == 8 else None
+
+
+def steal_since(before: tuple[int, int] | None) -> float | None:
+    """The share of all CPUs' time stolen since ``before`` (a ``stolen()``), None where unknown or too short."""
+    after = stolen()
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round((after[0] - before[0]) / (after[1] - before[1]), 3)
 
 
 def busy_since(before: tuple[int, int] | None) -> float | None:
@@ -45,16 +67,26 @@ def findings(runs: dict) -> list[str]:
     if len(calls) < 2:
         return []
     mid = statistics.median(e["host_busy"] for *_, e in calls)
-    busy: dict = {}  # (process, workload): the load of each of its repeats that stands out
+    busy = _each(calls, lambda e: e["host_busy"] - mid >= BUSY_JUMP, "host_busy")
+    steal = _each(calls, lambda e: (e.get("host_steal") or 0.0) >= STEAL_NOTE, "host_steal")
+    out = [f"the host's CPUs were busier during some timed runs than the median {mid:.0%} of this scenario's "
+           f"(other work on the machine can slow a run): {_where(busy, '.0%')}"] if busy else []
+    return out + ([f"the hypervisor took part of the host's CPU time (steal) during some timed runs (another VM's "
+                   f"work can slow a run): {_where(steal, '.1%')}"] if steal else [])
+
+
+def _each(calls, stands_out, key: str) -> dict:
+    """{(process, workload): ``key`` of each of its timed calls that ``stands_out``}."""
+    out: dict = {}
     for name, _, _, e in calls:
-        if e["host_busy"] - mid >= BUSY_JUMP:
-            busy.setdefault((name, e["workload"]), []).append(e["host_busy"])
-    if not busy:
-        return []
-    where = ", ".join(f"{name} {w} {max(b):.0%}" + (f" ({len(b)} repeats)" if len(b) > 1 else "")
-                      for (name, w), b in sorted(busy.items(), key=lambda kv: -max(kv[1])))
-    return [f"the host's CPUs were busier during some timed runs than the median {mid:.0%} of this scenario's "
-            f"(other work on the machine can slow a run): {where}"]
+        if stands_out(e):
+            out.setdefault((name, e["workload"]), []).append(e[key])
+    return out
+
+
+def _where(found: dict, fmt: str) -> str:
+    return ", ".join(f"{name} {w} {max(b):{fmt}}" + (f" ({len(b)} repeats)" if len(b) > 1 else "")
+                     for (name, w), b in sorted(found.items(), key=lambda kv: -max(kv[1])))
 
 
 def during(row: dict, side: str, rnd: int, workload: str) -> str:
@@ -68,4 +100,8 @@ def during(row: dict, side: str, rnd: int, workload: str) -> str:
     others = [b for s, r, b in calls if (s, r) != (side, rnd)]
     if not mine or not others:
         return ""
-    return f"; the host's CPUs {max(mine):.0%} busy during it, {statistics.median(others):.0%} in the other runs of it"
+    steal = max([e.get("host_steal") or 0.0 for _, s, r, e in _timed(per_side)
+                 if (s, r) == (side, rnd) and e.get("workload") == workload])
+    stole = f", the hypervisor took {steal:.1%} of their time (steal)" if steal >= STEAL_NOTE else ""
+    return (f"; the host's CPUs {max(mine):.0%} busy during it{stole}, {statistics.median(others):.0%} in the other "
+            "runs of it")

@@ -50,3 +50,26 @@ def test_one_process_against_the_others_in_a_results_row():
         "; the host's CPUs 60% busy during it, 20% in the other runs of it")
     assert host_cpu.during(row, "candidate", 1, "throughput w") == ""  # no record of that workload
     assert host_cpu.during({}, "baseline", 1, "latency batch1") == ""
+
+
+def test_steal_comes_from_proc_stat_and_a_timed_call_that_lost_time_to_the_hypervisor_is_named(monkeypatch):
+    """Session 57: one H100 VM's engine processes ran their host work 0.6x-1.3x as fast as each other's; a VM's steal
+    time during each timed call says whether its hypervisor took the difference."""
+    reads = iter([(10, 1000), (30, 1100)])
+    monkeypatch.setattr(host_cpu, "stolen", lambda: next(reads))
+    assert host_cpu.steal_since(host_cpu.stolen()) == 0.2
+    monkeypatch.undo()
+    real = host_cpu.stolen()
+    assert real is None or 0 <= real[0] <= real[1]
+
+    def run(busy, steal):
+        return {"perf": {"timeline": [{"workload": "latency batch1", "host_busy": busy, "host_steal": steal}]}}
+    runs = {"baseline": [run(0.07, 0.0)], "candidate": [run(0.08, 0.12)]}
+    assert host_cpu.findings(runs) == [
+        "the hypervisor took part of the host's CPU time (steal) during some timed runs (another VM's work can slow "
+        "a run): candidate latency batch1 12.0%"]
+    row = {"baseline": runs["baseline"][0]["perf"], "candidate": runs["candidate"][0]["perf"]}
+    assert host_cpu.during(row, "candidate", 1, "latency batch1") == (
+        "; the host's CPUs 8% busy during it, the hypervisor took 12.0% of their time (steal), 7% in the other runs "
+        "of it")
+    assert "hypervisor" not in host_cpu.during(row, "baseline", 1, "latency batch1")

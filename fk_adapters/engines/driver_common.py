@@ -85,14 +85,14 @@ def clean_timing(out: dict, what: str, fn, *args):
     kept is the first with no compile, else the last, then named in ``out["compiled_while_timed"]``; every call is in
     ``out["timeline"]``."""
     for attempt in range(jit_watch.RETIME_MAX + 1):
-        mark, started, cpu = jit_watch.Since(), time.time(), host_cpu.jiffies()
+        mark, started, cpu, steal = jit_watch.Since(), time.time(), host_cpu.jiffies(), host_cpu.stolen()
         res = fn(*args)
-        compiled, busy = mark.new(), host_cpu.busy_since(cpu)
+        compiled, busy, stole = mark.new(), host_cpu.busy_since(cpu), host_cpu.steal_since(steal)
         seconds = res[0] if isinstance(res, tuple) else res
-        # when each timed call ran (wall clock) and how busy the host was: to line one process's slow run up with
-        # what else ran on the machine
+        # when each timed call ran (wall clock), how busy the host was and what its hypervisor took: to line one
+        # process's slow run up with what else ran on the machine
         out.setdefault("timeline", []).append({"workload": what, "at": round(started, 2), "s": round(seconds, 4),
-                                               "host_busy": busy})
+                                               "host_busy": busy, **({} if stole is None else {"host_steal": stole})})
         if not compiled:
             return res
         entry = {"workload": what, "elapsed_s": seconds, "compiled": jit_watch.summary(compiled)}
