@@ -3,12 +3,14 @@
 Session 57 saw an engine process's host work (vLLM's scheduler, its runner's input preparation) run 0.6x to 1.3x as
 long as the other side's, uniformly over every host range, in a VM of 16 vCPUs. This tells whether the vCPUs differ
 (and stay different), which pinning both sides to the same CPUs would take out of a comparison, or whether the speed
-wanders with time. Usage: ``python reports/gpu/vcpu_speed.py [passes]``; the same work on every CPU, in turn.
+wanders with time; then the same work in fresh unpinned processes, as the engine's are started. Usage:
+``python reports/gpu/vcpu_speed.py [passes]``.
 """
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -36,6 +38,34 @@ def steal_ticks() -> dict[int, int]:
     return out
 
 
+def cpu_now() -> int:
+    """The CPU this thread last ran on (field 39 of /proc/self/stat), -1 where unknown."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def one_process() -> None:
+    """In a fresh, unpinned process: the work's median over 20 runs and the CPUs it ran on, as one line."""
+    work()
+    runs, cpus = [], set()
+    for _ in range(20):
+        runs.append(work() * 1e3)
+        cpus.add(cpu_now())
+    print(f"{statistics.median(runs):.2f} {min(runs):.2f} {max(runs):.2f} {','.join(map(str, sorted(cpus)))}")
+
+
+def fresh_processes(n: int = 8) -> None:
+    """The same work in ``n`` fresh unpinned processes one after another: whether a process's speed is its own (the
+    engine processes' were) and follows the CPU the scheduler put it on."""
+    print(f"{n} fresh unpinned processes, one after another: ms (median, min, max of 20) and the CPUs each ran on")
+    for i in range(n):
+        out = subprocess.run([sys.executable, __file__, "--one"], capture_output=True, text=True).stdout.strip()
+        print(f"process {i}: {out}")
+
+
 def main(passes: int = 3) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     table = {c: [] for c in cpus}
@@ -57,4 +87,8 @@ def main(passes: int = 3) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    if sys.argv[1:] == ["--one"]:
+        one_process()
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+        fresh_processes()
