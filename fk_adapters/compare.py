@@ -452,8 +452,17 @@ def farthest_process(b: dict, h: dict, rows: dict | None = None, workload: str =
                                                 "rounds")
                     where = (label, side, i + 1)
     if where and rows and rows.get(where[0]):
-        return best[1] + host_cpu.during(rows[where[0]], where[1], where[2], workload)
+        row = rows[where[0]]
+        return best[1] + host_cpu.during(row, where[1], where[2], workload) + _pace_in(row, where[2])
     return best[1]
+
+
+def _pace_in(row: dict, rnd: int) -> str:
+    """The host pace of a round's profiled pair (``time_split.host_pace``), where its row kept one ("" if not)."""
+    rounds = ((row.get("time_split") or {}).get("timed") or {}).get("rounds") or []
+    pace = next((r.get("host_pace") for r in rounds if r.get("round") == rnd), None)
+    return (f"; in that round the candidate's host took x{pace:.2f} the baseline's time for the same host work (the "
+            "profiled runs)") if pace else ""
 
 
 def _warnings(base: dict, head: dict, aa: dict | None) -> list[str]:

@@ -40,7 +40,8 @@ def against_timed(pairs: list[tuple[dict, dict]], workload: str | None) -> dict 
     (``named_share``), whether that accounts for it (``ACCOUNTS``), and over 3 rounds or more a 95% interval from
     the rounds' unexplained parts (timed minus kernels' delta, paired within each round's processes). None unless
     some round has both."""
-    rounds = [r for r in (one_round(b, c, workload) for b, c in pairs) if r] if workload else []
+    rounds = [{**r, "round": i} for i, r in enumerate((one_round(b, c, workload) for b, c in pairs), 1)
+              if r] if workload else []
     if not rounds:
         return None
     mean = {k: statistics.fmean(r[k] for r in rounds) for k in ("baseline_s", "candidate_s", "timed_delta_us",

@@ -334,6 +334,11 @@ def test_the_farthest_process_says_how_busy_the_host_was_during_it():
     (r,) = compare.compare(results(aa), results(passthrough), noise_floor=0.023)["perf"]
     assert r["farthest"] == ("HEAD candidate round 1: 0.846x the median of its other rounds; the host's CPUs 38% busy "
                              "during it, 5% in the other runs of it")
+    # session 57: the round's profiled pair measured the host's pace (time_split.host_pace)
+    passthrough["time_split"] = {"timed": {"rounds": [{"round": 1, "host_pace": 1.31}, {"round": 3, "host_pace": 0.6}]}}
+    (r,) = compare.compare(results(aa), results(passthrough), noise_floor=0.023)["perf"]
+    assert r["farthest"].endswith("5% in the other runs of it; in that round the candidate's host took x1.31 the "
+                                  "baseline's time for the same host work (the profiled runs)")
 
 
 def test_runs_whose_engine_processes_were_bound_otherwise_are_warned_of():

@@ -165,5 +165,7 @@ def test_each_rounds_host_pace_is_named_beside_its_deltas():
     assert [r["host_pace"] for r in t["rounds"]] == pytest.approx([1.12, 0.6, 1.3])
     assert ("The candidate's host took x1.12 / x0.60 / x1.30 the baseline's time for the same host work, round by "
             "round") in "\n".join(time_attribution.timed_lines(t))
+    gap = [pairs[0], (_res(BASE_KERNELS, 0.001, profiled=False), pairs[1][1]), pairs[2]]  # round 2 unprofiled
+    assert [r["round"] for r in time_attribution.against_timed(gap, "batch32")["rounds"]] == [1, 3]
     del pairs[1][1]["profile"][0]["host_us"]  # a round without it: no pace line
     assert "host took" not in "\n".join(time_attribution.timed_lines(time_attribution.against_timed(pairs, "batch32")))
