@@ -163,7 +163,7 @@ def _round_lines(t: dict) -> list[str]:
         what = "timed delta / profiled runs' delta (wall time) / kernels' delta"
     parts = all(r.get("device_delta_us") is not None for r in rounds)
     return ["", f"Per round, {what} (ms a run): " + "; ".join(
-        f"{i}: " + " / ".join(f"{r[k] / 1000:+.1f}" for k in keys) + (_split_of(r) if parts else "")
+        f"{r.get('round', i)}: " + " / ".join(f"{r[k] / 1000:+.1f}" for k in keys) + (_split_of(r) if parts else "")
         for i, r in enumerate(rounds, 1)) + "." + _pace_line(rounds)]
 
 
