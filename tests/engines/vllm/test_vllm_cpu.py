@@ -88,6 +88,22 @@ def test_a_profiled_run_names_the_host_ops_each_side_called(tmp_path):
     assert cand["host_calls"]["fk_passthrough::gemm"] > 0 and cand["host_us"]["fk_passthrough::gemm"] > 0
 
 
+def test_compiled_passthrough_leaves_every_slot_on_stocks_compiled_path(tmp_path):
+    """`--mode compiled` (torch.compile with Inductor): the passthrough's every call stays on stock's path, gemm's
+    `F.linear` included (session 57: through fk's opaque op an H100's Inductor could not fuse a small matmul as
+    stock's did), counted; nothing goes through fk's op, and the run is stock's bit for bit."""
+    p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-llama", "--mode", "compiled", "--quick",
+                    "--allow-uncovered", "--no-multiprocessing")
+    assert p.returncode == 0 and res is not None, p.stderr[-3000:]
+    row = res["scenarios"][0]
+    assert res["mode"] == "compiled" and row["status"] == "PASSED", row["failures"]
+    assert row["correctness"]["teacher_forced"]["max_abs"] == 0
+    slots = row["evidence"]["slots"]
+    for slot in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding", "gemm", "paged_attention"):
+        assert slots[slot]["status"] == "exercised" and slots[slot]["native_path"] > 0, (slot, slots[slot])
+        assert slots[slot]["calls"] == 0, slot  # none through fk's op
+
+
 @pytest.mark.slow
 def test_passthrough_is_exact_where_norms_take_strided_q_k_slices(tmp_path):
     """Gemma-4 normalises q and k sliced out of the fused qkv projection: rows with a stride, which vLLM's CPU
