@@ -12,40 +12,41 @@ BUSY_JUMP = 0.10  # a timed call this much busier (share of all CPUs) than the m
 STEAL_NOTE = 0.01  # a timed call whose CPUs' time the hypervisor took this share of (or more) is noted
 
 
-def jiffies() -> tuple[int, int] | None:
-    """(busy, total) CPU time of all the host's CPUs so far, from Linux's /proc/stat; None where there is none."""
+def _cpu_times() -> list[int] | None:
+    """All the host's CPUs' time so far (user, nice, system, idle, iowait, irq, softirq, steal), from Linux's
+    /proc/stat; None where there is none."""
     try:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
-    if len(v) < 5:
-        return None
-    return sum(v) - v[3] - v[4], sum(v)  # idle and iowait are not busy
+    return v if len(v) >= 5 else None
+
+
+def jiffies() -> tuple[int, int] | None:
+    """(busy, total) CPU time of all the host's CPUs so far; None where unknown."""
+    v = _cpu_times()
+    return None if v is None else (sum(v) - v[3] - v[4], sum(v))  # idle and iowait are not busy
 
 
 def stolen() -> tuple[int, int] | None:
     """(steal, total) CPU time of all the host's CPUs so far (steal: a VM's CPUs' time its hypervisor ran something
-    else), from /proc/stat; None where there is none."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    return (v[7], sum(v)) if len(v) == 8 else None
+    else); None where unknown."""
+    v = _cpu_times()
+    return (v[7], sum(v)) if v is not None and len(v) == 8 else None
 
 
 def steal_since(before: tuple[int, int] | None) -> float | None:
     """The share of all CPUs' time stolen since ``before`` (a ``stolen()``), None where unknown or too short."""
-    after = stolen()
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return round((after[0] - before[0]) / (after[1] - before[1]), 3)
+    return _share(before, stolen())
 
 
 def busy_since(before: tuple[int, int] | None) -> float | None:
     """The share of all CPUs busy since ``before`` (a ``jiffies()``), None where unknown or too short to tell."""
-    after = jiffies()
+    return _share(before, jiffies())
+
+
+def _share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
     if before is None or after is None or after[1] <= before[1]:
         return None
     return round((after[0] - before[0]) / (after[1] - before[1]), 3)
