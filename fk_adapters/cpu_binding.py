@@ -5,7 +5,8 @@ from it, and not alike for the two sides of a comparison. Binding every process 
 CPUs takes it out of the comparison, and keeps runs on other GPUs of the host off those CPUs. The runner plans the
 binding (``plan``), the engine process applies it to itself before the engine starts (``apply``) and records the
 CPUs its session may run on (``session_cpus``). Nothing is bound on a one-node host (the lent 4-H200 machine, session
-44). ``FK_BIND_CPUS=0`` turns it off; ``FK_BIND_CPUS=gpu`` gives each GPU its own share of its node's cores.
+44). ``FK_BIND_CPUS=0`` turns it off; ``FK_BIND_CPUS=gpu`` gives each GPU its own share of its node's cores; a CPU
+list (``FK_BIND_CPUS=0-7``) binds every engine process to exactly those, on any host.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ OFF_VAR = "FK_BIND_CPUS"
 SYSFS_PCI = "/sys/bus/pci/devices"
 SYSFS_CPU = "/sys/devices/system/cpu"
 ONE_NODE = "the GPUs' local CPUs are all the CPUs fk runs on"
-NODE, GPU_SHARE = "the GPUs' node", "each GPU's share of its node"  # what a bound process was given
+NODE, GPU_SHARE, ASKED = "the GPUs' node", "each GPU's share of its node", "the CPUs asked"  # what it was given
 
 
 def parse_cpulist(text: str) -> set[int]:
@@ -63,10 +64,12 @@ def _local_cpus(bus_id: str) -> set[int]:
 def plan(env: dict) -> dict:
     """For an engine process started with ``env``: {"cpus": CPU list, "gpus": CUDA_VISIBLE_DEVICES, "share": how} to
     bind it to, or {"unbound": why} (off, nothing to gain, or the GPUs' CPUs unknown). ``FK_BIND_CPUS=gpu``: each GPU
-    its equal share of its node's CPUs (by PCI bus order), not the whole node."""
+    its equal share of its node's CPUs (by PCI bus order), not the whole node; a CPU list: those CPUs."""
     mode = env.get(OFF_VAR, "1")
     if mode == "0":
         return {"unbound": f"{OFF_VAR}=0"}
+    if mode not in ("1", "gpu"):
+        return _asked(mode, env.get("CUDA_VISIBLE_DEVICES"))
     visible = env.get("CUDA_VISIBLE_DEVICES")
     buses = gpu_share.gpu_field("pci.bus_id", visible)
     if not buses or (visible is not None and len(buses) != len([v for v in visible.split(",") if v.strip()])):
@@ -83,6 +86,25 @@ def plan(env: dict) -> dict:
         return {"unbound": ONE_NODE}
     return {"cpus": format_cpulist(cpus), "gpus": visible if visible is not None else "all",
             "share": GPU_SHARE if mode == "gpu" else NODE}
+
+
+def check(env: dict) -> None:
+    """ValueError, with what is wrong, where ``env``'s ``FK_BIND_CPUS`` can bind no engine process (before a run)."""
+    if env.get(OFF_VAR, "1") not in ("0", "1", "gpu"):
+        _asked(env[OFF_VAR], None)
+
+
+def _asked(text: str, visible: str | None) -> dict:
+    """``FK_BIND_CPUS`` as a CPU list ("0-7"): every engine process bound to exactly those, whatever its GPUs (both
+    sides of a comparison on the same CPUs); ValueError for a list that is not one, or holds a CPU fk may not use."""
+    try:
+        cpus = parse_cpulist(text)
+    except ValueError:
+        raise ValueError(f"{OFF_VAR}={text!r}: not 0, 1, gpu or a CPU list such as 0-7") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise ValueError(f"{OFF_VAR}={text}: fk may run on CPUs {format_cpulist(allowed)} only")
+    return {"cpus": format_cpulist(cpus), "gpus": visible if visible is not None else "all", "share": ASKED}
 
 
 def _gpu_shares(buses: list[str], allowed: set[int]) -> list[set[int]]:
@@ -166,11 +188,12 @@ def findings(runs: dict) -> list[str]:
             unbound.setdefault(b["unbound"], []).append(where)
     out = []
     if bound:
-        out.append(f"engine processes ran on the host CPUs local to their GPUs ({', '.join(sorted(shares))}; "
-                   f"{OFF_VAR}=0 turns this off): " + "; ".join(
+        which = (f"the host CPUs {OFF_VAR} asked for" if ASKED in shares else
+                 f"the host CPUs local to their GPUs ({', '.join(sorted(shares))}; {OFF_VAR}=0 turns this off)")
+        out.append(f"engine processes ran on {which}: " + "; ".join(
                        f"GPU {gpus}: CPUs {cpus} ({len(w)} process{'es' if len(w) > 1 else ''})"
                        for (gpus, cpus), w in bound.items()))
     if astray:
-        out.append("asked to run on their GPUs' CPUs, " + ", ".join(astray))
+        out.append("asked to run on the CPUs they were bound to, " + ", ".join(astray))
     out += [f"{', '.join(w)}: not bound to the GPUs' host CPUs ({why})" for why, w in unbound.items()]
     return out

@@ -5,7 +5,7 @@ import json
 import os
 import time
 
-from fk_adapters import engines, variation
+from fk_adapters import cpu_binding, engines, variation
 from fk_adapters.cli import common
 from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
@@ -121,6 +121,14 @@ def _integrity_of(integrity: dict, engine: str, half: bool) -> dict:
     return out
 
 
+def _check_binding(device: str) -> None:
+    if device == "cuda":  # CPU runs bind nothing
+        try:
+            cpu_binding.check(os.environ)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+
 def run(args) -> int:
     specs = [engines.get(e) for e in dict.fromkeys(args.engine or ["vllm"])]
     plugins, loaded = _candidate(args)
@@ -138,6 +146,7 @@ def run(args) -> int:
                                           "give --interleave N (on a GPU the default is "
                                           f"{MIN_ROUNDS}, unless --baseline-from or --correctness-only)"))
     _check_gpu_sets(args.gpus, chosen)
+    _check_binding(device)
     if args.gpus and (device != "cuda" or (args.interleave < 2 and len({sc.name for sc in chosen}) < 2)):
         raise UsageError("--gpus spreads a CUDA run over device sets, either the interleaved rounds of each scenario "
                          "(--interleave N, N >= 2) or a suite's scenarios, one a set: it needs --device cuda and "
