@@ -482,13 +482,16 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # s54-mamba2-h100), compiled, --quick (under --smoke a timed run of qwen3-next lasts about 2 s and one process differs
     # from the next by 10-26%: session 41's floor reached 27-161%), the A/A in the same rounds (--with-aa), 4 rounds:
     # 12 processes a model, about 100-120 s each on session 41's H200
-    # first (about 5 s): how fast each of the VM's CPUs runs the same Python, pass after pass (session 57: one engine
-    # process's host ran 0.6x-1.3x the other's, alike over every host range; session 57 timed fk's op, op_overhead.py).
-    # VLLM_CUSTOM_SCOPES_FOR_PROFILING (both sides, every process): vLLM's runner and scheduler phases as profiler
-    # ranges, so the profile's host table names the phase whose Python grew (session 56: 33-74 ms of host waits)
+    # first (about 10 s): how fast each of the VM's CPUs runs the same Python, pass after pass, and fresh processes
+    # (session 57: one engine process's host ran 0.6x-1.3x the other's, alike over every host range); then every
+    # engine process of both sides bound to the 4 CPUs fastest there (FK_BIND_CPUS; unbound if the survey failed):
+    # the report's host pace per round says whether that steadied them. VLLM_CUSTOM_SCOPES_FOR_PROFILING (both sides,
+    # every process): vLLM's runner and scheduler phases as profiler ranges in the host table
     mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/vcpu_speed.py" 8 > "$ROOT/vcpu-speed.txt" 2>&1
+    BIND=$(python3 "$REPO/reports/gpu/vcpu_speed.py" --fastest "${BIND_N:-4}" 2>/dev/null) || BIND=1
+    echo "FK_BIND_CPUS=${BIND:-1}" >> "$ROOT/vcpu-speed.txt"
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next}" ADAPTER_SIDES=with \
-      ROUNDS=4 ADAPTER_ARGS="--quick" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 ;;
+      ROUNDS=4 ADAPTER_ARGS="--quick" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="${BIND:-1}" ;;
   s54-mamba2-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-mamba2, compiled, --smoke (its
     # timed runs last 40-45 s a process under --smoke, s36-h100x4: long enough; --quick would be about 5 minutes a
     # process), the A/A in the same rounds (--with-aa), 4 rounds under the hold's budget: about 110 s a warm process

@@ -4,7 +4,7 @@ Session 57 saw an engine process's host work (vLLM's scheduler, its runner's inp
 long as the other side's, uniformly over every host range, in a VM of 16 vCPUs. This tells whether the vCPUs differ
 (and stay different), which pinning both sides to the same CPUs would take out of a comparison, or whether the speed
 wanders with time; then the same work in fresh unpinned processes, as the engine's are started. Usage:
-``python reports/gpu/vcpu_speed.py [passes]``.
+``python reports/gpu/vcpu_speed.py [passes]``; ``--fastest N`` prints the N fastest CPUs as a list for FK_BIND_CPUS.
 """
 from __future__ import annotations
 
@@ -86,9 +86,23 @@ def main(passes: int = 3) -> None:
     print(f"slowest / fastest CPU (medians): {max(meds) / min(meds):.2f}")
 
 
+def fastest(n: int) -> str:
+    """The ``n`` CPUs that ran the work fastest over 3 pinned passes, as a CPU list for FK_BIND_CPUS ("0,3,5,9")."""
+    cpus = sorted(os.sched_getaffinity(0))
+    table = {c: [] for c in cpus}
+    for _ in range(3):
+        for c in cpus:
+            os.sched_setaffinity(0, {c})
+            table[c].append(min(work() for _ in range(4)))
+    os.sched_setaffinity(0, set(cpus))
+    return ",".join(map(str, sorted(sorted(cpus, key=lambda c: statistics.median(table[c]))[:n])))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--one"]:
         one_process()
+    elif sys.argv[1:2] == ["--fastest"]:
+        print(fastest(int(sys.argv[2])))
     else:
         main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
         fresh_processes()
