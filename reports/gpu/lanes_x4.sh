@@ -484,11 +484,12 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # 12 processes a model, about 100-120 s each on session 41's H200
     # first (about 10 s): how fast each of the VM's CPUs runs the same Python, pass after pass, and fresh processes
     # (session 57: one engine process's host ran 0.6x-1.3x the other's, alike over every host range); then every
-    # engine process of both sides bound to the 4 CPUs fastest there (FK_BIND_CPUS; unbound if the survey failed):
+    # engine process of both sides bound to the 8 CPUs fastest there (FK_BIND_CPUS; unbound if the survey failed;
+    # 8 of 16, not fewer: a cold first process compiles some 290 Triton kernels with a worker a CPU):
     # the report's host pace per round says whether that steadied them. VLLM_CUSTOM_SCOPES_FOR_PROFILING (both sides,
     # every process): vLLM's runner and scheduler phases as profiler ranges in the host table
     mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/vcpu_speed.py" 8 > "$ROOT/vcpu-speed.txt" 2>&1
-    BIND=$(python3 "$REPO/reports/gpu/vcpu_speed.py" --fastest "${BIND_N:-4}" 2>/dev/null) || BIND=1
+    BIND=$(python3 "$REPO/reports/gpu/vcpu_speed.py" --fastest "${BIND_N:-8}" 2>/dev/null) || BIND=1
     echo "FK_BIND_CPUS=${BIND:-1}" >> "$ROOT/vcpu-speed.txt"
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next}" ADAPTER_SIDES=with \
       ROUNDS=4 ADAPTER_ARGS="--quick" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="${BIND:-1}" ;;
