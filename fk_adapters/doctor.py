@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from fk_adapters import cpu_speed
+
 __all__ = [
     "DoctorError",
     "device_info",
@@ -347,6 +349,7 @@ def doctor(engine_module: str) -> dict:
         "shadowed": shadowed,
         "record": record,
         "device": device_info(),
+        "host_cpus": cpu_speed.survey(),
     }
 
 
@@ -366,6 +369,8 @@ def render(report: dict) -> str:
         f"device: {dev.get('device')} [{accel} x{dev.get('device_count', 0)}], "
         f"torch {dev.get('torch')}, triton {dev.get('triton')}"
     )
+    if report.get("host_cpus"):
+        lines.append(cpu_speed.words(report["host_cpus"]))
     if rec.get("unmodified"):
         lines.append(
             f"engine files: {rec.get('files_checked')} verified against RECORD, unmodified"

@@ -90,6 +90,8 @@ def test_doctor_and_render(fakedist):
     assert set(rep["device"]) >= {"torch", "cuda", "device", "device_count", "triton"}
     text = render(rep)
     assert "fakepkg 1.0" in text and "4 verified against RECORD, unmodified" in text
+    assert set(rep["host_cpus"]["ms"]) == os.sched_getaffinity(0)  # every CPU surveyed (cpu_speed)
+    assert f"host CPUs: {len(os.sched_getaffinity(0))}, the same Python work" in text
 
 
 @pytest.mark.engine
