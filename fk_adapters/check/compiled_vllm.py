@@ -51,9 +51,9 @@ KEPT = {
 
 # slots kept to their kernel here whose stock call is still ordinary torch code that Inductor sees, where a slot's op
 # is opaque to it: an engine-own kernel (passthrough) routed through the op would change stock's compiled graph.
-# gemm: Inductor may decompose a small matmul and fuse it with its neighbours (N=1 under coordinate-descent tuning,
-# which vLLM sets for its single-size compiles); session 57's stock fk46-qwen3-next on an H100 ran an RMSNorm and a
-# matmul in one Triton kernel, which the passthrough's opaque gemm op split, with other cuBLAS kernels
+# gemm: Inductor plans the layouts and fusions around stock's matmul (and may decompose a small one); session 57's
+# fk46-qwen3-next on an H100 ran other cuBLAS tiles, other Inductor kernels and extra elementwise kernels with the
+# passthrough's gemm through fk's op, and its greedy streams differed from process to process where stock's did not
 SEEN_BY_INDUCTOR = ("gemm",)
 
 

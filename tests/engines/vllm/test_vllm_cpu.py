@@ -90,7 +90,7 @@ def test_a_profiled_run_names_the_host_ops_each_side_called(tmp_path):
 
 def test_compiled_passthrough_leaves_every_slot_on_stocks_compiled_path(tmp_path):
     """`--mode compiled` (torch.compile with Inductor): the passthrough's every call stays on stock's path, gemm's
-    `F.linear` included (session 57: through fk's opaque op an H100's Inductor could not fuse a small matmul as
+    `F.linear` included (session 57: through fk's opaque op an H100's Inductor compiled other kernels than
     stock's did), counted; nothing goes through fk's op, and the run is stock's bit for bit."""
     p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-llama", "--mode", "compiled", "--quick",
                     "--allow-uncovered", "--no-multiprocessing")
