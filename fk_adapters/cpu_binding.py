@@ -89,21 +89,25 @@ def plan(env: dict) -> dict:
 
 
 def check(env: dict) -> None:
-    """ValueError, with what is wrong, where ``env``'s ``FK_BIND_CPUS`` can bind no engine process (before a run)."""
-    if env.get(OFF_VAR, "1") not in ("0", "1", "gpu"):
-        _asked(env[OFF_VAR], None)
+    """ValueError, with what is wrong, where ``env``'s ``FK_BIND_CPUS`` is a CPU list fk cannot bind to (``fk run``
+    refuses it before any engine starts; elsewhere the processes run unbound, with why)."""
+    mode = env.get(OFF_VAR, "1")
+    why = "" if mode in ("0", "1", "gpu") else _asked(mode, None).get("unbound", "")
+    if why:
+        raise ValueError(why)
 
 
 def _asked(text: str, visible: str | None) -> dict:
     """``FK_BIND_CPUS`` as a CPU list ("0-7"): every engine process bound to exactly those, whatever its GPUs (both
-    sides of a comparison on the same CPUs); ValueError for a list that is not one, or holds a CPU fk may not use."""
+    sides of a comparison on the same CPUs); unbound, with why, for a list that is not one or holds a CPU fk may not
+    use."""
     try:
         cpus = parse_cpulist(text)
     except ValueError:
-        raise ValueError(f"{OFF_VAR}={text!r}: not 0, 1, gpu or a CPU list such as 0-7") from None
+        return {"unbound": f"{OFF_VAR}={text!r}: not 0, 1, gpu or a CPU list such as 0-7"}
     allowed = os.sched_getaffinity(0)
     if not cpus or not cpus <= allowed:
-        raise ValueError(f"{OFF_VAR}={text}: fk may run on CPUs {format_cpulist(allowed)} only")
+        return {"unbound": f"{OFF_VAR}={text}: fk may run on CPUs {format_cpulist(allowed)} only"}
     return {"cpus": format_cpulist(cpus), "gpus": visible if visible is not None else "all", "share": ASKED}
 
 

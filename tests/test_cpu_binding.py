@@ -153,6 +153,8 @@ def test_a_cpu_list_binds_every_engine_process_to_exactly_those_cpus(host):
         cpu_binding.check({"FK_BIND_CPUS": "fast"})
     with pytest.raises(ValueError, match="fk may run on CPUs 0-31,64-95 only"):
         cpu_binding.check({"FK_BIND_CPUS": "30-40"})
+    # where no check ran first (a capture, say), the processes run unbound, with why
+    assert "not 0, 1, gpu" in cpu_binding.plan({"FK_BIND_CPUS": "fast"})["unbound"]
 
 
 def test_fk_run_refuses_a_binding_it_cannot_make_before_any_engine_starts(monkeypatch):
