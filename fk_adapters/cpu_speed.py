@@ -45,26 +45,30 @@ def survey(passes: int = 3, reps: int = 3) -> dict:
     return {"ms": table, "steal": host_cpu.steal_since(stolen)}
 
 
+def _medians(s: dict) -> dict:
+    return {c: statistics.median(v) for c, v in s["ms"].items()}
+
+
 def spread(s: dict) -> float:
     """The slowest CPU's median time over the fastest's."""
-    meds = [statistics.median(v) for v in s["ms"].values()]
+    meds = _medians(s).values()
     return max(meds) / min(meds)
 
 
 def fastest(s: dict, n: int) -> list[int]:
     """The ``n`` CPUs of the survey with the lowest median time, in CPU order (keys read back from JSON too)."""
-    ranked = sorted(s["ms"], key=lambda c: statistics.median(s["ms"][c]))
-    return sorted(int(c) for c in ranked[:n])
+    meds = _medians(s)
+    return sorted(int(c) for c in sorted(meds, key=meds.get)[:n])
 
 
 def words(s: dict) -> str:
     """The survey in a line, with what to do where the CPUs differ."""
-    meds = {c: statistics.median(v) for c, v in s["ms"].items()}
+    meds, x = _medians(s), spread(s)
     slow = max(meds, key=meds.get)
     steal = "" if s.get("steal") is None else f", steal {s['steal']:.1%}"
     head = (f"host CPUs: {len(meds)}, the same Python work {min(meds.values()):.1f}-{meds[slow]:.1f} ms a CPU "
-            f"(slowest CPU {slow}, x{spread(s):.2f} the fastest){steal}")
-    if spread(s) <= ALIKE:
+            f"(slowest CPU {slow}, x{x:.2f} the fastest){steal}")
+    if x <= ALIKE:
         return head + ": alike"
     half = max(1, len(meds) // 2)
     return (head + f": NOT alike: two engine processes of a comparison may run their host work at different speeds; "
