@@ -101,8 +101,10 @@ def timed_lines(t: dict) -> list[str]:
             f"stock / candidate {_num(t['profiled_speedup'])} profiled (device time and the device's waits on the "
             f"host), {t['timed_speedup']:.3f} timed (medians).")
     if t["accounts"] is None:
+        rounds = t.get("rounds") or []
         return [head + f" Its timed delta, {t['timed_delta_us'] / 1000:+.1f} ms a run, is under "
-                f"{100 * time_split.STILL:.0f}% of stock's: nothing to attribute.", ""]
+                f"{100 * time_split.STILL:.0f}% of stock's: nothing to attribute."
+                + (_pace_line(rounds) if len(rounds) > 1 else ""), ""]
     bounds = f"{ACCOUNTS[0]:.0%}-{ACCOUNTS[1]:.0%}"
     verdict = ("so the table above accounts for the timed delta" if t["accounts"] else
                f"outside {bounds}: the profile does not account for the timed delta")

@@ -25,6 +25,15 @@ def _pair(base_s, cand_s, **kw):
     return _res(BASE_KERNELS, base_s, **kw), _res(CAND_KERNELS, cand_s, **kw)
 
 
+def _paced(pairs, paces):
+    """Each round's profiles given five host ranges run as often, the candidate's taking ``pace`` x the baseline's."""
+    names = [f"r{i}" for i in range(5)]
+    for (base, cand), f in zip(pairs, paces):
+        base["profile"][0].update(host_us={n: 2000.0 for n in names}, host_calls={n: 7 for n in names})
+        cand["profile"][0].update(host_us={n: 2000.0 * f for n in names}, host_calls={n: 7 for n in names})
+    return pairs
+
+
 def test_one_round_is_set_against_its_processes_timed_delta():
     t = time_attribution.against_timed([_pair(0.00100, 0.00122)], "batch32")  # timed: +220 µs a run
     assert t["workload"] == "latency batch32" and t["timed_delta_us"] == pytest.approx(220.0)
@@ -156,11 +165,7 @@ def test_a_share_that_is_the_same_in_every_round_has_no_width():
 def test_each_rounds_host_pace_is_named_beside_its_deltas():
     """Session 57: the candidate's host ran x1.12, x0.60, x1.30 the baseline's time round by round, and the timed
     latency delta followed it: each round's pace is printed with its deltas."""
-    pairs = [_pair(0.00100, c) for c in (0.00125, 0.00115, 0.00126)]
-    names = [f"r{i}" for i in range(5)]
-    for (base, cand), f in zip(pairs, (1.12, 0.6, 1.3)):
-        base["profile"][0].update(host_us={n: 2000.0 for n in names}, host_calls={n: 7 for n in names})
-        cand["profile"][0].update(host_us={n: 2000.0 * f for n in names}, host_calls={n: 7 for n in names})
+    pairs = _paced([_pair(0.00100, c) for c in (0.00125, 0.00115, 0.00126)], (1.12, 0.6, 1.3))
     t = time_attribution.against_timed(pairs, "batch32")
     assert [r["host_pace"] for r in t["rounds"]] == pytest.approx([1.12, 0.6, 1.3])
     assert ("The candidate's host took x1.12 / x0.60 / x1.30 the baseline's time for the same host work, round by "
@@ -169,3 +174,15 @@ def test_each_rounds_host_pace_is_named_beside_its_deltas():
     assert [r["round"] for r in time_attribution.against_timed(gap, "batch32")["rounds"]] == [1, 3]
     del pairs[1][1]["profile"][0]["host_us"]  # a round without it: no pace line
     assert "host took" not in "\n".join(time_attribution.timed_lines(time_attribution.against_timed(pairs, "batch32")))
+
+
+def test_a_still_delta_over_rounds_still_names_each_rounds_host_pace():
+    """Session 58: the passthrough's timed delta was under 1% of stock's, nothing to attribute; the paces (x1.01,
+    x1.01, x0.99, x1.01) are what say the two sides' hosts ran alike."""
+    pairs = _paced([_pair(0.00100, c) for c in (0.001005, 0.000998, 0.001003)], (1.014, 0.992, 1.005))
+    t = time_attribution.against_timed(pairs, "batch32")
+    text = "\n".join(time_attribution.timed_lines(t))
+    assert t["accounts"] is None and "nothing to attribute." in text
+    assert "The candidate's host took x1.01 / x0.99 / x1.00 the baseline's time for the same host work" in text
+    one = time_attribution.against_timed(pairs[:1], "batch32")  # one round: its pace is the host line's
+    assert "host took" not in "\n".join(time_attribution.timed_lines(one))

@@ -21,6 +21,8 @@ wants() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 
 # `pack`: this issue's work folder for ENGINE (no weights, no raw traces) into $OUT, which the device tool brings back
 hold_pack() {
+  # job.json: each engine process's inputs, 3.8 MB apiece for fk46-qwen3-next (session 58's pack was refused for size)
   mkdir -p "${OUT:?}" && tar czf "$OUT/$HOLD_ISSUE-$ENGINE.tgz" --exclude='*.safetensors' --exclude='*.trace.json*' \
+    --exclude='job.json' \
     -C "$ROOT/$HOLD_ISSUE" "$ENGINE" && ls -la "$OUT"
 }

@@ -56,6 +56,16 @@ cut_lane() {  # cut_lane SECONDS NAME ISSUE ENGINE DEVICES [VAR=value ...]: a la
   timeout "$limit" bash -c "$(declare -f lane); HERE=$HERE ROOT=$ROOT; lane $(printf '%q ' "$@")"
 }
 
+survey_cpus() {  # prints the CPU list every engine process of both sides is then bound to (FK_BIND_CPUS), after
+  # recording how fast each of the VM's CPUs runs the same Python, pass after pass, and in fresh processes (about 10 s;
+  # $ROOT/vcpu-speed.txt). Session 57: one engine process's host ran 0.6x-1.3x the other's; session 58: the CPUs alike
+  # at best, their speed wandering; both sides on the same 8 CPUs, the floor came down to 5.4% (8 of 16, not fewer: a
+  # cold first process compiles some 290 Triton kernels with a worker a CPU). "1" (fk's default binding) if it fails
+  mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/vcpu_speed.py" 8 > "$ROOT/vcpu-speed.txt" 2>&1
+  local bind; bind=$(python3 "$REPO/reports/gpu/vcpu_speed.py" --fastest "${BIND_N:-8}" 2>/dev/null) || bind=1
+  echo "FK_BIND_CPUS=${bind:-1}" >> "$ROOT/vcpu-speed.txt"; echo "${bind:-1}"
+}
+
 capture_lane() {  # capture_lane GPU "HOSTS": issue 32's transformers hosts captured (--profile) on one GPU, its own
   # weights folder (the lane deletes its weights after each host)
   lane T-$1 32 transformers $1 STEPS="hosts" HOSTS="$2" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$1
@@ -482,21 +492,17 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # s54-mamba2-h100), compiled, --quick (under --smoke a timed run of qwen3-next lasts about 2 s and one process differs
     # from the next by 10-26%: session 41's floor reached 27-161%), the A/A in the same rounds (--with-aa), 4 rounds:
     # 12 processes a model, about 100-120 s each on session 41's H200
-    # first (about 10 s): how fast each of the VM's CPUs runs the same Python, pass after pass, and fresh processes
-    # (session 57: one engine process's host ran 0.6x-1.3x the other's, alike over every host range); then every
-    # engine process of both sides bound to the 8 CPUs fastest there (FK_BIND_CPUS; unbound if the survey failed;
-    # 8 of 16, not fewer: a cold first process compiles some 290 Triton kernels with a worker a CPU):
-    # the report's host pace per round says whether that steadied them. VLLM_CUSTOM_SCOPES_FOR_PROFILING (both sides,
-    # every process): vLLM's runner and scheduler phases as profiler ranges in the host table
-    mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/vcpu_speed.py" 8 > "$ROOT/vcpu-speed.txt" 2>&1
-    BIND=$(python3 "$REPO/reports/gpu/vcpu_speed.py" --fastest "${BIND_N:-8}" 2>/dev/null) || BIND=1
-    echo "FK_BIND_CPUS=${BIND:-1}" >> "$ROOT/vcpu-speed.txt"
+    # (session 58: PASS, floor 5.4%, s58-h100/), both sides bound to the same CPUs (survey_cpus) and
+    # VLLM_CUSTOM_SCOPES_FOR_PROFILING (both sides, every process): vLLM's runner and scheduler phases as profiler
+    # ranges in the host table
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next}" ADAPTER_SIDES=with \
-      ROUNDS=4 ADAPTER_ARGS="--quick" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="${BIND:-1}" ;;
+      ROUNDS=4 ADAPTER_ARGS="--quick" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="$(survey_cpus)" ;;
   s54-mamba2-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-mamba2, compiled, --smoke (its
     # timed runs last 40-45 s a process under --smoke, s36-h100x4: long enough; --quick would be about 5 minutes a
-    # process), the A/A in the same rounds (--with-aa), 4 rounds under the hold's budget: about 110 s a warm process
-    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=4 ADAPTER_ARGS="--smoke" ;;
+    # process), the A/A in the same rounds (--with-aa), 4 rounds under the hold's budget: about 110 s a warm process;
+    # as session 58's fk46-qwen3-next: both sides on the same CPUs, vLLM's phases in the host table
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=4 ADAPTER_ARGS="--smoke" \
+      VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="$(survey_cpus)" ;;
   s53-fullsize-h100)  # one GPU, vLLM: issue 31's first full-size A/B (FastKernels' three throughput workloads at
     # every request, not --smoke): the compiled fk46-llama-3.1 Triton A/B, one timed repeat after the warm-up pass
     # (docs/design/suite-time.md: at an assumed 20k tok/s about 5 minutes a process with the short warm-up), 3 interleaved rounds under
