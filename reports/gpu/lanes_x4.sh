@@ -501,6 +501,8 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # timed runs last 40-45 s a process under --smoke, s36-h100x4: long enough; --quick would be about 5 minutes a
     # process), the A/A in the same rounds (--with-aa), 4 rounds under the hold's budget: about 110 s a warm process;
     # as session 58's fk46-qwen3-next: both sides on the same CPUs, vLLM's phases in the host table
+    # (VLLM_CUSTOM_SCOPES_FOR_PROFILING is one of vLLM's compile-cache factors: a jitpack of this hold serves only
+    # holds that set it too; no mamba2 cache is staged yet, so its first process of each side compiles cold anyway)
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=4 ADAPTER_ARGS="--smoke" \
       VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="$(survey_cpus)" ;;
   s53-fullsize-h100)  # one GPU, vLLM: issue 31's first full-size A/B (FastKernels' three throughput workloads at
