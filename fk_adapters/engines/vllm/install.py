@@ -108,8 +108,8 @@ def install(chosen: dict[str, tuple[str, Kernel]]) -> dict[str, list[str]]:
     wrapped = install_common.wrap_chosen(chosen, NATIVES)
     own = install_common.engine_own_ops(chosen, NATIVES)
     layers.NATIVE_PATH.clear()
-    layers.NATIVE_PATH.update({s: key for s, key in own.items()
-                               if s in compiled_vllm.LAYERS or s in compiled_vllm.SEEN_BY_INDUCTOR})
+    layers.NATIVE_PATH.update({s: key for s, key in own.items() if s in compiled_vllm.LAYERS
+                               or s in compiled_vllm.SEEN_BY_INDUCTOR or s in layers.STOCK_PATH_ALWAYS})
     hosts = [((base, build), slots) for classes, slots, build in _targets(later=False) for base in classes]
     hosts += [((_Later(module, name), build), slots) for module, name, slots, build in LATER]
     own_seams = ("paged_attention", collective.SLOT)

