@@ -30,8 +30,8 @@ STOCK_PATH_ALWAYS = ("fused_moe",)
 def native_path_slots(slots) -> frozenset[str]:
     """The ``slots`` whose calls stay on stock's path in the model being built (engine-own only): vLLM's compiled
     native path, or stock's call in every mode (``STOCK_PATH_ALWAYS``)."""
-    mine = [s for s in slots if s in NATIVE_PATH and s not in STOCK_PATH_ALWAYS]
     always = frozenset(s for s in slots if s in NATIVE_PATH and s in STOCK_PATH_ALWAYS)
+    mine = [s for s in slots if s in NATIVE_PATH and s not in always]
     if not mine:
         return always
     from vllm.config import get_current_vllm_config
