@@ -61,9 +61,10 @@ survey_cpus() {  # prints the CPU list every engine process of both sides is the
   # $ROOT/vcpu-speed.txt). Session 57: one engine process's host ran 0.6x-1.3x the other's; session 58: the CPUs alike
   # at best, their speed wandering; both sides on the same 8 CPUs, the floor came down to 5.4% (8 of 16, not fewer: a
   # cold first process compiles some 290 Triton kernels with a worker a CPU). "1" (fk's default binding) if it fails
-  mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/vcpu_speed.py" 8 > "$ROOT/vcpu-speed.txt" 2>&1
-  local bind; bind=$(python3 "$REPO/reports/gpu/vcpu_speed.py" --fastest "${BIND_N:-8}" 2>/dev/null) || bind=1
-  echo "FK_BIND_CPUS=${bind:-1}" >> "$ROOT/vcpu-speed.txt"; echo "${bind:-1}"
+  mkdir -p "$ROOT" && python3 "$REPO/reports/gpu/vcpu_speed.py" 8 --bind "${BIND_N:-8}" > "$ROOT/vcpu-speed.txt" 2>&1
+  local bind; bind=$(sed -n 's/^FK_BIND_CPUS=//p' "$ROOT/vcpu-speed.txt" | tail -n 1)
+  [ -n "$bind" ] || echo "FK_BIND_CPUS=1 (the survey named none)" >> "$ROOT/vcpu-speed.txt"
+  echo "${bind:-1}"
 }
 
 capture_lane() {  # capture_lane GPU "HOSTS": issue 32's transformers hosts captured (--profile) on one GPU, its own

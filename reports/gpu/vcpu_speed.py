@@ -4,8 +4,8 @@
 Session 57 saw an engine process's host work (vLLM's scheduler, its runner's input preparation) run 0.6x to 1.3x as
 long as the other side's, uniformly over every host range, in a VM of 16 vCPUs. This tells whether the vCPUs differ
 (and stay different), which binding both sides to the same CPUs takes out of a comparison, or whether the speed
-wanders with time. Usage: ``python reports/gpu/vcpu_speed.py [passes]``; ``--fastest N`` prints the N fastest CPUs as
-a list for FK_BIND_CPUS.
+wanders with time. Usage: ``python reports/gpu/vcpu_speed.py [passes] [--bind N]``; ``--bind N`` ends with the N
+CPUs fastest in this survey as ``FK_BIND_CPUS=...``.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def one_process() -> None:
     print(f"{statistics.median(runs):.2f} {min(runs):.2f} {max(runs):.2f} {','.join(map(str, sorted(cpus)))}")
 
 
-def main(passes: int) -> None:
+def main(passes: int, bind: int = 0) -> None:
     s = cpu_speed.survey(passes)
     best = min(min(v) for v in s["ms"].values())
     print(f"{len(s['ms'])} CPUs, {passes} passes: ms for the same work on each (best of 3 a pass), x the fastest")
@@ -48,12 +48,14 @@ def main(passes: int) -> None:
     for i in range(8):
         out = subprocess.run([sys.executable, __file__, "--one"], capture_output=True, text=True).stdout.strip()
         print(f"process {i}: {out}")
+    if bind:  # from this survey, not another: a wandering host names other CPUs each time (session 58)
+        print("FK_BIND_CPUS=" + ",".join(map(str, cpu_speed.fastest(s, bind))))
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--one"]:
         one_process()
-    elif sys.argv[1:2] == ["--fastest"]:
-        print(",".join(map(str, cpu_speed.fastest(cpu_speed.survey(), int(sys.argv[2])))))
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+        args = sys.argv[1:]
+        n = int(args.pop(args.index("--bind") + 1)) if "--bind" in args else 0
+        main(int(args[0]) if args and args[0] != "--bind" else 3, n)
