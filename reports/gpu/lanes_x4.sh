@@ -506,6 +506,14 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # holds that set it too; no mamba2 cache is staged yet, so its first process of each side compiles cold anyway)
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=4 ADAPTER_ARGS="--smoke" \
       VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="$(survey_cpus)" ;;
+  s59-mamba2-warm-h100)  # one GPU, vLLM, a short hold: fk46-mamba2's compile caches and float32 reference for
+    # s54-mamba2-h100 (one passthrough A/B, one process a side, compiled, --smoke, the same vLLM variables, unbound so
+    # the cold compile has every CPU), then `jitpack vllm` into .stage/jit-vllm-mamba2/; its correctness is judged
+    lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mamba2 ADAPTER_ARGS="--smoke" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 ;;
+  s59-captures)  # one GPU, no engine, a short hold: issue 32's last two captures (s42-transformers-h200's first lane)
+    # with only the libraries they import staged (extra-transformers-science.txt less spconv, cumm, gsplat,
+    # torch-pointcloud, ocnn, pccm, ccimport: 90 MiB, 2 calls)
+    lane T-0 32 transformers 0 STEPS="hosts" HOSTS="fk46-instantngp fk46-openfold3" HOST_STEPS="capture" ;;
   s53-fullsize-h100)  # one GPU, vLLM: issue 31's first full-size A/B (FastKernels' three throughput workloads at
     # every request, not --smoke): the compiled fk46-llama-3.1 Triton A/B, one timed repeat after the warm-up pass
     # (docs/design/suite-time.md: at an assumed 20k tok/s about 5 minutes a process with the short warm-up), 3 interleaved rounds under
@@ -566,5 +574,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s54-mamba2-h100|s53-fullsize-h100|s41-sglang|s42-vllm|wait SECONDS|pack|jitpack [ENGINE]"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s54-mamba2-h100|s59-mamba2-warm-h100|s59-captures|s53-fullsize-h100|s41-sglang|s42-vllm|wait SECONDS|pack|jitpack [ENGINE]"; exit 2 ;;
 esac
