@@ -17,17 +17,27 @@ from fk_adapters import engine_runs
 
 RETIME_MAX = 2  # re-runs of one timed repeat during which a kernel was compiled
 LOG_VAR = "FK_TRITON_COMPILE_LOG"
+SHARED_DIR_VAR = "FK_TRITON_CACHE_DIR"  # the one Triton cache folder of every engine process (triton_compile_log)
 AUTOTUNE_PREFIX = "autotune:"  # a log line of one config benchmarked, not a compile
 LOG_FILE = "triton_compiles.log"
 MANAGER = "fk_adapters.triton_compile_log:LoggingCacheManager"
 
 
 def engine_env(run_dir: str) -> dict:
-    """Environment entries for one engine run whose compiles are logged into ``run_dir``; none where the user set a
-    cache manager of their own (compiles then go unwatched)."""
+    """Environment entries for one engine run whose compiles are logged into ``run_dir``, its Triton cache the one
+    folder every engine process shares; none where the user set a cache manager of their own (compiles then go
+    unwatched, the cache where the engine puts it)."""
     if os.environ.get("TRITON_CACHE_MANAGER", MANAGER) != MANAGER:
         return {}
-    return {"TRITON_CACHE_MANAGER": MANAGER, LOG_VAR: os.path.join(os.path.abspath(run_dir), LOG_FILE)}
+    return {"TRITON_CACHE_MANAGER": MANAGER, LOG_VAR: os.path.join(os.path.abspath(run_dir), LOG_FILE),
+            SHARED_DIR_VAR: shared_cache_dir()}
+
+
+def shared_cache_dir() -> str:
+    """The Triton cache folder of this process before any engine changes it: ``$TRITON_CACHE_DIR``, else Triton's
+    default under ``$TRITON_HOME`` or the home folder."""
+    return (os.environ.get("TRITON_CACHE_DIR", "").strip()
+            or os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache"))
 
 
 def ready() -> str:

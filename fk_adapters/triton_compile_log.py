@@ -2,6 +2,12 @@
 kernel it compiles to ``$FK_TRITON_COMPILE_LOG`` (``jit_watch`` reads it). Loaded by Triton from
 ``TRITON_CACHE_MANAGER``; a compile stores its metadata file once, a load from disk stores nothing.
 
+The cache's folder is ``$FK_TRITON_CACHE_DIR`` where set (``jit_watch.engine_env``: the folder Triton would use in
+fk's own process), not ``$TRITON_CACHE_DIR``: vLLM points that into each side's compile-cache folder, under a hash of
+its own environment variables, so the engine's own kernels (fused MoE, FLA, the SSD scan) compiled once per side and
+again whenever a vLLM variable changed (session 58: 284 a side, with a hold's staged caches). Triton keys each
+binary by its source, options and Triton build, so one folder for every side is safe.
+
 Autotuning is one-time work too, and a kernel whose binaries another process already compiled still benchmarks
 every config at each new key: importing this module also logs each config an ``@triton.autotune`` benchmarks, as
 ``autotune:NAME``."""
@@ -12,7 +18,7 @@ import os
 
 from triton.runtime.cache import FileCacheManager
 
-from fk_adapters.jit_watch import AUTOTUNE_PREFIX, LOG_VAR
+from fk_adapters.jit_watch import AUTOTUNE_PREFIX, LOG_VAR, SHARED_DIR_VAR
 
 
 def _log(name: str) -> None:
@@ -27,6 +33,16 @@ def _log(name: str) -> None:
 
 
 class LoggingCacheManager(FileCacheManager):
+    def __init__(self, key, override=False, dump=False):
+        shared = os.environ.get(SHARED_DIR_VAR)
+        if override or dump or not shared:
+            super().__init__(key, override, dump)
+            return
+        self.key = key  # the attributes FileCacheManager's methods use, as its own __init__ sets them
+        self.cache_dir = os.path.join(shared, key)
+        self.lock_path = os.path.join(self.cache_dir, "lock")
+        os.makedirs(self.cache_dir, exist_ok=True)
+
     def put(self, data, filename, binary=True) -> str:
         path = super().put(data, filename, binary)
         compiled = filename.endswith(".json") and not filename.endswith(".autotune.json")  # a tuning result: logged

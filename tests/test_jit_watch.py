@@ -35,10 +35,31 @@ def test_a_users_own_cache_manager_is_left_alone(monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_MANAGER", "their.module:Manager")
     assert jit_watch.engine_env("/r") == {}
     monkeypatch.delenv("TRITON_CACHE_MANAGER")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/theirs/triton")
     assert jit_watch.engine_env("/r") == {"TRITON_CACHE_MANAGER": jit_watch.MANAGER,
-                                          "FK_TRITON_COMPILE_LOG": "/r/triton_compiles.log"}
+                                          "FK_TRITON_COMPILE_LOG": "/r/triton_compiles.log",
+                                          "FK_TRITON_CACHE_DIR": "/theirs/triton"}
     monkeypatch.delenv("FK_TRITON_COMPILE_LOG", raising=False)
     assert jit_watch.Since().new() == []  # no log: nothing is known to have compiled
+
+
+def test_every_engine_process_shares_one_triton_cache_whatever_the_engine_sets(triton_compiles, tmp_path):
+    """vLLM sets TRITON_CACHE_DIR inside each side's compile-cache folder (session 58: its own kernels compiled once a
+    side, and again in a hold whose vLLM variables differed from the staged caches')."""
+    code = f"import os; os.environ['TRITON_CACHE_DIR'] = {str(tmp_path / 'vllm-side')!r}; " + PUT.format(key="ef56")
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
+    [key] = os.listdir(tmp_path / "cache")
+    assert os.listdir(tmp_path / "cache" / key) == ["fused_moe_kernel.json"]
+    assert not (tmp_path / "vllm-side").exists()
+
+
+def test_the_shared_triton_cache_is_the_folder_triton_would_use_in_fks_process(monkeypatch):
+    monkeypatch.delenv("TRITON_CACHE_MANAGER", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_HOME", "/h")
+    assert jit_watch.engine_env("/r")["FK_TRITON_CACHE_DIR"] == "/h/.triton/cache"
+    monkeypatch.delenv("TRITON_HOME")
+    assert jit_watch.shared_cache_dir() == os.path.join(os.path.expanduser("~"), ".triton", "cache")
 
 
 def test_findings_name_each_run_that_was_timed_again():
