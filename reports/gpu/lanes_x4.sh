@@ -356,8 +356,7 @@ case ${1:-} in
     # `fk_gpu.sh transformers setup`): issue 32's last two captures (instantngp lacked msgspec in session 39, openfold3
     # was profiling when its hold ended), then the Triton A/B of the newly hosted architectures that have none, the
     # smallest first, as many as the hold allows
-    lane T-0 32 transformers 0 STEPS="hosts" HOSTS="fk46-instantngp fk46-openfold3" HOST_STEPS="capture" \
-      FK_HOLD_MODELS=/tmp/fk-models-t0
+    capture_lane 0 "fk46-instantngp fk46-openfold3"
     lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
       HOSTS="fk46-mobilenetv4 fk46-yolov10 fk46-efficientnetv2 fk46-dlrmv2 fk46-gla fk46-retnet fk46-rwkv-7 \
 fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
@@ -513,7 +512,7 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
   s59-captures)  # one GPU, no engine, a short hold: issue 32's last two captures (s42-transformers-h200's first lane)
     # with only the libraries they import staged (extra-transformers-science.txt less spconv, cumm, gsplat,
     # torch-pointcloud, ocnn, pccm, ccimport: 90 MiB, 2 calls)
-    lane T-0 32 transformers 0 STEPS="hosts" HOSTS="fk46-instantngp fk46-openfold3" HOST_STEPS="capture" ;;
+    capture_lane 0 "fk46-instantngp fk46-openfold3" ;;
   s53-fullsize-h100)  # one GPU, vLLM: issue 31's first full-size A/B (FastKernels' three throughput workloads at
     # every request, not --smoke): the compiled fk46-llama-3.1 Triton A/B, one timed repeat after the warm-up pass
     # (docs/design/suite-time.md: at an assumed 20k tok/s about 5 minutes a process with the short warm-up), 3 interleaved rounds under

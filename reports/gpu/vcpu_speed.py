@@ -9,6 +9,7 @@ CPUs fastest in this survey as ``FK_BIND_CPUS=...``.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -53,9 +54,12 @@ def main(passes: int, bind: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--one"]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("passes", type=int, nargs="?", default=3)
+    ap.add_argument("--bind", type=int, default=0, metavar="N")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a fresh process's line (one_process)
+    args = ap.parse_args()
+    if args.one:
         one_process()
     else:
-        args = sys.argv[1:]
-        n = int(args.pop(args.index("--bind") + 1)) if "--bind" in args else 0
-        main(int(args[0]) if args and args[0] != "--bind" else 3, n)
+        main(args.passes, args.bind)
