@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,16 +85,38 @@ def write_checkpoint(config: dict, out_dir: str, seed: int, dtype: str, device: 
             with open(stamp) as f:
                 if json.load(f).get("key") == key:
                     return key
-        if generic:
-            write_with_transformers(config, out_dir, seed, dtype, device)
-        elif device == "cuda":  # in a child, as the generic writer: this process never holds a CUDA context
-            _in_child(["family", cfg, out_dir, seed, dtype, device], None, device)
-        else:
-            write_family(cfg, out_dir, seed, dtype, device)
+        try:
+            if generic:
+                write_with_transformers(config, out_dir, seed, dtype, device)
+            elif device == "cuda":  # in a child, as the generic writer: this process never holds a CUDA context
+                _in_child(["family", cfg, out_dir, seed, dtype, device], None, device)
+            else:
+                write_family(cfg, out_dir, seed, dtype, device)
+        except (OSError, WeightsError, _safetensors_error()) as exc:
+            raise _unwritten(out_dir, exc) from exc
         with open(stamp, "w") as f:
             json.dump({"key": key, "seed": seed, "dtype": dtype, **({"writer": _library(config)} if generic else {})},
                       f)
     return key
+
+
+def _safetensors_error() -> type:
+    """The error safetensors raises when a write fails (a full disk among others): not an OSError."""
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return OSError
+    return SafetensorError
+
+
+def _unwritten(out_dir: str, exc: Exception) -> WeightsError:
+    """The error for a checkpoint whose writing failed, after removing what was written of it (never a valid
+    checkpoint: it has no stamp), so a full disk is not kept full for the next scenario."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    parent = os.path.dirname(out_dir.rstrip(os.sep)) or "."
+    free = shutil.disk_usage(parent).free / 2**20 if os.path.isdir(parent) else float("nan")
+    return WeightsError(f"writing the seeded weights to {out_dir} failed, the partial folder removed "
+                        f"({free:,.0f} MiB free on its disk now): {exc}")
 
 
 def write_family(cfg: dict, out_dir: str, seed: int, dtype: str, device: str = "cpu") -> None:

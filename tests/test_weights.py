@@ -52,6 +52,26 @@ def test_a_family_checkpoint_for_a_gpu_is_drawn_in_a_child_and_keyed_by_its_devi
     assert seen == [("family", "cuda")] and gpu_key != cpu_key  # CUDA's generator draws other bytes
 
 
+def test_a_disk_that_fills_while_writing_is_a_weights_error_and_leaves_no_partial_checkpoint(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+
+    sc = scenarios.load("tiny-llama")
+    out = tmp_path / "tiny-llama-float32"
+
+    def fills(cfg, out_dir, *_args):
+        (out / "model.safetensors").write_bytes(b"half")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(weights, "write_family", fills)
+    with pytest.raises(weights.WeightsError, match=r"writing the seeded weights to .*tiny-llama-float32 failed, the "
+                       r"partial folder removed \([\d,]+ MiB free on its disk now\): .*No space left on device"):
+        weights.scenario_checkpoint(sc, str(tmp_path))
+    assert not out.exists()
+    monkeypatch.undo()
+    weights.scenario_checkpoint(sc, str(tmp_path))  # the next try writes it whole
+    assert (out / "fk-weights.json").exists()
+
+
 def test_a_gpu_writer_holds_the_gpu_lock_and_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
     import fcntl
     import subprocess
