@@ -17,12 +17,14 @@ import importlib.util
 import io
 import os
 import platform
+import shutil
+import tempfile
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from fk_adapters import cpu_speed
+from fk_adapters import cpu_speed, user_cache
 
 __all__ = [
     "DoctorError",
@@ -350,7 +352,29 @@ def doctor(engine_module: str) -> dict:
         "record": record,
         "device": device_info(),
         "host_cpus": cpu_speed.survey(),
+        "disk": disk_free({"the model cache": user_cache.default_model_cache(), "fk's caches": user_cache.home(),
+                           "temporary files": tempfile.gettempdir()}),
     }
+
+
+def _and(words: list[str]) -> str:
+    *rest, last = words
+    return f"{', '.join(rest)} and {last}" if rest else last
+
+
+def disk_free(folders: dict[str, str]) -> list[dict]:
+    """Free space where fk writes, one entry per disk: {"free_bytes", "uses": [what], "paths": [folder]}. A folder
+    not made yet is measured at its nearest existing parent."""
+    disks: dict[int, dict] = {}
+    for what, folder in folders.items():
+        here = os.path.abspath(folder)
+        while not os.path.exists(here):
+            here = os.path.dirname(here)
+        disk = disks.setdefault(os.stat(here).st_dev, {"free_bytes": shutil.disk_usage(here).free, "uses": [],
+                                                        "paths": []})
+        disk["uses"].append(what)
+        disk["paths"].append(folder)
+    return list(disks.values())
 
 
 def render(report: dict) -> str:
@@ -371,6 +395,9 @@ def render(report: dict) -> str:
     )
     if report.get("host_cpus"):
         lines.append(cpu_speed.words(report["host_cpus"]))
+    for disk in report.get("disk", []):
+        lines.append(f"disk: {disk['free_bytes'] / 2**30:.1f} GiB free for {_and(disk['uses'])} "
+                     f"({', '.join(disk['paths'])})")
     if rec.get("unmodified"):
         lines.append(
             f"engine files: {rec.get('files_checked')} verified against RECORD, unmodified"

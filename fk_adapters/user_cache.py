@@ -20,3 +20,8 @@ def home() -> str:
         return os.environ["FK_CACHE_HOME"]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "fk-adapters")
+
+
+def default_model_cache() -> str:
+    """Where ``--model-cache`` writes seeded checkpoints unless told otherwise."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "fk-adapters", "models")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import time
 
 import pytest
@@ -92,6 +93,8 @@ def test_doctor_and_render(fakedist):
     assert "fakepkg 1.0" in text and "4 verified against RECORD, unmodified" in text
     assert set(rep["host_cpus"]["ms"]) == os.sched_getaffinity(0)  # every CPU surveyed (cpu_speed)
     assert f"host CPUs: {len(os.sched_getaffinity(0))}, the same Python work" in text
+    assert "free for the model cache" in text and [w for d in rep["disk"] for w in d["uses"]] == [
+        "the model cache", "fk's caches", "temporary files"]
 
 
 @pytest.mark.engine
@@ -176,3 +179,15 @@ def test_how_fk_names_an_engine():
     assert engine_integrity.refusal({"vllm": ok, "transformers": ref}) == ""
     problem = engine_integrity.problems({"transformers": dict(bad, role="r")})[0]
     assert problem.startswith("transformers (r) is MODIFIED")
+
+
+
+def test_doctor_says_the_free_disk_where_fk_writes_one_line_a_disk(tmp_path):
+    disks = doctor_mod.disk_free({"a": str(tmp_path / "not" / "made"), "b": str(tmp_path), "c": "/dev/shm"})
+    here = next(d for d in disks if "a" in d["uses"])  # a folder not made yet: measured at its parent
+    assert here["uses"] == ["a", "b"] and here["paths"] == [str(tmp_path / "not" / "made"), str(tmp_path)]
+    assert abs(here["free_bytes"] - shutil.disk_usage(tmp_path).free) < 2**26
+    if os.stat("/dev/shm").st_dev != os.stat(tmp_path).st_dev:
+        assert len(disks) == 2 and disks[1]["uses"] == ["c"]
+    text = render({"disk": disks, "record": {}, "device": {}})
+    assert f"GiB free for a and b ({tmp_path / 'not' / 'made'}, {tmp_path})" in text

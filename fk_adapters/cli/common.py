@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from fk_adapters import scenarios
+from fk_adapters import scenarios, user_cache
 from fk_adapters.cli.errors import UsageError
 
 
@@ -20,7 +20,7 @@ def add_scenario_args(p) -> None:
     p.add_argument("--scenario", action="append", default=[], help="a scenario name or .toml path (repeatable)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), help="override every scenario's dtype")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "fk-adapters", "models"),
+    p.add_argument("--model-cache", default=user_cache.default_model_cache(),
                    help="where seeded checkpoints are written and reused (%(default)s)")
 
 
