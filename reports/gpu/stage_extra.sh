@@ -13,12 +13,12 @@ grep -v '^#' "reports/gpu/extra-$ENGINE.txt" | grep -v -E "^($(echo "${SKIP:-}" 
 mkdir -p "$CACHE" && rm -rf "$DEST" && mkdir -p "$DEST"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$CACHE" -r "$LIST" 2>&1 | grep -v WARNING || true
-grep -v '^#' "$LIST" | while read -r req; do
+while read -r req; do  # $LIST holds no comments
   [ -n "$req" ] || continue
   name=$(echo "${req%%==*}" | tr - _); version=${req##*==}
   whl=$(ls "$CACHE"/"$name"-"$version"-*.whl | head -1)
   split -b "${PART_MIB:-24}m" -d "$whl" "$DEST/$(basename "$whl").part"
-done
+done < "$LIST"
 for p in "$DEST"/*; do
   echo "send $p  then run: mkdir -p /tmp/fkstage/extra-$ENGINE && cp $p /tmp/fkstage/extra-$ENGINE/"
 done
