@@ -7,7 +7,7 @@ import functools
 
 from tabulate import tabulate
 
-from fk_adapters import __version__, gpu_share, op_families, results_files
+from fk_adapters import __version__, engines, gpu_share, op_families, results_files
 from fk_adapters.tasks import SLOTS
 
 
@@ -23,15 +23,19 @@ def collect(roots: list[str]) -> list[dict]:
     return [newest[k] for k in sorted(newest)]
 
 
+EAGER_ONLY = "eager (its only mode)"
+
+
 def collect_served(roots: list[str]) -> list[dict]:
     """Per (scenario, engine, mode), the newest profiled `fk run` under ``roots`` as served: the stock side's device
     time per op family in its profiled step, and the slots any plugin's side proved it ran in that scenario there.
-    Eager runs are left out: no engine serves so (fk-wrong's variants that are not graph-safe run eager), and the
-    captures' table already gives the eager picture."""
+    Eager runs are left out where the engine compiles (it serves so; fk-wrong's variants that are not graph-safe run
+    eager, and the captures' table already gives the eager picture); an engine that never compiles serves eager."""
     newest: dict[tuple[str, str, str], dict] = {}
     proven: dict[tuple[str, str, str], set] = {}
     for path, res in results_files.json_objects(roots):
-        if res.get("kind") != "run" or res.get("aa") or res.get("mode") == "eager":
+        mode = served_mode(res)
+        if res.get("kind") != "run" or res.get("aa") or mode is None:
             continue
         for row in res.get("scenarios") or []:
             split = row.get("time_split") or {}
@@ -39,7 +43,7 @@ def collect_served(roots: list[str]) -> list[dict]:
             if not split.get("baseline_us") or not families:
                 continue
             slots = ((row.get("evidence") or {}).get("slots")) or {}
-            entry = {"scenario": row["scenario"], "engine": res.get("engine", "?"), "mode": res.get("mode", "?"),
+            entry = {"scenario": row["scenario"], "engine": res.get("engine", "?"), "mode": mode,
                      "device": res.get("device", "?") + gpu_share.gpu_models(res.get("gpus")),
                      "created": res.get("created", ""), "path": path, "step_us": split["baseline_us"],
                      "family_us": families, "exercised": sorted(n for n, e in slots.items()
@@ -49,6 +53,15 @@ def collect_served(roots: list[str]) -> list[dict]:
             if key not in newest or entry["created"] > newest[key]["created"]:
                 newest[key] = entry
     return [dict(newest[k], exercised=sorted(proven[k])) for k in sorted(newest)]
+
+
+def served_mode(res: dict) -> str | None:
+    """The mode a run's engine really served in, None for an eager run of an engine that compiles. fk's "compiled"
+    on an engine that never compiles (HF transformers) is eager: results.json keeps the mode fk was asked for."""
+    spec = engines.ENGINES.get(res.get("engine", ""))
+    if spec is not None and not any(spec.compiled_cuda):
+        return EAGER_ONLY
+    return None if res.get("mode") == "eager" else res.get("mode", "?")
 
 
 def _proven_family(run: dict, fam: str) -> bool:
@@ -149,7 +162,8 @@ def render_served(runs: list[dict]) -> list[str]:
                      ", ".join(f"{f} {100 * us / r['step_us']:.1f}%" for us, f in outside[:3] if us) or "-"])
     return ["", "## As served", "",
             "The stock side's profiled step of the newest `fk run` in each serving mode it ran (compiled + CUDA graphs "
-            "fuse what eager leaves apart; eager runs are left out): the share of its device time in catalog "
+            "fuse what eager leaves apart; eager runs are left out, except an engine's that never compiles, such as HF "
+            "transformers here): the share of its device time in catalog "
             "families whose slots a plugin's side of some `fk run` of the scenario, engine and mode exercised.", "",
             tabulate(rows, headers=["scenario", "engine", "device", "mode", "step device µs",
                                     "device time in catalog slots", "largest outside"], tablefmt="github")]

@@ -40,11 +40,11 @@ def test_shares_are_sorted_again_from_kernel_times_where_the_capture_kept_them()
     assert coverage.op_shares({}) == {}
 
 
-def _run(path, created, plugin_slots, families, aa=False, mode="compiled"):
+def _run(path, created, plugin_slots, families, aa=False, mode="compiled", engine="vllm"):
     split = [{"family": f, "baseline_us": us} for f, us in families.items()]
     row = {"scenario": "m", "time_split": {"baseline_us": sum(families.values()), "families": split},
            "evidence": {"slots": {s: {"status": st} for s, st in plugin_slots.items()}}}
-    res = {"kind": "run", "engine": "vllm", "device": "cuda", "mode": mode, "created": created, "aa": aa,
+    res = {"kind": "run", "engine": engine, "device": "cuda", "mode": mode, "created": created, "aa": aa,
            "scenarios": [row]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
@@ -65,6 +65,17 @@ def test_as_served_shares_come_from_the_stock_step_and_the_slots_any_plugin_prov
     text, data = coverage.render([], served=runs)
     assert "## As served" in text and "88.9%" in text and "attention 6.7%" in text
     assert data["served"][0]["share"] == (50.0 + 30.0) / 90.0
+
+
+def test_an_engine_that_never_compiles_is_served_eager_whatever_mode_fk_was_asked_for(tmp_path):
+    fams = {"gemm": 10.0, "copy / elementwise": 90.0}
+    _run(tmp_path / "a" / "results.json", "2026-01-01", {"gemm": "exercised"}, fams, engine="transformers")
+    _run(tmp_path / "b" / "results.json", "2026-01-02", {"gemm": "exercised"}, fams, mode="eager",
+         engine="transformers")
+    [run] = coverage.collect_served([str(tmp_path)])  # both are the same eager serving: one row, the newest
+    assert run["mode"] == coverage.EAGER_ONLY and run["created"] == "2026-01-02"
+    text, _ = coverage.render([], served=[run])
+    assert "| eager (its only mode) " in text and "| compiled " not in text
 
 
 def test_a_profile_holding_fks_own_statistics_gives_no_device_time_shares(tmp_path):
