@@ -352,14 +352,25 @@ case ${1:-} in
      lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke" \
        TRITON_CACHE_AUTOTUNING=1) &
     wait ;;
-  s42-transformers-h200)  # one H200, no engine (the transformers extras: 6 calls of .stage/calls-transformers, then
-    # `fk_gpu.sh transformers setup`): issue 32's last two captures (instantngp lacked msgspec in session 39, openfold3
-    # was profiling when its hold ended), then the Triton A/B of the newly hosted architectures that have none, the
-    # smallest first, as many as the hold allows
-    capture_lane 0 "fk46-instantngp fk46-openfold3"
+  s62-hosts-ab-a)  # one GPU, no engine: issue 32's Triton A/Bs (`--smoke`, one process a side, against the float32
+    # forward, kernel names as proof) of the newly hosted architectures whose libraries are extra-transformers.txt's and
+    # extra-transformers-lerobot.txt's (126 MiB, 3 calls: `PART_MIB=22 bash reports/gpu/stage_extra.sh transformers`,
+    # the same for transformers-lerobot, then `python3 reports/gpu/pack_calls.py .stage/extra-transformers
+    # .stage/extra-transformers-lerobot --out .stage/calls-hosts-a`), the quickest first (their captures took 16-146 s)
     lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
-      HOSTS="fk46-mobilenetv4 fk46-yolov10 fk46-efficientnetv2 fk46-dlrmv2 fk46-gla fk46-retnet fk46-rwkv-7 \
-fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
+      HOSTS="fk46-mobilenetv4 fk46-yolov10 fk46-dp3 fk46-efficientnetv2 fk46-pi0 fk46-hunyuanvideo-1.5 fk46-flux.1-dev \
+fk46-sdxl" ;;
+  s62-hf-hosts)  # one GPU, no engine and nothing staged (HF transformers is on the GPU machine; one call: the tree,
+    # `fk_gpu.sh transformers setup`, launch): the HF architectures captured in session 4, before the gemm, layer_norm,
+    # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B
+    lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="capture ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
+      HOSTS="fk46-convnextv2 fk46-swinv2 fk46-siglip-2 fk46-rt-detrv2 fk46-v-jepa-2 fk46-sam-3.1" ;;
+  s62-hosts-ab-b)  # the same for the rest: torchrec, torch-pointcloud, flash-linear-attention and openfold3
+    # (extra-transformers-recsys.txt, -science.txt, -fla.txt: 200 MiB, 4 calls, packed as above into
+    # .stage/calls-hosts-b), the quickest first (captures 31-532 s; the fla models' captures were slow from fk's call
+    # counting on 130k-260k calls)
+    lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
+      HOSTS="fk46-dlrmv2 fk46-pointtransformerv3 fk46-retnet fk46-gla fk46-rwkv-7 fk46-openfold3" ;;
   s42-mixtral-x2)  # two H200s, vLLM: issue 29's passthrough on fk46-mixtral against its A/A, 5 interleaved rounds each,
     # side by side (session 37's 3-round pair read "no change" with a delta interval reaching 27% slower on
     # prefill-heavy: one cold candidate process ran 16% slower; fk compare now calls that "too noisy")
@@ -509,7 +520,7 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
     # s54-mamba2-h100 (one passthrough A/B, one process a side, compiled, --smoke, the same vLLM variables, unbound so
     # the cold compile has every CPU), then `jitpack vllm` into .stage/jit-vllm-mamba2/; its correctness is judged
     lane V-0 31 vllm 0 STEPS="warm" ADAPTER_SC=fk46-mamba2 ADAPTER_ARGS="--smoke" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 ;;
-  s59-captures)  # one GPU, no engine, a short hold: issue 32's last two captures (s42-transformers-h200's first lane)
+  s59-captures)  # one GPU, no engine, a short hold: issue 32's last two captures (ran in session 61)
     # with only the libraries they import staged (extra-transformers-science.txt less spconv, cumm, gsplat,
     # torch-pointcloud, ocnn, pccm, ccimport: 90 MiB, 2 calls)
     capture_lane 0 "fk46-instantngp fk46-openfold3" ;;
@@ -573,5 +584,5 @@ fk46-pointtransformerv3 fk46-dp3 fk46-pi0 fk46-sdxl" ;;
       find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s42-transformers-h200|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s54-mamba2-h100|s59-mamba2-warm-h100|s59-captures|s53-fullsize-h100|s41-sglang|s42-vllm|wait SECONDS|pack|jitpack [ENGINE]"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s62-hosts-ab-a|s62-hosts-ab-b|s62-hf-hosts|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s54-mamba2-h100|s59-mamba2-warm-h100|s59-captures|s53-fullsize-h100|s41-sglang|s42-vllm|wait SECONDS|pack|jitpack [ENGINE]"; exit 2 ;;
 esac
