@@ -352,6 +352,12 @@ case ${1:-} in
      lane V-1 31 vllm 1 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=pass ROUNDS=3 ADAPTER_ARGS="--smoke" \
        TRITON_CACHE_AUTOTUNING=1) &
     wait ;;
+  s62-sglang-diffusion)  # one GPU, SGLang (its 15 parts + the cutlass wheel, then `stage_extra.sh sglang-diffusion`:
+    # 6.5 MiB, one more call): issue 32 item 4, SGLang's diffusion runtime again since session 39's first run ended in
+    # its output-file hash of fk's tensors (fixed since): FLUX (native pipeline), SDXL and HunyuanVideo-1.5, the
+    # passthrough A/B, then the Triton plugin against its baseline; after s51-sglang-h100 in the same hold if time is left
+    lane S-D 32 sglang 0 STEPS="diffusion" FK_HOLD_MODELS=/tmp/fk-models-sd \
+      DIFFUSION="fk46-flux.1-dev fk46-sdxl fk46-hunyuanvideo-1.5" ;;
   s62-hosts-ab-a)  # one GPU, no engine: issue 32's Triton A/Bs (`--smoke`, one process a side, against the float32
     # forward, kernel names as proof) of the newly hosted architectures whose libraries are extra-transformers.txt's and
     # extra-transformers-lerobot.txt's (126 MiB, 3 calls: `PART_MIB=22 bash reports/gpu/stage_extra.sh transformers`,
@@ -584,5 +590,5 @@ fk46-sdxl" ;;
       find ~/.cache/flashinfer ~/.triton/cache -maxdepth 4 -newer "$ROOT" 2>/dev/null | head -60; } > "$OUT/jit-caches.txt"
     ls -la "${OUT:?}"
     tail -n 3 "$ROOT"/i*/*/lane-*.log ;;
-  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s62-hosts-ab-a|s62-hosts-ab-b|s62-hf-hosts|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s54-mamba2-h100|s59-mamba2-warm-h100|s59-captures|s53-fullsize-h100|s41-sglang|s42-vllm|wait SECONDS|pack|jitpack [ENGINE]"; exit 2 ;;
+  *) echo "usage: lanes_x4.sh transformers|vllm|sglang|pair-transformers|pair-vllm|s31-vllm|s31-sglang|s32-vllm|s33-vllm|s33-sglang|s34-sglang|s34-transformers|s35-vllm|s35-sglang|s36-vllm|s36-sglang|s37-vllm|s37-sglang|s38-transformers|s38-sglang|s39-sglang|s39-transformers|s40-vllm|s40b-vllm|s41-vllm|s41-h200|s42-h200|s42-h200x2|s62-hosts-ab-a|s62-hosts-ab-b|s62-hf-hosts|s62-sglang-diffusion|s42-mixtral-x2|s42-mixtral-x4|s43-mixtral-sglang-x4|s43-mix-vllm|s43-mix-sglang|s44-mix-vllm-x4|s45-mix-vllm-x4|s46-qwen3-next-x4|s44-qwen3-next-x4|s43-mixtral-sglang-x2|s44-decode-x2|s45-kimi-h200|s47-h200|s48-h100|s49-h100|s50-h100|s50-short-h100|s51-rounds-h100|s52-prefill-h100|s51-sglang-h100|s52-linear-h100|s54-mamba2-h100|s59-mamba2-warm-h100|s59-captures|s53-fullsize-h100|s41-sglang|s42-vllm|wait SECONDS|pack|jitpack [ENGINE]"; exit 2 ;;
 esac
