@@ -59,7 +59,7 @@ def served_mode(res: dict) -> str | None:
     """The mode a run's engine really served in, None for an eager run of an engine that compiles. fk's "compiled"
     on an engine that never compiles (HF transformers) is eager: results.json keeps the mode fk was asked for."""
     spec = engines.ENGINES.get(res.get("engine", ""))
-    if spec is not None and not any(spec.compiled_cuda):
+    if spec is not None and spec.always_eager:
         return EAGER_ONLY
     return None if res.get("mode") == "eager" else res.get("mode", "?")
 

@@ -70,7 +70,12 @@ class EngineSpec:
     def describe_mode(self, mode: str, device: str) -> str:
         if mode != "compiled":
             return "eager (no torch.compile, no CUDA graphs)"
-        return self.compiled_label if device == "cuda" or not any(self.compiled_cuda) else "torch.compile"
+        return self.compiled_label if device == "cuda" or self.always_eager else "torch.compile"
+
+    @property
+    def always_eager(self) -> bool:
+        """Neither traces nor captures graphs in any mode (HF transformers): fk's "compiled" runs eager there."""
+        return not any(self.compiled_cuda)
 
     @property
     def python(self) -> str:
