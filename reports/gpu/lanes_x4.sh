@@ -67,9 +67,13 @@ survey_cpus() {  # prints the CPU list every engine process of both sides is the
   echo "${bind:-1}"
 }
 
-capture_lane() {  # capture_lane GPU "HOSTS": issue 32's transformers hosts captured (--profile) on one GPU, its own
-  # weights folder (the lane deletes its weights after each host)
-  lane T-$1 32 transformers $1 STEPS="hosts" HOSTS="$2" HOST_STEPS="capture" FK_HOLD_MODELS=/tmp/fk-models-t$1
+hosts_lane() {  # hosts_lane GPU "HOST_STEPS" "HOSTS": issue 32's transformers hosts on one GPU, its own weights
+  # folder (the lane deletes its weights after each host)
+  lane T-$1 32 transformers $1 STEPS="hosts" HOSTS="$3" HOST_STEPS="$2" FK_HOLD_MODELS=/tmp/fk-models-t$1
+}
+
+capture_lane() {  # capture_lane GPU "HOSTS": those hosts captured (--profile)
+  hosts_lane "$1" capture "$2"
 }
 
 case ${1:-} in
@@ -363,20 +367,17 @@ case ${1:-} in
     # extra-transformers-lerobot.txt's (126 MiB, 3 calls: `PART_MIB=22 bash reports/gpu/stage_extra.sh transformers`,
     # the same for transformers-lerobot, then `python3 reports/gpu/pack_calls.py .stage/extra-transformers
     # .stage/extra-transformers-lerobot --out .stage/calls-hosts-a`), the quickest first (their captures took 16-146 s)
-    lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
-      HOSTS="fk46-mobilenetv4 fk46-yolov10 fk46-dp3 fk46-efficientnetv2 fk46-pi0 fk46-hunyuanvideo-1.5 fk46-flux.1-dev \
-fk46-sdxl" ;;
+    hosts_lane 0 ab "fk46-mobilenetv4 fk46-yolov10 fk46-dp3 fk46-efficientnetv2 fk46-pi0 fk46-hunyuanvideo-1.5 \
+fk46-flux.1-dev fk46-sdxl" ;;
   s62-hf-hosts)  # one GPU, no engine and nothing staged (HF transformers is on the GPU machine; one call: the tree,
     # `fk_gpu.sh transformers setup`, launch): the HF architectures captured in session 4, before the gemm, layer_norm,
     # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B
-    lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="capture ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
-      HOSTS="fk46-convnextv2 fk46-swinv2 fk46-siglip-2 fk46-rt-detrv2 fk46-v-jepa-2 fk46-sam-3.1" ;;
+    hosts_lane 0 "capture ab" "fk46-convnextv2 fk46-swinv2 fk46-siglip-2 fk46-rt-detrv2 fk46-v-jepa-2 fk46-sam-3.1" ;;
   s62-hosts-ab-b)  # the same for the rest: torchrec, torch-pointcloud, flash-linear-attention and openfold3
     # (extra-transformers-recsys.txt, -science.txt, -fla.txt: 200 MiB, 4 calls, packed as above into
     # .stage/calls-hosts-b), the quickest first (captures 31-532 s; the fla models' captures were slow from fk's call
     # counting on 130k-260k calls)
-    lane T-0 32 transformers 0 STEPS="hosts" HOST_STEPS="ab" FK_HOLD_MODELS=/tmp/fk-models-t0 \
-      HOSTS="fk46-dlrmv2 fk46-pointtransformerv3 fk46-retnet fk46-gla fk46-rwkv-7 fk46-openfold3" ;;
+    hosts_lane 0 ab "fk46-dlrmv2 fk46-pointtransformerv3 fk46-retnet fk46-gla fk46-rwkv-7 fk46-openfold3" ;;
   s42-mixtral-x2)  # two H200s, vLLM: issue 29's passthrough on fk46-mixtral against its A/A, 5 interleaved rounds each,
     # side by side (session 37's 3-round pair read "no change" with a delta interval reaching 27% slower on
     # prefill-heavy: one cold candidate process ran 16% slower; fk compare now calls that "too noisy")
