@@ -521,7 +521,9 @@ fk46-flux.1-dev fk46-sdxl" ;;
     # as session 58's fk46-qwen3-next: both sides on the same CPUs, vLLM's phases in the host table
     # (VLLM_CUSTOM_SCOPES_FOR_PROFILING is one of vLLM's compile-cache factors: a jitpack of this hold serves only
     # holds that set it too; no mamba2 cache is staged yet, so its first process of each side compiles cold anyway)
-    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=4 ADAPTER_ARGS="--smoke" \
+    # (session 62, cold: 3 rounds in 1,291 s, round 1 580 s, later rounds about 350 s: 6 planned, --time-budget
+    # stops them where the hold ends: a warm hold (its compile caches staged) may fit 4)
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=6 ADAPTER_ARGS="--smoke" \
       VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="$(survey_cpus)" ;;
   s59-mamba2-warm-h100)  # one GPU, vLLM, a short hold: fk46-mamba2's compile caches and float32 reference for
     # s54-mamba2-h100 (one passthrough A/B, one process a side, compiled, --smoke, the same vLLM variables, unbound so
