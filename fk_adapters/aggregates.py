@@ -20,10 +20,11 @@ outcome
 covered
     at least one selected slot was exercised (runner evidence); None where no evidence was taken (A/A).
 scored
-    correct, not uncovered, not NOT_PROVEN (a declared kernel name could not prove its run), with a speedup, and
-    timings not disturbed (another process on the GPU: ``perf.disturbed``,
-    fk_adapters/gpu_share.py). Only scored scenarios enter the geomeans; the others count against
-    the correctness and coverage factors instead (a model with a wrong or stock candidate has no speedup to claim).
+    correct, not uncovered, not NOT_PROVEN (a declared kernel name could not prove its run), with a speedup, every
+    workload of the scenario timed (not a run of some: ``fk run --workloads``), and timings not disturbed (another
+    process on the GPU: ``perf.disturbed``, fk_adapters/gpu_share.py). Only scored scenarios enter the geomeans;
+    the others count against the correctness and coverage factors instead (a model with a wrong or stock candidate
+    has no speedup to claim).
 category / overall
     category geomean over its scored scenarios; overall geomean over the categories that have one (each category
     weighs the same); score = overall x correctness x coverage, where correctness = correct / scenarios and
@@ -127,11 +128,15 @@ def ran_own_kernel(slots: dict) -> bool:
     return any(e.get("status") == E.EXERCISED and not claims_nothing(e) for e in slots.values())
 
 
-def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
+SUBSET = "only the workloads --workloads chose"
+
+
+def unscored_why(row: dict, agg: dict, aa: bool = False, subset: bool = False) -> str:
     """Why a row has no speedup to claim ('' when it is scored): the candidate was not correct, ran no kernel of its
     own (none exercised, the slots all handed back to the engine's own kernels, a library's, or kernels declaring no
     names in a run on a device, or kernels proven in round 1 only),
-    could not prove its kernels, measured no finite speedup on every workload, or was timed beside another process."""
+    could not prove its kernels, timed only some of its workloads (``subset``: --workloads), measured no finite
+    speedup on every workload, or was timed beside another process."""
     status, ev = row.get("status"), (row.get("evidence") or {}).get("slots") or {}
     if agg["outcome"] != CORRECT:
         return agg["outcome"]
@@ -148,14 +153,17 @@ def unscored_why(row: dict, agg: dict, aa: bool = False) -> str:
         return "a library's kernels, not the plugin's"
     if ran and not ran_own_kernel(ev):
         return "kernels that declare no names (on a device, not told from the engine's)"
+    if subset:
+        return SUBSET
     values = [*agg["throughput"].values(), *agg["latency"].values()]
     if agg["speedup"] is None or not all(stats.positive_finite(v) for v in values):
         return "no finite speedup on every workload"
     return "disturbed" if agg["disturbed"] else ""
 
 
-def per_scenario(row: dict, aa: bool = False) -> dict:
-    """Speedups, blend, correctness and kernel evidence of one results row (``aa``: of an A/A run)."""
+def per_scenario(row: dict, aa: bool = False, subset: bool = False) -> dict:
+    """Speedups, blend, correctness and kernel evidence of one results row (``aa``: of an A/A run; ``subset``: of a
+    run that timed only the workloads --workloads chose)."""
     sp = speedups(row.get("perf", {}))
     tp, lat = geomean(sp["throughput"].values()), geomean(sp["latency"].values())
     slots = {s: e.get("status") for s, e in row.get("evidence", {}).get("slots", {}).items()}
@@ -169,7 +177,7 @@ def per_scenario(row: dict, aa: bool = False) -> dict:
            "applicable": applicable,
            "calls": {s: e.get("calls", 0) for s, e in row.get("evidence", {}).get("slots", {}).items()},
            "disturbed": bool(disturbed(row))}
-    out["unscored"] = unscored_why(row, out, aa)
+    out["unscored"] = unscored_why(row, out, aa, subset)
     out["scored"] = not out["unscored"]
     return out
 
@@ -189,7 +197,7 @@ def _fraction(k: int, n: int) -> float | None:
 def summarize(results: dict, categories: dict[str, str] | None = None) -> dict:
     """Per scenario, per category and overall aggregates; ``categories`` overrides ``category_of`` by name."""
     aa = bool(results.get("aa"))
-    rows = [per_scenario(r, aa) for r in results.get("scenarios", [])]
+    rows = [per_scenario(r, aa, bool(results.get("workloads"))) for r in results.get("scenarios", [])]
     for r in rows:
         r["category"] = (categories or {}).get(r["scenario"]) or category_of(r["scenario"])
     cats = {}

@@ -111,7 +111,7 @@ def check_results(data, path: str, role: str) -> RunResults:
 
 
 META = ("engine", "engine_version", "device", "host", "mode", "candidate", "plugins", "aa", "quick", "warmup_share",
-        "created", "command", "fk_version", "verdict", "cpu_binding")
+        "workloads", "created", "command", "fk_version", "verdict", "cpu_binding")
 
 
 def _meta(run: RunResults, path: str) -> dict:
@@ -407,10 +407,9 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
     if any(r.get("no_kernel") for r in rows):
         notes.append("HEAD exercised no kernel of its plugin's own (the stock model, or only kernels that claim no "
                      "speed: the engine's own, a library's): a faster delta is not the plugin's, called no change")
-    for label, mine, other in (("BASE", b_perf, h_perf), ("HEAD", h_perf, b_perf)):
-        only = [k for k in mine if k not in other]
-        if only:
-            notes.append(f"workloads only in {label}: " + ", ".join(f"{k} {w}" for k, w in only))
+    only = [k for k in h_perf if k not in b_perf]  # BASE's alone: ``_timed_only_in``, not compared
+    if only:
+        notes.append("workloads only in HEAD: " + ", ".join(f"{k} {w}" for k, w in only))
     return rows, notes
 
 
@@ -468,7 +467,7 @@ def _pace_in(row: dict, rnd: int) -> str:
 def _warnings(base: dict, head: dict, aa: dict | None) -> list[str]:
     """``base``, ``head``, ``aa``: the ``_meta`` of each run."""
     out = []
-    for key in ("engine_version", "device", "host", "mode", "quick", "warmup_share"):
+    for key in ("engine_version", "device", "host", "mode", "quick", "warmup_share", "workloads"):
         if base.get(key) != head.get(key):
             out.append(f"{key} differs: BASE {base.get(key)!r}, HEAD {head.get(key)!r}")
     if aa:
@@ -561,10 +560,15 @@ def _compare_rows(base: RunResults, head: RunResults, margin_of, judged: bool,
             "no delta judged: " + _unjudged(base, head) if any(r["verdict"] == NOT_JUDGED for r in rows) else "")
         if why:
             uncompared.append(f"{name}: no performance compared ({why})")
+        dropped = _timed_only_in(b_rows[name], h_rows[name])
+        if dropped:
+            uncompared.append(f"{name}: HEAD did not time {', '.join(dropped)}, which BASE timed: not compared "
+                              "(HEAD ran with --workloads, or failed to time them)")
         noisy = [f"{r['kind']} {r['workload']}" for r in rows if r["verdict"] == D.TOO_NOISY]
         if noisy:
             uncompared.append(f"{name}: {_plural(len(noisy), 'workload')} too noisy to rule out a regression past "
-                              f"{limit:.0%} ({', '.join(noisy)}): more interleaved rounds or larger workloads")
+                              f"{limit:.0%} ({', '.join(noisy)}): more interleaved rounds (`fk run --workloads` "
+                              "times only these) or larger workloads")
     return scenarios, perf, uncompared
 
 
@@ -637,6 +641,12 @@ def _aa_notes(base: dict, head: dict, floor: dict | None) -> list[str]:
     if base.get("aa") and meta and all(meta.get(k) == base.get(k) for k in ("created", "command", "host")):
         out.append("the noise floor comes from BASE itself: BASE's spread counts in both the floor and each delta")
     return out
+
+
+def _timed_only_in(b_row: dict, h_row: dict) -> list[str]:
+    """The workloads ``b_row`` timed and ``h_row`` did not: a regression there would go unseen."""
+    head = {(kind, w) for kind, w, *_ in _ratio_dicts(h_row)}
+    return [f"{kind} {w}" for kind, w, *_ in _ratio_dicts(b_row) if (kind, w) not in head]
 
 
 def _uncompared(b_row: dict, h_row: dict, rows: list[dict]) -> str:

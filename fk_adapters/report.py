@@ -62,6 +62,11 @@ def _warmup(share: float) -> str:
     return "" if share >= 1 else f", each throughput warm-up pass over the first {share:.0%} of its requests"
 
 
+def _workloads(chosen: list[str]) -> str:
+    return "" if not chosen else (f", timed only the workloads --workloads chose ({', '.join(chosen)}): no "
+                                  "FastKernels score")
+
+
 def _tokens_cell(tok: dict) -> str:
     if not tok:
         return "-"
@@ -136,7 +141,7 @@ def _header(run: RunResults) -> list[str]:
              + (f", {stock} not applicable (no layer routes to a selected slot: the stock model ran)" if stock else "")
              + (f"; {'; '.join(run.problems)}" if run.problems else ""), "",
              f"- device: {run.device}{gpu_models(run.gpus)}, mode: {run.mode_detail or run.mode}, fk {run.fk_version}, "
-             f"created {run.created}{_quick(run.quick)}{_warmup(run.warmup_share)}",
+             f"created {run.created}{_quick(run.quick)}{_warmup(run.warmup_share)}{_workloads(run.workloads)}",
              f"- baseline: {describe(run.engine, run.engine_integrity.get(run.engine))} (no fk plugin)"
              + (f", runs reused from `{run.baseline_from}`{_ages(rows)}" if run.baseline_from else "")
              + f"; candidate: {run.candidate}"]

@@ -94,7 +94,7 @@ def _plugin_figure(row: dict, res: RunResults) -> str:
     """The plugin's verdict and blended speed where it has one to claim (``aggregates.unscored_why``); a run where
     none of its kernels ran says so instead, an A/A run claims no speed, and a single pair of processes says that
     its figure is within the variation between engine processes."""
-    per = aggregates.per_scenario(row, res.aa)
+    per = aggregates.per_scenario(row, res.aa, bool(res.workloads))
     if per["covered"] is False and row["status"] in OK_STATUSES:
         why = f"no layer of the model routes to {', '.join(per['slots'])}" if per["applicable"] == 0 else (
             "none of its kernels was called")

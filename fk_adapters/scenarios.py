@@ -393,6 +393,33 @@ def build_job(sc: Scenario, model_dir: str, mode: str, quick: bool | int = False
     return job
 
 
+TOKEN_WORKLOADS = ("throughput", "latency")  # the timed workload kinds of a token job's "perf"
+
+
+def parse_workloads(text: str) -> tuple[str, ...]:
+    """--workloads' items, comma separated: each 'KIND', 'NAME', 'KIND:NAME' or 'KIND NAME' (``workload_named``)."""
+    return tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+
+
+def workload_named(item: str, kind: str, name: str) -> bool:
+    """Whether --workloads' ``item`` names workload ``name`` of ``kind`` (throughput, latency)."""
+    k, sep, n = item.replace(":", " ", 1).partition(" ")
+    return (k == kind and n.strip() == name) if sep else item in (kind, name)
+
+
+def workload_names(perf: dict) -> list[str]:
+    """'KIND NAME' of each timed workload of a token job's ``perf`` (none for a job timing items per second)."""
+    return [f"{kind} {name}" for kind in TOKEN_WORKLOADS for name in (perf.get(kind) or {})]
+
+
+def keep_workloads(perf: dict, chosen: tuple[str, ...]) -> dict:
+    """A token job's ``perf`` with only the workloads ``chosen`` names (each kept workload's requests as the whole
+    job has them); its repeats and warm-up as they were."""
+    return {**perf, **{kind: {name: w for name, w in perf[kind].items()
+                              if any(workload_named(c, kind, name) for c in chosen)}
+                       for kind in TOKEN_WORKLOADS if kind in perf}}
+
+
 def _start_decoder_prompts(job: dict, start: int | None) -> None:
     """Every prompt of an encoder-decoder job begins with the decoder's start token, as Whisper's do (vLLM prepends
     it to a prompt that lacks it, which would shift the teacher-forced positions by one)."""

@@ -185,3 +185,14 @@ def test_rows_that_ran_no_kernel_of_the_plugins_own_have_no_speedup_to_claim():
     assert agg.per_scenario(unnamed)["scored"]
     md = agg.markdown(agg.summarize({"interleave": 3, "scenarios": [own]}, categories={"a": "X"}))
     assert "| no (the engine's own kernels) |" in md and "- score (overall x correctness x coverage): -" in md
+
+
+def test_a_run_that_timed_some_workloads_claims_no_speedup():
+    """fk run --workloads: a geomean over the workloads the user picked is not the scenario's speedup."""
+    fast = _row("a", tp={"b": 2.0}, lat={"b1": 0.5})
+    whole = agg.summarize({"interleave": 3, "scenarios": [fast]}, categories={"a": "X"})
+    assert whole["scenarios"][0]["scored"] and whole["overall"]["score"] == pytest.approx(2.0)
+    some = agg.summarize({"interleave": 3, "workloads": ["latency"], "scenarios": [fast]}, categories={"a": "X"})
+    assert not some["scenarios"][0]["scored"] and some["scenarios"][0]["unscored"] == agg.SUBSET
+    assert some["overall"]["speedup"] is None and some["overall"]["score"] is None
+    assert f"no ({agg.SUBSET})" in agg.markdown(some)

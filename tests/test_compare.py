@@ -450,3 +450,19 @@ def test_a_consistent_delta_inside_the_margin_is_named_not_counted():
     assert compare._inside_margin(row(0.98, 1.01)) == []  # the interval holds 1
     assert compare._inside_margin(row(0.962, 0.991, method="range")) == []  # a bound on repeats, not an interval
     assert compare._inside_margin(row(0.90, 0.92, verdict=compare.D.SLOWER)) == []  # counted already
+
+
+def test_a_head_that_timed_fewer_workloads_than_base_is_incomplete_not_a_pass():
+    """A regression in a workload HEAD left out (fk run --workloads) must not go unseen behind a PASS."""
+    base, head = results(row()), results(row(lat=0.8))
+    del head["scenarios"][0]["perf"]["throughput"]
+    head["workloads"] = ["latency"]
+    cmp = compare.compare(base, head)
+    assert cmp["verdict"] == "INCOMPLETE"
+    assert "s1: HEAD did not time throughput balanced, which BASE timed" in cmp["verdict_line"]
+    assert "workloads differs: BASE None, HEAD ['latency']" in cmp["warnings"]
+    assert [(p["workload"], p["verdict"]) for p in cmp["perf"]] == [("batch1", "faster")]
+    base_less = copy.deepcopy(head)  # the other way round: HEAD's extra workload is a note, nothing is hidden
+    cmp = compare.compare(base_less, results(row(lat=0.8)))
+    assert cmp["verdict"] == "PASS"
+    assert "workloads only in HEAD: throughput balanced" in cmp["scenarios"][0]["notes"]

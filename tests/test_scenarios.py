@@ -269,3 +269,17 @@ def test_smoke_jobs_ask_for_cuda_graphs_only_up_to_their_largest_batch():
     assert scenarios.build_job(mixtral, "/m", "compiled", quick=32)["graph_sizes"] == [1, 2, 4, 8, 16, 32]
     for own in ("llama31-8b-decode", "fk46-eagle-3"):  # its own sizes; speculative decoding: vLLM fits them
         assert "graph_sizes" not in scenarios.build_job(scenarios.load(own), "/m", "compiled", quick=32), own
+
+
+def test_workloads_are_named_by_kind_name_or_both():
+    assert scenarios.parse_workloads(" latency , batch32,,latency") == ("latency", "batch32")
+    named = scenarios.workload_named
+    assert named("latency", "latency", "batch32") and named("batch32", "latency", "batch32")
+    assert named("latency:batch32", "latency", "batch32") and named("latency batch32", "latency", "batch32")
+    assert not named("throughput:batch32", "latency", "batch32") and not named("batch1", "latency", "batch32")
+    perf = {"repeats": 3, "throughput": {"balanced": {"prompts": [[1]]}},
+            "latency": {"batch1": {"prompts": [[2]]}, "batch32": {"prompts": [[3]] * 32}}}
+    kept = scenarios.keep_workloads(perf, ("batch32",))
+    assert kept == {"repeats": 3, "throughput": {}, "latency": {"batch32": perf["latency"]["batch32"]}}
+    assert scenarios.workload_names(kept) == ["latency batch32"]
+    assert scenarios.workload_names({"iters": 8, "batches": [1, 2]}) == []  # items per second: nothing named

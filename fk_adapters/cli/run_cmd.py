@@ -5,7 +5,7 @@ import json
 import os
 import time
 
-from fk_adapters import cpu_binding, engines, variation
+from fk_adapters import cpu_binding, engines, scenarios, variation
 from fk_adapters.cli import common
 from fk_adapters.cli.errors import UsageError
 from fk_adapters.engine_integrity import REFERENCE_ROLE, describe
@@ -83,6 +83,11 @@ def _add_timing_args(p) -> None:
                         "requests (0 < F <= 1; default 1: all). A timed repeat during which a Triton kernel compiled "
                         "is run again, so a shape the shorter warm-up missed costs a repeat, not a wrong timing; "
                         "for full-size runs, whose warm-up pass is as long as a timed one")
+    p.add_argument("--workloads", type=scenarios.parse_workloads, default=(), metavar="NAMES",
+                   help="time only these workloads, comma separated: a kind (throughput, latency), a name "
+                        "(batch32) or both (latency:batch32); each keeps the requests of the whole run, the other "
+                        "workloads are left out: more rounds of a workload `fk compare` found too noisy fit a hold. "
+                        "A run of some workloads claims no FastKernels score")
     p.add_argument("--correctness-only", action="store_true",
                    help="judge correctness alone: no throughput or latency phases (e.g. to show quickly that a wrong "
                         "kernel fails); the report says no speed was measured")
@@ -121,6 +126,28 @@ def _integrity_of(integrity: dict, engine: str, half: bool) -> dict:
     return out
 
 
+def _check_workloads(args, specs, chosen, mode: str) -> None:
+    """--workloads must name at least one timed workload of every scenario, each name some scenario's."""
+    if not args.workloads:
+        return
+    if args.correctness_only:
+        raise UsageError("--workloads chooses timed workloads; --correctness-only times none")
+    unused = set(args.workloads)
+    for spec in specs:
+        for sc in chosen:
+            perf = scenarios.build_job(sc, "", mode, args.quick, engine=spec.name).get("perf") or {}
+            names = scenarios.workload_names(perf)
+            if not names:
+                raise UsageError(f"--workloads: {sc.name} in {spec.name} times no throughput or latency workload "
+                                 "(items per second): run it without --workloads")
+            if not scenarios.workload_names(scenarios.keep_workloads(perf, args.workloads)):
+                raise UsageError(f"--workloads {','.join(args.workloads)} names none of {sc.name}'s workloads in "
+                                 f"{spec.name}: {', '.join(names)}")
+            unused -= {c for c in args.workloads for n in names if scenarios.workload_named(c, *n.split(" ", 1))}
+    if unused:
+        raise UsageError(f"--workloads: {', '.join(sorted(unused))} names no workload of the chosen scenarios")
+
+
 def _check_binding(device: str) -> None:
     if device == "cuda":  # CPU runs bind nothing
         try:
@@ -146,6 +173,7 @@ def run(args) -> int:
                                           "give --interleave N (on a GPU the default is "
                                           f"{MIN_ROUNDS}, unless --baseline-from or --correctness-only)"))
     _check_gpu_sets(args.gpus, chosen)
+    _check_workloads(args, specs, chosen, mode)
     _check_binding(device)
     if args.gpus and (device != "cuda" or (args.interleave < 2 and len({sc.name for sc in chosen}) < 2)):
         raise UsageError("--gpus spreads a CUDA run over device sets, either the interleaved rounds of each scenario "
@@ -239,7 +267,7 @@ def _config(args, spec, multi: bool, **given) -> RunConfig:
 
     return RunConfig(engine=spec, out_dir=own(args.out), timeout_s=args.timeout, strict=args.strict,
                      allow_unexercised=args.allow_unexercised, allow_uncovered=args.allow_uncovered, aa=args.aa,
-                     quick=args.quick, repeats=args.repeats, warmup_share=args.warmup_share,
+                     quick=args.quick, repeats=args.repeats, warmup_share=args.warmup_share, workloads=args.workloads,
                      correctness_only=args.correctness_only,
                      profile=given["device"] == "cuda" if args.profile is None else args.profile,
                      multiprocessing=not args.no_multiprocessing, model_cache=args.model_cache,

@@ -97,6 +97,7 @@ class RunResults(EngineResults):
     quick: bool | int = False
     correctness_only: bool = False
     warmup_share: float = 1.0  # --warmup-share: the share of each throughput workload its warm-up pass served
+    workloads: list[str] = field(default_factory=list)  # --workloads: the only workloads timed (empty: all)
     baseline_from: str = ""
     reference_from: str = ""
     interleave: int = 1

@@ -42,7 +42,7 @@ from fk_adapters.runner.reuse import (
     run_dir as _run_dir,
     run_key,
 )
-from fk_adapters.scenarios import Scenario, build_job
+from fk_adapters.scenarios import Scenario, build_job, keep_workloads
 from fk_adapters.weights import WeightsError, scenario_checkpoint
 
 S, E = ScenarioStatus, SlotEvidence
@@ -224,6 +224,8 @@ def scenario_job(cfg: RunConfig, sc: Scenario, model_dir: str) -> dict:
                 job["perf"]["latency_repeats"] = cfg.repeats
         if cfg.warmup_share < 1:
             job["perf"]["warmup_share"] = cfg.warmup_share
+        if cfg.workloads:
+            job["perf"] = keep_workloads(job["perf"], cfg.workloads)
     if cfg.profile:
         job["profile"] = profiled_run(job)
     return job
@@ -515,6 +517,7 @@ def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
             "candidate": cfg.candidate_label, "plugins": [] if cfg.aa else cfg.plugins, "aa": cfg.aa,
             "quick": cfg.quick, "correctness_only": cfg.correctness_only,
             **({"warmup_share": cfg.warmup_share} if cfg.warmup_share < 1 else {}),
+            **({"workloads": list(cfg.workloads)} if cfg.workloads else {}),
             "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
             "interleave": _rounds(cfg),
             "run_key": run_key(cfg), "tuning_env": machine.tuning_env(),

@@ -23,6 +23,7 @@ class RunConfig:
     # 0 < share < 1: each throughput workload's untimed warm-up pass serves only its first share of the requests
     warmup_share: float = 1.0
     correctness_only: bool = False  # no throughput or latency phases: a verdict on correctness alone
+    workloads: tuple[str, ...] = ()  # --workloads: time only these (scenarios.workload_named); (): every one
     profile: bool = False
     multiprocessing: bool = True
     model_cache: str = ""

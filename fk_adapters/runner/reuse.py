@@ -149,6 +149,8 @@ def run_key(cfg: RunConfig) -> dict:
         key["repeats"] = cfg.repeats
     if cfg.warmup_share < 1:  # likewise
         key["warmup_share"] = cfg.warmup_share
+    if cfg.workloads:  # likewise
+        key["workloads"] = list(cfg.workloads)
     if cfg.with_aa:  # likewise
         key["with_aa"] = True
     tuning = machine.tuning_env()

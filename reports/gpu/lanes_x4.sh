@@ -515,15 +515,16 @@ fk46-flux.1-dev fk46-sdxl" ;;
     # ranges in the host table
     lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC="${LINEAR_SC:-fk46-qwen3-next}" ADAPTER_SIDES=with \
       ROUNDS=4 ADAPTER_ARGS="--quick" VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="$(survey_cpus)" ;;
-  s54-mamba2-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-mamba2, compiled, --smoke (its
-    # timed runs last 40-45 s a process under --smoke, s36-h100x4: long enough; --quick would be about 5 minutes a
-    # process), the A/A in the same rounds (--with-aa), 4 rounds under the hold's budget: about 110 s a warm process;
-    # as session 58's fk46-qwen3-next: both sides on the same CPUs, vLLM's phases in the host table
+  s54-mamba2-h100)  # one GPU, vLLM: issue 30's passthrough against the A/A floor on fk46-mamba2, compiled, --smoke,
+    # the A/A in the same rounds (--with-aa), both sides on the same CPUs, vLLM's phases in the host table (as session
+    # 58's fk46-qwen3-next). Session 62 (s62-h100/, cold): 3 rounds in 1,291 s (round 1 580 s, later ones about 350 s,
+    # 47 s of timed runs a process, most of it throughput); the three throughput workloads inside the floor, batch-32
+    # latency too noisy: so only the latency workloads now (--workloads latency: an estimated 75 s a process),
+    # 8 rounds planned, --time-budget stops them where the hold ends
     # (VLLM_CUSTOM_SCOPES_FOR_PROFILING is one of vLLM's compile-cache factors: a jitpack of this hold serves only
-    # holds that set it too; no mamba2 cache is staged yet, so its first process of each side compiles cold anyway)
-    # (session 62, cold: 3 rounds in 1,291 s, round 1 580 s, later rounds about 350 s: 6 planned, --time-budget
-    # stops them where the hold ends: a warm hold (its compile caches staged) may fit 4)
-    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=6 ADAPTER_ARGS="--smoke" \
+    # holds that set it too)
+    lane V-0 31 vllm 0 STEPS="adapter" ADAPTER_SC=fk46-mamba2 ADAPTER_SIDES=with ROUNDS=8 \
+      ADAPTER_ARGS="--smoke --workloads latency" \
       VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 FK_BIND_CPUS="$(survey_cpus)" ;;
   s59-mamba2-warm-h100)  # one GPU, vLLM, a short hold: fk46-mamba2's compile caches and float32 reference for
     # s54-mamba2-h100 (one passthrough A/B, one process a side, compiled, --smoke, the same vLLM variables, unbound so

@@ -192,3 +192,15 @@ def test_results_that_are_not_json_are_named(capsys, tmp_path):
         refused(capsys, ["compare", str(good), str(bad)], f"HEAD {bad} is not JSON")
         refused(capsys, ["compare", str(bad), str(good)], f"BASE {bad} is not JSON")
     refused(capsys, ["report", str(tmp_path)], f"cannot read results file {tmp_path}")
+
+
+def test_workloads_that_name_nothing_timed_are_refused(no_engine, capsys, tmp_path):
+    base = ["run", "--plugins", "passthrough", *TINY, "--out", str(tmp_path / "o")]
+    refused(capsys, [*base, "--workloads", "batch99"],
+            "--workloads batch99 names none of tiny-llama's workloads in vllm: throughput balanced, latency batch1")
+    refused(capsys, [*base, "--workloads", "latency,batch99"], "--workloads: batch99 names no workload of the chosen")
+    refused(capsys, [*base, "--workloads", "throughput:batch1"], "names none of tiny-llama's workloads")
+    refused(capsys, [*base, "--workloads", "latency", "--correctness-only"], "--correctness-only times none")
+    items = ["run", "--engine", "transformers", "--plugins", "passthrough", "--scenario", "fk46-convnextv2",
+             "--device", "cpu", "--out", str(tmp_path / "o"), "--workloads", "latency"]
+    refused(capsys, items, "fk46-convnextv2 in transformers times no throughput or latency workload")

@@ -390,3 +390,13 @@ def test_a_profiled_step_that_compiled_is_named_in_the_notes():
     assert notes == ["the candidate's profiled step compiled Triton kernels (fused_moe_kernel x2): its host waits hold "
                      "the compiles"]
     assert ab._profile_notes({}, {}) == []
+
+
+def test_workloads_keep_only_the_chosen_ones_with_their_requests_and_key_the_run(tmp_path):
+    sc = scenarios.load("tiny-llama")
+    whole = ab.scenario_job(_cfg(), sc, str(tmp_path))["perf"]
+    some = ab.scenario_job(_cfg(workloads=("latency:batch1",)), sc, str(tmp_path))["perf"]
+    assert some["throughput"] == {} and some["latency"] == whole["latency"]  # the very same requests
+    assert some["repeats"] == whole["repeats"]
+    assert "workloads" not in reuse.run_key(_cfg())
+    assert reuse.run_key(_cfg(workloads=("latency:batch1",)))["workloads"] == ["latency:batch1"]
