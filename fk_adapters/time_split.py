@@ -51,6 +51,17 @@ def split(base_profile: list[dict] | None, cand_profile: list[dict] | None) -> d
     return {**out, **({"host": host} if host else {}), **({"host_pace": pace} if pace else {})}
 
 
+def own_variation(profiles: list[list[dict] | None]) -> list[str]:
+    """The op families whose kernels (by name) differ between one side's own profiled processes, one profile a
+    round: e.g. the gemm tiles cuBLAS picks per process. Kernels of such a family on one side only of a pair are the
+    engine's choice as much as the plugin's."""
+    sets = [set(op_families.merge_kernel_us(p)) for p in profiles if p]
+    if len(sets) < 2:
+        return []
+    moved = set().union(*sets) - set.intersection(*sets)
+    return sorted({op_families.family(name) for name in moved})
+
+
 def _host_sides(base_profile, cand_profile) -> list[tuple[dict, dict, bool]] | None:
     """Each side's host self µs and calls per range name, merged over its processes, and whether a profile cut it."""
     if not base_profile or not cand_profile or not all(p.get("host_us") for p in base_profile + cand_profile):
@@ -190,6 +201,11 @@ def markdown(scenario: str, s: dict) -> list[str]:
         if s[key]:
             lines.append(f"{who} (largest first): " + "; ".join(f"`{k['kernel'][:80]}` ({k['family']}, "
                                                                 f"{k['us']:.0f} µs)" for k in s[key]))
+    varies = sorted({k["family"] for key in ("only_candidate", "only_baseline") for k in s[key]}
+                    & set(s.get("stock_varies") or []))
+    if varies:
+        lines.append(f"Stock's own profiled processes (one a round) did not all launch the same {', '.join(varies)} "
+                     "kernels either: on one side only, such kernels are not by themselves the plugin's doing.")
     return lines + [""]
 
 

@@ -234,3 +234,19 @@ def test_the_host_pace_is_the_median_ratio_over_ranges_both_sides_ran_as_often()
     assert time_split.host_pace(base, _host({n: 1.0 for n in names[:4]}, {n: 100 for n in names[:4]})) is None
     assert time_split.host_pace(_profile({"nvjet": 1.0}), cand) is None  # an older profile
     assert "host_pace" not in time_split.split(_profile({"nvjet": 1.0}), cand)
+
+
+def test_kernels_that_stocks_own_processes_vary_in_are_not_pinned_on_the_plugin():
+    """Session 62's fk46-mamba2: each engine process's prefill gemms ran their own cuBLAS tiles, stock's too."""
+    r1 = _profile({"nvjet_tst_192x208": 60.0, "nvjet_tst_192x32": 400.0, "_chunk_scan_fwd_kernel": 14.0})
+    r2 = _profile({"nvjet_tst_192x192": 45.0, "nvjet_tst_192x32": 400.0, "_chunk_scan_fwd_kernel": 14.0})
+    assert time_split.own_variation([r1, r2, None]) == ["gemm"]
+    assert time_split.own_variation([r1, r1]) == [] and time_split.own_variation([r1]) == []
+    cand = _profile({"nvjet_tst_128x232": 60.0, "nvjet_tst_192x32": 400.0, "_chunk_scan_fwd_kernel": 14.0})
+    s = time_split.split(r1, cand)
+    quiet = "\n".join(time_split.markdown("m", s))
+    assert "Only in the candidate" in quiet and "Stock's own profiled processes" not in quiet
+    s["stock_varies"] = time_split.own_variation([r1, r2])
+    assert "did not all launch the same gemm kernels either" in "\n".join(time_split.markdown("m", s))
+    s["stock_varies"] = ["ssm / linear attention"]  # a family with no kernel on one side only: nothing said
+    assert "Stock's own profiled processes" not in "\n".join(time_split.markdown("m", s))

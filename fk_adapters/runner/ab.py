@@ -328,6 +328,9 @@ def _time_split(job: dict, runs: dict) -> dict | None:
                                                      (job.get("profile") or {}).get("latency"))
     if timed:
         where["timed"] = timed
+    varies = where and time_split.own_variation([r.get("profile") for r in runs["baseline"]])
+    if varies:
+        where["stock_varies"] = varies
     return where
 
 
