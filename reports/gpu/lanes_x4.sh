@@ -574,9 +574,12 @@ fk46-flux.1-dev fk46-sdxl" ;;
     # a call of its own after the last `pack` (what comes back is 8 files, 64 MiB a call). Keep them under .stage/jit-ENGINE
     # here; the next hold copies them to /tmp/fkstage/jit before `fk_gpu.sh ENGINE setup`, which restores them
     bash "$HERE/fk_gpu.sh" "${2:-vllm}" jitpack > /dev/null && cp "$ROOT"/jit/jit.tgz.part* "${OUT:?}/" && ls -la "$OUT" ;;
-  wait)  # wait SECONDS: sleep on the machine until no lane's issue script runs or SECONDS pass; then each lane's last lines
-    end=$(( $(date +%s) + ${2:-560} )); sleep 5  # a lane launched just before has started its script
-    while [ "$(date +%s)" -lt "$end" ] && pgrep -f "reports/gpu/issue[0-9]+\.sh" > /dev/null; do sleep 10; done
+  wait)  # wait SECONDS: sleep on the machine until no lane's issue script runs, nor a case that starts lanes (its CPU
+    # survey first: session 62's launching call found no issue script yet and came back after 5 s), or SECONDS pass;
+    # then each lane's last lines
+    end=$(( $(date +%s) + ${2:-560} )); sleep 5
+    busy() { pgrep -af "reports/gpu/(issue[0-9]+|lanes_x4)\.sh" | grep -qvE "lanes_x4\.sh (wait|pack|jitpack)( |$)"; }
+    while [ "$(date +%s)" -lt "$end" ] && busy; do sleep 10; done
     date -u; for f in "$ROOT"/i*/*/lane-*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 3 "$f" | cut -c1-300; }; done
     exit 0 ;;
   pack)
