@@ -592,6 +592,9 @@ def _limitations(base: RunResults, head: RunResults, perf: list[dict], methods: 
     if any(r.get("disturbed") for r in perf):
         out.append("some workloads were not compared: another process used the GPU during their timed "
                    "runs in BASE or HEAD (scenario notes say which); run them again on an idle GPU")
+    if head.workloads:
+        out.append(f"HEAD timed only the workloads --workloads chose ({', '.join(head.workloads)}): this comparison "
+                   "says nothing of the others")
     return out
 
 

@@ -462,6 +462,7 @@ def test_a_head_that_timed_fewer_workloads_than_base_is_incomplete_not_a_pass():
     assert "s1: HEAD did not time throughput balanced, which BASE timed" in cmp["verdict_line"]
     assert "workloads differs: BASE None, HEAD ['latency']" in cmp["warnings"]
     assert [(p["workload"], p["verdict"]) for p in cmp["perf"]] == [("batch1", "faster")]
+    assert any("HEAD timed only the workloads --workloads chose (latency)" in x for x in cmp["limitations"])
     base_less = copy.deepcopy(head)  # the other way round: HEAD's extra workload is a note, nothing is hidden
     cmp = compare.compare(base_less, results(row(lat=0.8)))
     assert cmp["verdict"] == "PASS"
