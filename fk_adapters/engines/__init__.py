@@ -55,7 +55,6 @@ class EngineSpec:
     natives: str = ""  # module with NATIVES: the engine's own kernel per slot, in the slot interface
     natives_setup: str = ""  # module to import first, so the engine's kernels are registered
     no_float32: str = ""  # why it cannot run a float32 reference: HF transformers makes it instead
-    env_candidate: dict = field(default_factory=dict)  # set for a run with fk plugins only
     family_drivers: dict = field(default_factory=dict)  # a scenario family's own driver module, if not ``driver``
 
     def driver_for(self, family: str) -> str:
@@ -112,20 +111,24 @@ class EngineSpec:
                 pass
 
 
+# vLLM (torch >= 2.10) loads a warm process's compiled model from its AOT artifact without tracing it, where a
+# passthrough's calls left on vLLM's compiled path are proven only by Dynamo's trace (calls.on_native_path); so no
+# vLLM process of a run loads one, stock's included: in session 62 the two load paths keyed the engine's own Triton
+# kernels apart (likely Inductor's pointing Triton at torch's ptxas, on the traced path only), each tuning its own
+VLLM_BOTH_SIDES = {"VLLM_USE_AOT_COMPILE": "0"}
+
 ENGINES = {
     "vllm": EngineSpec(
         name="vllm", module="vllm", driver="fk_adapters.engines.vllm.driver", devices=("cpu", "cuda"),
         # On CPU Triton kernels can only run interpreted; set for both runs of a pair alike.
-        env_cpu={"VLLM_CPU_KVCACHE_SPACE": "1", "TRITON_INTERPRET": "1"},
+        env_cpu={"VLLM_CPU_KVCACHE_SPACE": "1", "TRITON_INTERPRET": "1", **VLLM_BOTH_SIDES},
+        env_cuda=VLLM_BOTH_SIDES,
         # A compiled graph cached by one variant must never be replayed by another.
         cache_var="VLLM_CACHE_ROOT",
         # Each model class's static capabilities, keyed by the hash of its source file: without them every engine
         # start inspects the class in a subprocess that imports vLLM again (about 18 s)
         shared_cache=("modelinfos",),
         natives="fk_adapters.engines.vllm.natives", natives_setup="vllm._custom_ops",
-        # vLLM (torch >= 2.10) loads a warm process's compiled model from its AOT artifact without tracing it; a
-        # passthrough's calls left on vLLM's compiled path are proven only by Dynamo's trace (calls.on_native_path)
-        env_candidate={"VLLM_USE_AOT_COMPILE": "0"},
     ),
     # CUDA only (no CPU path). Only our entry point among SGLang's general plugins, in both runs of a pair.
     # SGLANG_CACHE_DIR holds its torch.compile (piecewise) cache and autotune results.

@@ -26,8 +26,6 @@ def variant(cfg: RunConfig, plugins: list[str]) -> str:
 
 def env(cfg: RunConfig, sc: Scenario, plugins: list[str]) -> dict:
     out = cfg.engine.env(cfg.device, os.path.join(cache_root(cfg), f"{cfg.engine.name}-cache", variant(cfg, plugins)))
-    if plugins:
-        out.update(cfg.engine.env_candidate)
     out.update(sc.engine_env)
     out.update(cfg.extra_env)
     if not cfg.multiprocessing:

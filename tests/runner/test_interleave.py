@@ -303,11 +303,14 @@ def test_side_by_side_runs_one_call_in_this_thread_and_raises_a_worker_error():
         ab.side_by_side(boom, [(1,), (2,)])
 
 
-def test_a_vllm_candidate_is_traced_in_every_process_the_baseline_as_vllm_defaults(tmp_path):
+def test_every_vllm_process_is_traced_stock_too_so_both_sides_load_their_compiled_code_alike(tmp_path):
+    """The candidate's trace is the native path's proof; stock loading an AOT artifact instead built vLLM's own
+    Triton kernels with another ptxas and tuned them apart (session 62)."""
     sc = scenarios.load("tiny-llama")
-    cfg = _cfg(tmp_path)
-    assert engine_process.env(cfg, sc, ["p"])["VLLM_USE_AOT_COMPILE"] == "0"  # its trace is the native path's proof
-    assert "VLLM_USE_AOT_COMPILE" not in engine_process.env(cfg, sc, [])
+    for device in ("cpu", "cuda"):
+        cfg = _cfg(tmp_path, device=device)
+        assert engine_process.env(cfg, sc, ["p"])["VLLM_USE_AOT_COMPILE"] == "0"
+        assert engine_process.env(cfg, sc, [])["VLLM_USE_AOT_COMPILE"] == "0"
 
 
 # ------------------------------------------------------------- --with-aa: the A/A of the same rounds, beside the A/B
