@@ -102,7 +102,7 @@ class RunResults(EngineResults):
     reference_from: str = ""
     interleave: int = 1
     engine_integrity: dict = field(default_factory=dict)
-    tuning_env: dict = field(default_factory=dict)  # machine.tuning_env(): what the engine processes inherited
+    tuning_env: dict = field(default_factory=dict)  # runner.ab.engine_tuning_env: inherited, and set for both sides
     cpu_binding: str = ""  # CUDA runs: $FK_BIND_CPUS as the run had it ("1" the default, "0" off, "gpu")
     thresholds: dict = field(default_factory=dict)
     output_thresholds: dict = field(default_factory=dict)

@@ -508,6 +508,12 @@ def _spanned(cfg: RunConfig, sc: Scenario, echo) -> dict:
     return row
 
 
+def engine_tuning_env(cfg: RunConfig) -> dict:
+    """The tuning variables every engine process of the run has: those fk was started with, and those fk sets for
+    both sides (``EngineSpec.env``: e.g. vLLM's ``VLLM_USE_AOT_COMPILE=0``)."""
+    return {**machine.tuning_env(), **machine.tuning_env(cfg.engine.env(cfg.device))}
+
+
 def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
     """What results.json says of the whole run, before its scenarios."""
     return {**stamp(Kind.RUN), "fk_version": __version__,
@@ -523,7 +529,7 @@ def _suite_header(cfg: RunConfig, engine_version: str) -> dict:
             **({"workloads": list(cfg.workloads)} if cfg.workloads else {}),
             "baseline_from": cfg.baseline_from, "reference_from": cfg.reference_from,
             "interleave": _rounds(cfg),
-            "run_key": run_key(cfg), "tuning_env": machine.tuning_env(),
+            "run_key": run_key(cfg), "tuning_env": engine_tuning_env(cfg),
             "cpu_binding": os.environ.get(cpu_binding.OFF_VAR, "1") if cfg.device == "cuda" else "",
             "thresholds": metrics.THRESHOLDS,
             "output_thresholds": metrics.OUTPUT_THRESHOLDS, "engine_integrity": cfg.engine_integrity,

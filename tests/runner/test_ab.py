@@ -400,3 +400,11 @@ def test_workloads_keep_only_the_chosen_ones_with_their_requests_and_key_the_run
     assert some["repeats"] == whole["repeats"]
     assert "workloads" not in reuse.run_key(_cfg())
     assert reuse.run_key(_cfg(workloads=("latency:batch1",)))["workloads"] == ["latency:batch1"]
+
+
+def test_the_header_names_the_variables_fk_sets_for_both_sides(tmp_path):
+    """A reader of a report sees that stock ran without vLLM's AOT artifact too (session 62)."""
+    for device in ("cpu", "cuda"):
+        env = ab.engine_tuning_env(_cfg(device=device))
+        assert env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert ab.engine_tuning_env(_cfg(device="cpu"))["TRITON_INTERPRET"] == "1"
