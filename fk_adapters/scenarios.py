@@ -412,6 +412,12 @@ def workload_names(perf: dict) -> list[str]:
     return [f"{kind} {name}" for kind in TOKEN_WORKLOADS for name in (perf.get(kind) or {})]
 
 
+def items_naming(perf: dict, chosen: tuple[str, ...]) -> set[str]:
+    """The items of ``chosen`` that name at least one timed workload of a token job's ``perf``."""
+    return {c for c in chosen for kind in TOKEN_WORKLOADS for name in (perf.get(kind) or {})
+            if workload_named(c, kind, name)}
+
+
 def keep_workloads(perf: dict, chosen: tuple[str, ...]) -> dict:
     """A token job's ``perf`` with only the workloads ``chosen`` names (each kept workload's requests as the whole
     job has them); its repeats and warm-up as they were."""

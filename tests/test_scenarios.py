@@ -282,4 +282,5 @@ def test_workloads_are_named_by_kind_name_or_both():
     kept = scenarios.keep_workloads(perf, ("batch32",))
     assert kept == {"repeats": 3, "throughput": {}, "latency": {"batch32": perf["latency"]["batch32"]}}
     assert scenarios.workload_names(kept) == ["latency batch32"]
+    assert scenarios.items_naming(perf, ("batch32", "throughput:batch32", "latency")) == {"batch32", "latency"}
     assert scenarios.workload_names({"iters": 8, "batches": [1, 2]}) == []  # items per second: nothing named

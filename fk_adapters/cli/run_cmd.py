@@ -140,10 +140,11 @@ def _check_workloads(args, specs, chosen, mode: str) -> None:
             if not names:
                 raise UsageError(f"--workloads: {sc.name} in {spec.name} times no throughput or latency workload "
                                  "(items per second): run it without --workloads")
-            if not scenarios.workload_names(scenarios.keep_workloads(perf, args.workloads)):
+            naming = scenarios.items_naming(perf, args.workloads)
+            if not naming:
                 raise UsageError(f"--workloads {','.join(args.workloads)} names none of {sc.name}'s workloads in "
                                  f"{spec.name}: {', '.join(names)}")
-            unused -= {c for c in args.workloads for n in names if scenarios.workload_named(c, *n.split(" ", 1))}
+            unused -= naming
     if unused:
         raise UsageError(f"--workloads: {', '.join(sorted(unused))} names no workload of the chosen scenarios")
 
