@@ -407,9 +407,9 @@ def _perf(b_row: dict, h_row: dict, margin_of, judged: bool = True,
     if any(r.get("no_kernel") for r in rows):
         notes.append("HEAD exercised no kernel of its plugin's own (the stock model, or only kernels that claim no "
                      "speed: the engine's own, a library's): a faster delta is not the plugin's, called no change")
-    only = [k for k in h_perf if k not in b_perf]  # BASE's alone: ``_timed_only_in``, not compared
+    only = _timed_only_in(h_row, b_row)  # BASE's alone are not compared (``_compare_rows``)
     if only:
-        notes.append("workloads only in HEAD: " + ", ".join(f"{k} {w}" for k, w in only))
+        notes.append("workloads only in HEAD: " + ", ".join(only))
     return rows, notes
 
 
@@ -646,10 +646,10 @@ def _aa_notes(base: dict, head: dict, floor: dict | None) -> list[str]:
     return out
 
 
-def _timed_only_in(b_row: dict, h_row: dict) -> list[str]:
-    """The workloads ``b_row`` timed and ``h_row`` did not: a regression there would go unseen."""
-    head = {(kind, w) for kind, w, *_ in _ratio_dicts(h_row)}
-    return [f"{kind} {w}" for kind, w, *_ in _ratio_dicts(b_row) if (kind, w) not in head]
+def _timed_only_in(row: dict, other: dict) -> list[str]:
+    """The workloads ``row`` timed and ``other`` did not ('KIND NAME'): BASE's alone would hide a regression."""
+    timed = {(kind, w) for kind, w, *_ in _ratio_dicts(other)}
+    return [f"{kind} {w}" for kind, w, *_ in _ratio_dicts(row) if (kind, w) not in timed]
 
 
 def _uncompared(b_row: dict, h_row: dict, rows: list[dict]) -> str:
