@@ -371,8 +371,10 @@ case ${1:-} in
 fk46-flux.1-dev fk46-sdxl" ;;
   s62-hf-hosts)  # one GPU, no engine and nothing staged (HF transformers is on the GPU machine; one call: the tree,
     # `fk_gpu.sh transformers setup`, launch): the HF architectures captured in session 4, before the gemm, layer_norm,
-    # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B
-    hosts_lane 0 "capture ab" "fk46-convnextv2 fk46-swinv2 fk46-siglip-2 fk46-rt-detrv2 fk46-v-jepa-2 fk46-sam-3.1" ;;
+    # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B.
+    # Session 63 (s63-h100/) ran convnextv2, swinv2, siglip-2, rt-detrv2 and v-jepa-2's capture; what is left:
+    hosts_lane 0 ab "fk46-v-jepa-2"
+    hosts_lane 0 "capture ab" "fk46-sam-3.1" ;;
   s62-hosts-ab-b)  # the same for the rest: torchrec, torch-pointcloud, flash-linear-attention and openfold3
     # (extra-transformers-recsys.txt, -science.txt, -fla.txt: 200 MiB, 4 calls, packed as above into
     # .stage/calls-hosts-b), the quickest first (captures 31-532 s; the fla models' captures were slow from fk's call
