@@ -372,7 +372,11 @@ fk46-flux.1-dev fk46-sdxl" ;;
   s62-hf-hosts)  # one GPU, no engine and nothing staged (HF transformers is on the GPU machine; one call: the tree,
     # `fk_gpu.sh transformers setup`, launch): the HF architectures captured in session 4, before the gemm, layer_norm,
     # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B.
-    # Session 63 (s63-h100/) ran convnextv2, swinv2, siglip-2, rt-detrv2 and v-jepa-2's capture; what is left:
+    # Session 63 (s63-h100/) ran convnextv2, swinv2, siglip-2, rt-detrv2 and v-jepa-2's capture; what is left, after
+    # the GPU tests of the Triton layer_norm, conv2d and sdpa kernels (sdpa's products in bf16 since: the interpreter
+    # cannot run 16-bit tl.dot, so only a GPU checks them)
+    lane T-0 30 transformers 0 STEPS="gputests" GPUTESTS_FILES="tests/plugins/test_triton_vision.py" \
+      GPUTESTS_K="on_a_gpu" GPUTESTS_S=300
     hosts_lane 0 ab "fk46-v-jepa-2"
     hosts_lane 0 "capture ab" "fk46-sam-3.1" ;;
   s62-hosts-ab-b)  # the same for the rest: torchrec, torch-pointcloud, flash-linear-attention and openfold3

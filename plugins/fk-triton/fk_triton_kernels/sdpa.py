@@ -1,5 +1,7 @@
 """Slot ``sdpa``: a flash-attention forward. One program per (query block, batch x query head) streams the keys in
-blocks with an online softmax in float32; a query head reads kv head h // (Hq / Hkv). The mask is read through its
+blocks with an online softmax in float32; both products take the inputs' own dtype (tensor cores for 16-bit ones,
+float32 accumulation; float32 ones in full precision, no TF32) with the probabilities rounded to v's dtype, as
+FlashAttention does; a query head reads kv head h // (Hq / Hkv). The mask is read through its
 broadcast strides (an expanded view: no copy), additive or boolean; a query that sees no key gets 0."""
 from __future__ import annotations
 
@@ -23,14 +25,14 @@ def fk_triton_sdpa_kernel(q_ptr, k_ptr, v_ptr, m_ptr, o_ptr, L, S, D, H, group, 
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rd = tl.arange(0, BLOCK_D)
     q = tl.load(q_ptr + b * sqb + h * sqh + rm[:, None] * sql + rd[None, :] * sqd,
-                mask=(rm[:, None] < L) & (rd[None, :] < D), other=0.0).to(tl.float32)
+                mask=(rm[:, None] < L) & (rd[None, :] < D), other=0.0)
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     for n0 in range(0, S, BLOCK_N):
         rn = n0 + tl.arange(0, BLOCK_N)
         kt = tl.load(k_ptr + b * skb + hk * skh + rn[None, :] * sks + rd[:, None] * skd,
-                     mask=(rn[None, :] < S) & (rd[:, None] < D), other=0.0).to(tl.float32)
+                     mask=(rn[None, :] < S) & (rd[:, None] < D), other=0.0)
         s = tl.dot(q, kt, input_precision="ieee") * scale
         seen = (rn[None, :] < S) & (rm[:, None] < L)
         if CAUSAL:
@@ -47,8 +49,8 @@ def fk_triton_sdpa_kernel(q_ptr, k_ptr, v_ptr, m_ptr, o_ptr, L, S, D, H, group, 
         alpha = tl.exp(m_i - base)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_ptr + b * svb + hk * svh + rn[:, None] * svs + rd[None, :] * svd,
-                    mask=(rn[:, None] < S) & (rd[None, :] < D), other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+                    mask=(rn[:, None] < S) & (rd[None, :] < D), other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
         m_i = m_new
     out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
     tl.store(o_ptr + b * sob + h * soh + rm[:, None] * sol + rd[None, :] * sod, out.to(o_ptr.dtype.element_ty),
