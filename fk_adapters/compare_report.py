@@ -154,7 +154,7 @@ def _correctness_details(cmp: CompareResults) -> list[str]:
     return _details(f"Correctness: ok in {cmp.summary['correct']}/{cmp.summary['scenarios']} scenarios", [
         tabulate(corr, headers=["scenario", "dtype", "status (BASE → HEAD)", "max abs Δlogprob (limit)",
                                 "greedy identical/near tie/parted", "outputs: mean abs Δ / mean abs baseline",
-                                "err_c / err_b vs fp32 ref", "HEAD failures"], tablefmt="github")]
+                                "err_c / err_b vs reference", "HEAD failures"], tablefmt="github")]
         + [f"- {sc['scenario']}: {n}" for sc in cmp.scenarios for n in sc["notes"]])
 
 
@@ -228,6 +228,6 @@ def to_csv(cmp) -> str:
 
 
 def _ref_ratio_cell(b: dict, h: dict) -> str:
-    """err_c / err_b against the float32 reference: of the outputs, else of the teacher-forced logprobs (mean)."""
+    """err_c / err_b against the reference: of the outputs, else of the teacher-forced logprobs (mean)."""
     key = "output_ref_ratio" if "output_ref_ratio" in b or "output_ref_ratio" in h else "logprob_ref_ratio"
     return _arrow(b.get(key), h.get(key))

@@ -250,19 +250,27 @@ def compare_tensor(base, cand) -> dict:
 # ratios 0.81..1.30 at n = 256, 0.89..1.09 at n >= 5e3, max ratios 0.55..1.67; where the MLP carries the activations'
 # real scale (4096 wide, or initializer_range scaled to it), silu off by 3% 1.3..3.3, a zeroed row tail or swapped
 # halves 19..77 (where it carries little, 128 wide at initializer_range 0.02, no output diff can see a wrong MLP).
+# float32 with the baseline's float64 reference (the stock model's float64 forward): the same rule. The fixed float32
+# thresholds were calibrated on 2-layer models; deep float32 models on a GPU move further between two correct
+# summation orders (session 64's fk46-sam-3.1, 32 ViT layers on an H100: the Triton plugin 8.8e-4 off the baseline).
+# A float64 reference farther than REF_BLIND from the float32 baseline did not take the baseline's path (random draws
+# or a branch that differ in float64): it cannot judge, and the fixed thresholds do.
 REF_RATIO = 1.25
 REF_SLACK = 4.0
 REF_RATIO_MAX = 2.5
 REF_FLOOR = 1e-6
+REF_BLIND = {"float32": 1e-2}
 
 
-def _against_reference(ref, base, cand) -> dict | None:
-    """err_b, err_c (mean and max |output - reference|) and their ratios; None when the baseline's is not finite."""
+def _against_reference(ref, base, cand, dtype: str) -> dict | None:
+    """err_b, err_c (mean and max |output - reference|) and their ratios; None when the baseline's is not finite, or
+    is beyond ``REF_BLIND`` of the reference."""
     rb, rc = compare_tensor(ref, base), compare_tensor(ref, cand)
-    if not rb["finite"]:
+    if not rb["finite"] or rb["rel_mean"] > REF_BLIND.get(dtype, math.inf):
         return None
     scale = ref.detach().double().abs().mean().item()
-    out = {"ref_mean_abs": scale, "allowed_ratio_mean_abs": REF_RATIO + REF_SLACK / math.sqrt(max(1, rb["elements"])),
+    out = {"dtype": str(ref.dtype).removeprefix("torch."), "ref_mean_abs": scale,
+           "allowed_ratio_mean_abs": REF_RATIO + REF_SLACK / math.sqrt(max(1, rb["elements"])),
            "allowed_ratio_max_abs": REF_RATIO_MAX}
     for k in ("mean_abs", "max_abs"):
         out[f"err_b_{k}"], out[f"err_c_{k}"] = rb[k], rc[k]
@@ -287,7 +295,7 @@ def _judge_reference(name: str, r: dict) -> list[str]:
     failures = [] if r["finite"] else [f"{name}: non-finite differences (NaN or inf on one side only)"]
     for k, what in (("mean_abs", "mean"), ("max_abs", "max")):
         if not ref[f"err_c_{k}"] <= ref[f"limit_{k}"]:
-            failures.append(f"{name}: {what} |candidate - float32 reference| {ref[f'err_c_{k}']:.3g} > "
+            failures.append(f"{name}: {what} |candidate - {ref['dtype']} reference| {ref[f'err_c_{k}']:.3g} > "
                             f"{ref[f'allowed_ratio_{k}']:.3g} x the baseline's {ref[f'err_b_{k}']:.3g}")
     return failures
 
@@ -295,13 +303,14 @@ def _judge_reference(name: str, r: dict) -> list[str]:
 def output_correctness(base_file: str, cand_file: str, dtype: str, reference_file: str | None = None) -> dict:
     """Judge the candidate's saved output tensors against the baseline's (safetensors files, one forward each).
 
-    With ``reference_file`` (the baseline's float32 forward; float16/bfloat16 runs) each tensor is judged by how far
-    each side lies from it (REF_RATIO); without one, or where the baseline is not finite, by OUTPUT_THRESHOLDS."""
+    With ``reference_file`` (the baseline's forward one precision up: float32 for float16/bfloat16 runs, float64 for
+    float32) each tensor is judged by how far each side lies from it (REF_RATIO); without one, or where the baseline
+    is not finite or beyond ``REF_BLIND`` of it, by OUTPUT_THRESHOLDS."""
     from safetensors.torch import load_file
 
     limits = OUTPUT_THRESHOLDS[dtype]
     base, cand = load_file(base_file), load_file(cand_file)
-    ref = load_file(reference_file) if reference_file and dtype != "float32" else {}
+    ref = load_file(reference_file) if reference_file else {}
     failures, outputs = [], {}
     missing = sorted(set(base) ^ set(cand))
     if missing:
@@ -313,7 +322,7 @@ def output_correctness(base_file: str, cand_file: str, dtype: str, reference_fil
             failures.append(f"{name}: shape {list(b.shape)} != baseline {list(a.shape)}")
             continue
         r = outputs[name] = dict(compare_tensor(a, b), shape=list(a.shape))
-        against = _against_reference(ref[name], a, b) if name in ref and ref[name].shape == a.shape else None
+        against = _against_reference(ref[name], a, b, dtype) if name in ref and ref[name].shape == a.shape else None
         if against is not None:
             r["reference"] = against
         failures += _judge_reference(name, r) if against is not None else _judge_plain(name, r, limits)
@@ -332,7 +341,8 @@ def output_correctness(base_file: str, cand_file: str, dtype: str, reference_fil
     out = {"kind": "outputs", "dtype": dtype, "thresholds": limits, "outputs": outputs, "worst": worst,
            "passed": not failures, "failures": failures}
     if ref:
-        out["reference"] = {"file": reference_file, "ratio_mean_abs": REF_RATIO, "slack_mean_abs": REF_SLACK,
+        out["reference"] = {"file": reference_file, "dtype": next((x["dtype"] for x in judged), None),
+                            "ratio_mean_abs": REF_RATIO, "slack_mean_abs": REF_SLACK,
                             "ratio_max_abs": REF_RATIO_MAX, "floor": REF_FLOOR, "tensors": len(judged)}
     return out
 

@@ -5,7 +5,7 @@ import json
 
 from tabulate import tabulate
 
-from fk_adapters import variation, wall_time
+from fk_adapters import metrics, variation, wall_time
 from fk_adapters.engine_integrity import describe
 from fk_adapters.gpu_share import disturbed, gpu_models
 from fk_adapters.results import Kind, RunResults, ScenarioStatus as S, SideBySide, SlotEvidence as E, as_record
@@ -419,7 +419,7 @@ def _output_table(rows: list[dict], results: RunResults, after_tokens: bool) -> 
         if after_tokens else []
     lines.append(tabulate(table, headers=["scenario", "status", "dtype", "output tensors", "max abs Δ",
                                           "mean abs Δ / mean abs baseline (worst)", "1 - cosine (worst)",
-                                          "err_b: baseline vs fp32 ref", "err_c: candidate vs fp32 ref",
+                                          "err_b: baseline vs ref", "err_c: candidate vs ref",
                                           "err_c / err_b: mean (max)", "baseline start s", "candidate start s"],
                           tablefmt="github"))
     th = results.output_thresholds or {r["dtype"]: r["correctness"]["thresholds"] for r in rows
@@ -429,16 +429,18 @@ def _output_table(rows: list[dict], results: RunResults, after_tokens: bool) -> 
         lines += ["", "Pass (output diffs): every floating output tensor on both sides, same shape, finite, with "
                   "mean |Δ| / mean |baseline| and 1 - cosine similarity at most "
                   + "; ".join(f"{t['rel_mean']:g} and {1 - t['min_cosine']:.2g} ({d})" for d, t in th.items())
-                  + (", where the baseline saved no float32 reference." if refs else ".")]
+                  + (", where the baseline saved no reference (or the baseline is not finite or, in float32, "
+                     f"more than {metrics.REF_BLIND['float32']:g} off it)." if refs else ".")]
     if refs:
         ref = refs[0]
-        lines += ["", "float16/bfloat16 with the baseline's float32 reference (the stock model's float32 forward of "
-                  "the same batch): err = |output - reference| per tensor of n elements; "
-                  "pass when the candidate's mean "
+        lines += ["", "With the baseline's reference (the stock model's forward of the same batch one precision up: "
+                  "float32 for float16/bfloat16, float64 for float32): err = |output - reference| per tensor of n "
+                  "elements; pass when the candidate's mean "
                   f"err is at most ({ref['ratio_mean_abs']:g} + {ref.get('slack_mean_abs', 0):g}/sqrt(n)) x the "
                   f"baseline's and its max err at most {ref['ratio_max_abs']:g} x the baseline's. err_b / err_c: mean "
                   "err / mean |reference| of the tensor with the worst mean ratio; in parentheses the worst max ratio."]
-    lines += [f"- {r['scenario']}: no float32 reference ({r['correctness']['reference_error']}), fixed thresholds used"
+    lines += [f"- {r['scenario']}: no {'float64' if r['dtype'] == 'float32' else 'float32'} reference "
+              f"({r['correctness']['reference_error']}), fixed thresholds used"
               for r in rows if r.get("correctness", {}).get("reference_error")]
     return lines
 

@@ -112,8 +112,10 @@ def _plugin_figure(row: dict, res: RunResults) -> str:
 
 
 def verdict(row: dict) -> str:
-    """A run's status, saying what judged a bf16/fp16 pass or fail: a float32 run, or the fixed thresholds alone."""
+    """A run's status, saying what judged a pass or fail: a float32 run (bf16/fp16 and an engine's float32 tokens),
+    a float64 forward (float32 outputs), or the fixed thresholds alone."""
     status, c = row["status"], row.get("correctness") or {}
+    up = "float64" if c.get("kind") == "outputs" and c.get("dtype") == "float32" else "float32"
     if status == S.INCONCLUSIVE:
         return f"{status} (the float32 run {c.get('inconclusive', 'could not judge')})"
     if status not in (S.PASSED, S.INCORRECT):
@@ -122,9 +124,9 @@ def verdict(row: dict) -> str:
     if blind:  # a run from before fk's reference_blind rule, judged again by it
         return f"INCONCLUSIVE (was {status}; fk's later rule: the float32 run {blind})"
     if c.get("reference_error"):
-        return f"{status} (fixed thresholds; no float32 reference could be made)"
-    if c.get("reference"):
-        return f"{status} (against a float32 run)"
+        return f"{status} (fixed thresholds; no {up} reference could be made)"
+    if c.get("reference") and c["reference"].get("tensors", 1):
+        return f"{status} (against a {up} {'forward' if up == 'float64' else 'run'})"
     if status == S.INCORRECT and c.get("dtype") in ("bfloat16", "float16") and "fixed" not in c:
         return f"{status} (fixed thresholds; run before fk's float32 check)"
     return status

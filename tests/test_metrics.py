@@ -176,12 +176,35 @@ def test_reference_max_catches_a_localised_error_and_small_tensors_get_slack(tmp
     assert r["ratio_mean_abs"] < r["allowed_ratio_mean_abs"] and r["ratio_max_abs"] > metrics.REF_RATIO_MAX
     assert res["failures"] == [f"x: max |candidate - float32 reference| {r['err_c_max_abs']:.3g} > 2.5 x the "
                                f"baseline's {r['err_b_max_abs']:.3g}"]
-    small = metrics._against_reference(ref[0, 0, :16], ref[0, 0, :16] + 0.01, ref[0, 0, :16] + 0.012)
+    small = metrics._against_reference(ref[0, 0, :16], ref[0, 0, :16] + 0.01, ref[0, 0, :16] + 0.012, "bfloat16")
     assert small["allowed_ratio_mean_abs"] == metrics.REF_RATIO + 1.0  # 16 elements: 4 / sqrt(16)
     assert small["ratio_mean_abs"] == pytest.approx(1.2)
 
 
-def test_reference_is_not_used_for_float32_nor_where_the_baseline_is_not_finite(tmp_path):
+def test_float32_outputs_are_judged_against_the_float64_reference(tmp_path):
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    ref = {"pred_masks": torch.randn(2, 50, 64, generator=g, dtype=torch.float64)}
+    refp = _save(tmp_path / "r.safetensors", ref)
+
+    def run(scale=1.0):  # a deep float32 forward: 5e-4 of rounding noise, its own summation order each time
+        return {k: (v * scale + 5e-4 * v.abs().mean() * torch.randn(v.shape, generator=g)).float()
+                for k, v in ref.items()}
+    base = _save(tmp_path / "b.safetensors", run())
+    good = _save(tmp_path / "g.safetensors", run())
+    assert not metrics.output_correctness(base, good, "float32")["passed"]  # 2-layer thresholds: 7e-4 > 1e-4
+    res = metrics.output_correctness(base, good, "float32", refp)
+    assert res["passed"], res["failures"]
+    assert res["reference"]["dtype"] == "float64" and res["outputs"]["pred_masks"]["reference"]["dtype"] == "float64"
+    # 0.2% off on top of the same noise: four times the baseline's distance from the float64 forward
+    wrong = _save(tmp_path / "w.safetensors", run(scale=1.002))
+    res = metrics.output_correctness(base, wrong, "float32", refp)
+    assert not res["passed"] and res["failures"][0].startswith("pred_masks: mean |candidate - float64 reference| ")
+    assert metrics.output_correctness(base, base, "float32", refp)["worst"]["ratio_mean_abs"] == 1.0
+
+
+def test_reference_is_not_used_where_it_is_blind_or_the_baseline_is_not_finite(tmp_path):
     import torch
 
     g = torch.Generator().manual_seed(2)
@@ -191,11 +214,17 @@ def test_reference_is_not_used_for_float32_nor_where_the_baseline_is_not_finite(
     base_t["y"][0, 0] = float("inf")  # fp16-style overflow where the float32 forward is finite
     base = _save(tmp_path / "b.safetensors", base_t)
     cand = _save(tmp_path / "c.safetensors", {"x": ref + 1e-3, "y": base_t["y"].clone()})
-    res = metrics.output_correctness(base, cand, "float32", refp)
-    assert "reference" not in res and "reference" not in res["outputs"]["x"] and res["passed"]
     res = metrics.output_correctness(base, cand, "float16", refp)
     assert "reference" in res["outputs"]["x"] and "reference" not in res["outputs"]["y"]  # y: fixed thresholds
     assert res["passed"] and res["reference"]["tensors"] == 1
+    # a float64 reference 10% off the float32 baseline took another path (other random draws): the fixed thresholds
+    # judge, and a candidate off the baseline by 1e-3 fails them although it lies as far from that reference
+    far = _save(tmp_path / "far.safetensors", {"x": (ref + 0.1 * ref.abs().mean()).double()})
+    base32 = _save(tmp_path / "b32.safetensors", {"x": ref})
+    cand32 = _save(tmp_path / "c32.safetensors", {"x": ref + 1e-3 * ref.abs().mean()})
+    res = metrics.output_correctness(base32, cand32, "float32", far)
+    assert "reference" not in res["outputs"]["x"] and res["reference"]["tensors"] == 0 and not res["passed"]
+    assert res["failures"][0].startswith("x: mean |Δ| / mean |baseline| ")
     # the baseline exact: only the floor is allowed
     exact = _save(tmp_path / "e.safetensors", {"x": ref, "y": ref.clone()})
     res = metrics.output_correctness(exact, _save(tmp_path / "c2.safetensors", {"x": ref + 1e-3, "y": ref.clone()}),

@@ -97,7 +97,7 @@ def test_runs_that_ran_no_kernel_of_their_own_claim_no_speed(tmp_path):
         "triton: PASSED (no speed claimed: disturbed)")
 
 
-def test_a_verdict_says_whether_a_float32_run_or_the_fixed_thresholds_alone_judged_it():
+def test_a_verdict_says_whether_a_reference_or_the_fixed_thresholds_alone_judged_it():
     def row(status, **correctness):
         return {"status": status, "correctness": {"dtype": "bfloat16", **correctness}}
 
@@ -108,6 +108,13 @@ def test_a_verdict_says_whether_a_float32_run_or_the_fixed_thresholds_alone_judg
     assert scenario_status.verdict(row("INCORRECT")) == "INCORRECT (fixed thresholds; run before fk's float32 check)"
     assert scenario_status.verdict(row("PASSED")) == "PASSED"  # within the fixed thresholds: nothing else was asked
     assert scenario_status.verdict(row("NOT_EXERCISED", reference={"passed": True})) == "NOT_EXERCISED"
+    f32 = {"status": "PASSED", "correctness": {"kind": "outputs", "dtype": "float32", "reference": {"tensors": 6}}}
+    assert scenario_status.verdict(f32) == "PASSED (against a float64 forward)"
+    f32["correctness"]["reference"]["tensors"] = 0  # a reference too far from the baseline to judge
+    assert scenario_status.verdict(f32) == "PASSED"
+    f32["correctness"] = {"kind": "outputs", "dtype": "float32", "reference_error": "RuntimeError: no float64 kernel"}
+    assert scenario_status.verdict(dict(f32, status="INCORRECT")) == (
+        "INCORRECT (fixed thresholds; no float64 reference could be made)")
 
 
 def test_a_float32_run_that_cannot_judge_makes_the_verdict_inconclusive_also_in_earlier_results():

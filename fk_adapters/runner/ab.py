@@ -403,7 +403,7 @@ def _latest_probe(res: dict) -> tuple[list, str]:
 
 def correctness(base: dict, cand: dict, dtype: str) -> dict:
     """Token metrics when both runs generated tokens; output diffs when both saved their outputs (no tokens), judged
-    against the baseline's float32 reference forward where it saved one (float16/bfloat16)."""
+    against the baseline's reference forward (one precision up) where it saved one."""
     if "tokens" in base and "tokens" in cand:
         return metrics.correctness(base, cand, dtype)
     if base.get("outputs_file") and cand.get("outputs_file"):

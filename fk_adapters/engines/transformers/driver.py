@@ -6,11 +6,12 @@ The model is built with ``from_pretrained`` and runs eager (cuda when this proce
 plugins are installed into its modules right after it is built, before any forward. LLMs (the job has
 ``correctness``): greedy tokens and teacher-forced logprobs, as the other engines' drivers give them, and
 tokens/s. Other families: one forward on a seeded batch whose floating outputs are saved to
-``outputs.safetensors`` for the runner to diff, and items/s. In float16/bfloat16 each side first saves the stock
-model's float32 forward of that batch to ``reference.safetensors``, before any plugin is installed (``_reference``):
-the baseline's is the truth both sides are judged against; the candidate makes its own so that both processes have
-the same history. A model of another library (the job's ``library``, ``libraries/``) is loaded by that library's
-loader as one module whose call is one item (a diffusion model: its whole denoising loop), with its own inputs.
+``outputs.safetensors`` for the runner to diff, and items/s. Each side first saves the stock model's forward of
+that batch one precision up (float16/bfloat16: float32; float32: float64) to ``reference.safetensors``, before any
+plugin is installed (``_reference``): the baseline's is the truth both sides are judged against; the candidate makes
+its own so that both processes have the same history. A model of another library (the job's ``library``,
+``libraries/``) is loaded by that library's loader as one module whose call is one item (a diffusion model: its whole
+denoising loop), with its own inputs.
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ class TransformersDriver(skeleton.Driver):
         from fk_adapters.plugins import any_selected_in_env
 
         self.model = model = load_model(job, self.device)
-        if not probe.capturing() and not job.get("correctness") and job["dtype"] != "float32":
+        if not probe.capturing() and not job.get("correctness"):
             with self.off_clock():
                 res.update(_reference(model, job, self.device))  # the stock model, before any plugin enters it
         if any_selected_in_env():  # none selected: stock transformers, no fk code in the model
@@ -195,24 +196,31 @@ def _correctness_batch(model, job: dict, device: str) -> dict:
     return batch(model, job, job["correctness_batch"], device)
 
 
-def upcast(model, dtype, done: dict) -> None:
-    """Every parameter and buffer of ``dtype`` to float32, in place; ``done`` records each one for ``downcast``."""
+def reference_dtype(dtype: str) -> str:
+    """The precision of a job's reference forward: one step up from the job's."""
+    return "float64" if dtype == "float32" else "float32"
+
+
+def upcast(model, dtype, done: dict, to=None) -> None:
+    """Every parameter and buffer of ``dtype`` to ``to`` (float32 by default), in place; ``done`` records each one for
+    ``downcast``."""
     import torch
 
+    to = to or torch.float32
     with torch.no_grad():
         for m in model.modules():
             for table, is_param in ((m._parameters, True), (m._buffers, False)):
                 for name, t in table.items():
                     if t is not None and t.dtype == dtype:
                         if is_param:
-                            t.data = t.data.float()
+                            t.data = t.data.to(to)
                         else:
-                            table[name] = t.float()
+                            table[name] = t.to(to)
                         done[(m, name, is_param)] = dtype
 
 
 def downcast(done: dict) -> None:
-    """Undo ``upcast``: float32 back to bf16/fp16 is exact for values that came from there."""
+    """Undo ``upcast``: back to the job's dtype is exact for values that came from there."""
     import torch
 
     with torch.no_grad():
@@ -224,19 +232,22 @@ def downcast(done: dict) -> None:
 
 
 def _reference(model, job: dict, device: str) -> dict:
-    """The stock model's float32 forward of the correctness batch (the job dtype's inputs, upcast), saved to
-    ``reference.safetensors``. The model is upcast in place, run without TF32, and cast back bit for bit; on a GPU
-    its float32 weights need twice the job dtype's memory meanwhile (28 GB for a 7B model). A failure (out of memory,
-    say) is recorded as ``reference_error`` and the run goes on: the runner then falls back to fixed thresholds."""
+    """The stock model's forward of the correctness batch one precision up (``reference_dtype``: the job dtype's
+    inputs, upcast), saved to ``reference.safetensors``. The model is upcast in place, run without TF32, and cast back
+    bit for bit; on a GPU its weights need twice the job dtype's memory meanwhile (28 GB for a 7B bf16 model). A
+    failure (out of memory, an op without a float64 kernel, say) is recorded as ``reference_error`` and the run goes
+    on: the runner then falls back to fixed thresholds."""
     import torch
 
-    phase("correctness: float32 reference forward of the stock model")
+    ref = reference_dtype(job["dtype"])
+    phase(f"correctness: {ref} reference forward of the stock model")
     t0 = time.perf_counter()
-    x = {k: v.float() if v.is_floating_point() else v for k, v in _correctness_batch(model, job, device).items()}
+    to = getattr(torch, ref)
+    x = {k: v.to(to) if v.is_floating_point() else v for k, v in _correctness_batch(model, job, device).items()}
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     done: dict = {}
     try:
-        upcast(model, getattr(torch, job["dtype"]), done)
+        upcast(model, getattr(torch, job["dtype"]), done, to)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         torch.manual_seed(job.get("seed", 0))
         with torch.inference_mode():

@@ -295,7 +295,7 @@ def test_which_scenarios_transformers_runs(tmp_path):
         scenarios.check_runnable(scenarios.load(str(f)), "transformers")
 
 
-def test_float32_reference_runs_the_same_weights_and_leaves_the_model_bit_for_bit(tmp_path, monkeypatch):
+def test_reference_runs_the_same_weights_one_precision_up_and_leaves_the_model_bit_for_bit(tmp_path, monkeypatch):
     import copy
     import itertools
 
@@ -329,6 +329,15 @@ def test_float32_reference_runs_the_same_weights_and_leaves_the_model_bit_for_bi
     x = inputs.batch(vit, job["inputs"], 2, 3, "cpu", torch.bfloat16)  # the float32 forward of the bf16 run's inputs
     with torch.inference_mode():
         want = copy.deepcopy(vit).float()(pixel_values=x["pixel_values"].float())
+    assert torch.equal(ref["last_hidden_state"], want.last_hidden_state)
+    vit32 = copy.deepcopy(vit).float()  # a float32 job: its reference is the float64 forward, the model left float32
+    res = driver._reference(vit32, dict(job, dtype="float32"), "cpu")
+    ref = load_file(res["reference_file"])
+    assert {v.dtype for v in ref.values()} == {torch.float64}
+    assert {p.dtype for p in vit32.parameters()} == {torch.float32}
+    x = inputs.batch(vit32, job["inputs"], 2, 3, "cpu", torch.float32)
+    with torch.inference_mode():
+        want = copy.deepcopy(vit32).double()(pixel_values=x["pixel_values"].double())
     assert torch.equal(ref["last_hidden_state"], want.last_hidden_state)
 
     def boom(model, x):

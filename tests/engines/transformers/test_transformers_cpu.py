@@ -76,7 +76,9 @@ def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tm
     assert silu["status"] == "exercised" and silu["layers"] == 2 and silu["calls"] > 0
     assert silu["entered"] == ["DINOv3ViTGatedMLP (gate/up concatenated)"]
     assert set(dino["perf"]["throughput"]["batch2"]) == {"items_per_s"}
-    assert "reference" not in dino["correctness"]  # float32: no float32 reference, the fixed thresholds
+    ref64 = dino["correctness"]["reference"]  # float32: the stock model's float64 forward judges
+    assert ref64["dtype"] == "float64" and ref64["tensors"] == 2
+    assert all(r["reference"]["ratio_mean_abs"] < 1.25 for r in dino["correctness"]["outputs"].values())
     bf16 = rows["tiny-dinov3-bf16"]["correctness"]
     assert bf16["reference"]["tensors"] == 2 and bf16["passed"]
     for r in bf16["outputs"].values():  # as far from the baseline as bf16 is from float32, as close to float32
@@ -86,7 +88,8 @@ def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tm
     assert bf16["reference"]["file"] == str(logs / "baseline" / "reference.safetensors")
     refs = [load_file(str(logs / side / "reference.safetensors")) for side in ("baseline", "candidate")]
     assert all(torch.equal(refs[0][k], refs[1][k]) for k in refs[0])  # the same stock model, before the plugin
-    assert not (out / "logs" / "tiny-dinov3" / "baseline" / "reference.safetensors").exists()  # float32
+    f64 = load_file(str(out / "logs" / "tiny-dinov3" / "baseline" / "reference.safetensors"))
+    assert {t.dtype for t in f64.values()} == {torch.float64}
     swin = rows["tiny-swinv2"]
     assert all(e["status"] == "n/a" for e in swin["evidence"]["slots"].values())
     assert swin["status"] == "NOT_APPLICABLE" and swin["notes"][0].startswith("no selected slot applies to this model")
@@ -96,7 +99,7 @@ def test_triton_plugin_enters_bitnet_and_dinov3_and_no_slot_applies_to_swinv2(tm
     assert colbert["correctness"]["outputs"]["embeddings"]["shape"] == [2, 32, 16]
     report = (out / "report.md").read_text()
     assert "items/s" in report and "no selected slot applies" in report and "1 - cosine" in report
-    assert "err_c / err_b" in report and "float32 reference" in report
+    assert "err_c / err_b" in report and "float64 for float32" in report
 
 
 def test_passthrough_gives_the_stock_outputs_bit_for_bit(tmp_path):
@@ -108,6 +111,7 @@ def test_passthrough_gives_the_stock_outputs_bit_for_bit(tmp_path):
     assert dino["correctness"]["worst"]["max_abs"] == 0.0 and dino["evidence"]["slots"]["silu_and_mul"]["calls"] > 0
     bf16 = rows["tiny-dinov3-bf16"]["correctness"]
     assert bf16["worst"]["max_abs"] == 0.0 and bf16["worst"]["ratio_mean_abs"] == bf16["worst"]["ratio_max_abs"] == 1.0
+    assert dino["correctness"]["worst"]["ratio_mean_abs"] == 1.0  # against the float64 forward: err_c == err_b
     assert all(r["reference"]["err_c_mean_abs"] == r["reference"]["err_b_mean_abs"] > 0
                for r in bf16["outputs"].values())
     assert bitnet["correctness"]["teacher_forced"]["max_abs"] == 0.0
@@ -131,15 +135,18 @@ def fk_kernels(engine, device):
 """
 
 
-def test_wrong_kernels_fail_the_diff_in_float32_and_against_the_bf16_reference(tmp_path, make_plugin):
+def test_wrong_kernels_fail_the_diff_in_float32_and_against_the_references(tmp_path, make_plugin):
     make_plugin("tailsilu", TAIL_SILU)
     site = str(tmp_path / "site")  # where make_plugin installs it
     p, res, _ = fk(tmp_path, "run", "--plugins", "wrong,tailsilu", "--scenario", "tiny-bitnet", "--scenario",
-                   "tiny-dinov3-bf16", env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")})
+                   "tiny-dinov3-bf16", "--scenario", "tiny-dinov3",
+                   env={"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")})
     assert p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
     rows = {r["scenario"]: r for r in res["scenarios"]}
-    bitnet, dino = rows["tiny-bitnet"], rows["tiny-dinov3-bf16"]
-    assert bitnet["status"] == dino["status"] == "INCORRECT"
+    bitnet, dino, dino32 = rows["tiny-bitnet"], rows["tiny-dinov3-bf16"], rows["tiny-dinov3"]
+    assert bitnet["status"] == dino["status"] == dino32["status"] == "INCORRECT"
+    assert dino32["correctness"]["reference"]["dtype"] == "float64" and dino32["correctness"]["reference"]["tensors"]
+    assert all("float64 reference" in f for f in dino32["failures"])
     assert bitnet["evidence"]["slots"]["rms_norm"]["calls"] > 0  # it ran, and the diff caught it
     assert bitnet["correctness"]["teacher_forced"]["max_abs"] > res["thresholds"]["float32"]["max_abs"]
     assert dino["evidence"]["slots"]["silu_and_mul"]["calls"] > 0
