@@ -372,10 +372,10 @@ fk46-flux.1-dev fk46-sdxl" ;;
   s62-hf-hosts)  # one GPU, no engine and nothing staged (HF transformers is on the GPU machine; one call: the tree,
     # `fk_gpu.sh transformers setup`, launch): the HF architectures captured in session 4, before the gemm, layer_norm,
     # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B.
-    # Sessions 63-64 (s63-h100/, s64-h100/) ran all of them; what is left: fk46-sam-3.1 (float32), whose Triton A/B
-    # failed the fixed float32 thresholds in session 64 (8.8e-4 > 1e-4), judged again against the float64 forward
-    # that fk makes since, with fk-wrong's wrong-gemm and the passthrough against the same baseline (a wrong kernel
-    # must still fail it, the engine's own ops give err_c == err_b): about 5 minutes
+    # Sessions 63-64 (s63-h100/, s64-h100/) ran all of them; fk46-sam-3.1's float32 Triton A/B failed the fixed
+    # float32 thresholds (8.8e-4 > 1e-4), then PASSED against the float64 forward fk makes since (s64-h100/hold2/).
+    # What is left: fk-wrong's wrong-gemm and the passthrough against that A/B's baseline (a wrong kernel must fail
+    # the float64 rule on a GPU too, the engine's own ops give err_c == err_b), so the A/B first: about 6 minutes
     hosts_lane 0 "ab wrong" "fk46-sam-3.1" ;;
   s62-hosts-ab-b)  # the same for the rest: torchrec, torch-pointcloud, flash-linear-attention and openfold3
     # (extra-transformers-recsys.txt, -science.txt, -fla.txt: 200 MiB, 4 calls, packed as above into
