@@ -27,6 +27,14 @@ from fk_adapters.engines.driver_common import OUTPUTS_FILE, main, measure_items,
 REFERENCE_FILE = "reference.safetensors"
 
 
+def tf32_state() -> str:
+    """Whether float32 matmuls and cuDNN convolutions may run in TF32 (PyTorch's defaults: matmul off, cuDNN on)."""
+    import torch
+
+    return ", ".join(f"{what} {'on' if flag else 'off'}" for what, flag in (
+        ("matmul", torch.backends.cuda.matmul.allow_tf32), ("cudnn", torch.backends.cudnn.allow_tf32)))
+
+
 def load_model(job: dict, device: str):
     import transformers
 
@@ -99,8 +107,11 @@ class TransformersDriver(skeleton.Driver):
             load_and_install("transformers", self.device, lambda chosen: install.install(model, chosen), {})
 
     def runtime(self) -> dict | None:
-        return {"device": self.device, "mode": "eager",
-                "attention": getattr(self.model.config, "_attn_implementation", None) or "?"}
+        out = {"device": self.device, "mode": "eager",
+               "attention": getattr(self.model.config, "_attn_implementation", None) or "?"}
+        if self.device == "cuda":
+            out["tf32"] = tf32_state()
+        return out
 
     def probe(self, tag: str) -> list[dict]:
         from fk_adapters import probe

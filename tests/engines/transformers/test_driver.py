@@ -67,3 +67,19 @@ def test_a_run_out_of_memory_in_its_throughput_phase_keeps_its_correctness(tmp_p
     assert res["probe_after_correctness"][0]["pid"] == res["pid"] and "perf" not in res
     assert {"tokens", "teacher_logprobs", "token_top_ids"} <= set(res["kept_from_partial"])
     assert json.loads((tmp_path / driver_common.PARTIAL_FILE).read_text())["tokens"] == res["tokens"]
+
+
+def test_the_tf32_state_says_what_float32_matmuls_and_convolutions_may_use():
+    import torch
+
+    from fk_adapters.engines.transformers.driver import tf32_state
+
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    kept = matmul.allow_tf32, cudnn.allow_tf32
+    try:
+        matmul.allow_tf32, cudnn.allow_tf32 = False, True  # PyTorch's defaults
+        assert tf32_state() == "matmul off, cudnn on"
+        matmul.allow_tf32, cudnn.allow_tf32 = True, False
+        assert tf32_state() == "matmul on, cudnn off"
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = kept
