@@ -262,6 +262,11 @@ REF_FLOOR = 1e-6
 REF_BLIND = {"float32": 1e-2}
 
 
+def reference_dtype(dtype: str) -> str:
+    """The precision of an output reference forward: one step up from the job's (float64 for float32)."""
+    return "float64" if dtype == "float32" else "float32"
+
+
 def _against_reference(ref, base, cand, dtype: str) -> dict | None:
     """err_b, err_c (mean and max |output - reference|) and their ratios; None when the baseline's is not finite, or
     is beyond ``REF_BLIND`` of the reference."""

@@ -439,7 +439,7 @@ def _output_table(rows: list[dict], results: RunResults, after_tokens: bool) -> 
                   f"err is at most ({ref['ratio_mean_abs']:g} + {ref.get('slack_mean_abs', 0):g}/sqrt(n)) x the "
                   f"baseline's and its max err at most {ref['ratio_max_abs']:g} x the baseline's. err_b / err_c: mean "
                   "err / mean |reference| of the tensor with the worst mean ratio; in parentheses the worst max ratio."]
-    lines += [f"- {r['scenario']}: no {'float64' if r['dtype'] == 'float32' else 'float32'} reference "
+    lines += [f"- {r['scenario']}: no {metrics.reference_dtype(r['dtype'])} reference "
               f"({r['correctness']['reference_error']}), fixed thresholds used"
               for r in rows if r.get("correctness", {}).get("reference_error")]
     return lines

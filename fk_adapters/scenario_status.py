@@ -115,7 +115,7 @@ def verdict(row: dict) -> str:
     """A run's status, saying what judged a pass or fail: a float32 run (bf16/fp16 and an engine's float32 tokens),
     a float64 forward (float32 outputs), or the fixed thresholds alone."""
     status, c = row["status"], row.get("correctness") or {}
-    up = "float64" if c.get("kind") == "outputs" and c.get("dtype") == "float32" else "float32"
+    up = metrics.reference_dtype(c.get("dtype", "")) if c.get("kind") == "outputs" else "float32"
     if status == S.INCONCLUSIVE:
         return f"{status} (the float32 run {c.get('inconclusive', 'could not judge')})"
     if status not in (S.PASSED, S.INCORRECT):

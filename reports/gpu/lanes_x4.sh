@@ -363,8 +363,8 @@ case ${1:-} in
     lane S-D 32 sglang 0 STEPS="diffusion" FK_HOLD_MODELS=/tmp/fk-models-sd \
       DIFFUSION="fk46-flux.1-dev fk46-sdxl fk46-hunyuanvideo-1.5" ;;
   s62-hosts-ab-a)  # one GPU, no engine: issue 32's Triton A/Bs (`--smoke`, one process a side, against the forward
-    # one precision up, kernel names as proof) of the newly hosted architectures whose libraries are extra-transformers.txt's and
-    # extra-transformers-lerobot.txt's (126 MiB, 3 calls: `PART_MIB=22 bash reports/gpu/stage_extra.sh transformers`,
+    # one precision up, kernel names as proof) of the newly hosted architectures whose libraries are
+    # extra-transformers.txt's and extra-transformers-lerobot.txt's (126 MiB, 3 calls: `PART_MIB=22 bash reports/gpu/stage_extra.sh transformers`,
     # the same for transformers-lerobot, then `python3 reports/gpu/pack_calls.py .stage/extra-transformers
     # .stage/extra-transformers-lerobot --out .stage/calls-hosts-a`), the quickest first (their captures took 16-146 s)
     hosts_lane 0 ab "fk46-mobilenetv4 fk46-yolov10 fk46-dp3 fk46-efficientnetv2 fk46-pi0 fk46-hunyuanvideo-1.5 \

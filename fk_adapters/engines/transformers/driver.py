@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from fk_adapters import op_families
+from fk_adapters import metrics, op_families
 from fk_adapters.engines import skeleton
 from fk_adapters.engines.driver_common import OUTPUTS_FILE, main, measure_items, phase, save_outputs
 
@@ -207,17 +207,10 @@ def _correctness_batch(model, job: dict, device: str) -> dict:
     return batch(model, job, job["correctness_batch"], device)
 
 
-def reference_dtype(dtype: str) -> str:
-    """The precision of a job's reference forward: one step up from the job's."""
-    return "float64" if dtype == "float32" else "float32"
-
-
-def upcast(model, dtype, done: dict, to=None) -> None:
-    """Every parameter and buffer of ``dtype`` to ``to`` (float32 by default), in place; ``done`` records each one for
-    ``downcast``."""
+def upcast(model, dtype, done: dict, to) -> None:
+    """Every parameter and buffer of ``dtype`` to ``to``, in place; ``done`` records each one for ``downcast``."""
     import torch
 
-    to = to or torch.float32
     with torch.no_grad():
         for m in model.modules():
             for table, is_param in ((m._parameters, True), (m._buffers, False)):
@@ -243,14 +236,14 @@ def downcast(done: dict) -> None:
 
 
 def _reference(model, job: dict, device: str) -> dict:
-    """The stock model's forward of the correctness batch one precision up (``reference_dtype``: the job dtype's
+    """The stock model's forward of the correctness batch one precision up (``metrics.reference_dtype``: the job dtype's
     inputs, upcast), saved to ``reference.safetensors``. The model is upcast in place, run without TF32, and cast back
     bit for bit; on a GPU its weights need twice the job dtype's memory meanwhile (28 GB for a 7B bf16 model). A
     failure (out of memory, an op without a float64 kernel, say) is recorded as ``reference_error`` and the run goes
     on: the runner then falls back to fixed thresholds."""
     import torch
 
-    ref = reference_dtype(job["dtype"])
+    ref = metrics.reference_dtype(job["dtype"])
     phase(f"correctness: {ref} reference forward of the stock model")
     t0 = time.perf_counter()
     to = getattr(torch, ref)
