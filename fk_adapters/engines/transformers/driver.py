@@ -249,10 +249,12 @@ def _reference(model, job: dict, device: str) -> dict:
     to = getattr(torch, ref)
     x = {k: v.to(to) if v.is_floating_point() else v for k, v in _correctness_batch(model, job, device).items()}
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    default = torch.get_default_dtype()
     done: dict = {}
     try:
         upcast(model, getattr(torch, job["dtype"]), done, to)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        torch.set_default_dtype(to)  # what the forward makes itself (a timestep embedding, say) one precision up too
         torch.manual_seed(job.get("seed", 0))
         with torch.inference_mode():
             out = {"reference_file": save_outputs(_outputs(model, x), REFERENCE_FILE)}
@@ -260,6 +262,7 @@ def _reference(model, job: dict, device: str) -> dict:
         out = {"reference_error": f"{type(exc).__name__}: {exc}"[:500]}
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_default_dtype(default)
         downcast(done)
         if device == "cuda":
             torch.cuda.empty_cache()

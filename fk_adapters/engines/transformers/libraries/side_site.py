@@ -34,10 +34,15 @@ def installed(package: str) -> bool:
 
 
 def on_path() -> None:
-    """The side site on the path, after the environment's own packages."""
+    """The side site on the path, after the environment's own packages. A torchvision it holds is imported at once
+    (``import_torchvision``): any later import of it in this process (transformers' image utilities, which every
+    model class of transformers imports) then finds it loaded instead of failing (fk's own process, where a side-site
+    library's seeded weights were written, once wrote no transformers model after it)."""
     site = folder()
     if os.path.isdir(site) and site not in sys.path:
         sys.path.append(site)
+        if "torchvision" not in sys.modules and os.path.isdir(os.path.join(site, "torchvision")):
+            import_torchvision()
 
 
 def import_torchvision():
