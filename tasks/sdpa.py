@@ -14,6 +14,7 @@ SDPA_CASES = (
     {"b": 2, "hq": 2, "hkv": 2, "l": 6, "s": 10, "d": 16, "mask": "bool"},
     {"b": 1, "hq": 4, "hkv": 4, "l": 5, "s": 12, "d": 32, "causal": True, "mask": "bool"},
     {"b": 3, "hq": 8, "hkv": 1, "l": 1, "s": 40, "d": 128},
+    {"b": 1, "hq": 2, "hkv": 1, "l": 70, "s": 70, "d": 256, "causal": True},  # Gemma's (PaliGemma: fk46-pi0)
 )
 
 

@@ -92,3 +92,35 @@ def test_the_slots_own_cases_on_a_gpu(slot, dtype):
     for index in range(len(SLOTS[slot].cases)):
         got, want = _run(slot, index, dtype, SLOTS[slot].cases)
         torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+def test_sdpa_takes_the_widest_tiles_the_device_takes(monkeypatch):
+    """A launch the GPU refuses for its shared memory (fk46-pi0's head size 256 in bf16 at 64 x 64 and 3 stages)
+    tries the next tiles, and the tiles that fit are the only ones tried again."""
+    from fk_triton_kernels import sdpa
+    from triton.runtime.errors import OutOfResources
+
+    tried = []
+
+    class Refusing:  # a device that takes 32-wide tiles at most
+        def __getitem__(self, grid):
+            def launch(*args, BLOCK_M, BLOCK_N, num_stages, **meta):
+                tried.append((grid, BLOCK_M, num_stages))
+                if BLOCK_M > 32:
+                    raise OutOfResources(237568, 232448, "shared memory")
+            return launch
+
+    monkeypatch.setattr(sdpa, "fk_triton_sdpa_kernel", Refusing())
+    monkeypatch.setattr(sdpa, "_TILES", ((64, 3), (64, 2), (32, 2), (16, 1)))
+    monkeypatch.setattr(sdpa, "_FITS", {})
+    q = torch.randn(1, 2, 70, 16)
+    sdpa.sdpa(q, q, q, None, True, 0.25)
+    assert [t[1:] for t in tried] == [(64, 3), (64, 2), (32, 2)] and tried[-1][0] == (3, 2)
+    sdpa.sdpa(q, q, q, None, True, 0.25)
+    assert tried[-1][1:] == (32, 2) and len(tried) == 4
+    sdpa.sdpa(q.double(), q.double(), q.double(), None, True, 0.25)  # another dtype: its own search
+    assert len(tried) == 7
+    monkeypatch.setattr(sdpa, "_TILES", ((64, 3),))
+    monkeypatch.setattr(sdpa, "_FITS", {})
+    with pytest.raises(RuntimeError, match="no tile"):
+        sdpa.sdpa(q, q, q, None, True, 0.25)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from fk_triton_kernels.tuning import INTERPRETED
 
@@ -69,9 +70,28 @@ def sdpa(q, k, v, attn_mask, is_causal: bool, scale: float) -> torch.Tensor:
         kind = _BOOLEAN if attn_mask.dtype == torch.bool else _ADDITIVE
         mask = attn_mask.view(torch.uint8) if kind == _BOOLEAN else attn_mask
         mask = mask.expand(b, hq, n_q, s)
-    block = 16 if INTERPRETED else 64
-    grid = (triton.cdiv(n_q, block), b * hq)
-    fk_triton_sdpa_kernel[grid](q, k, v, mask, out, n_q, s, d, hq, hq // k.shape[1], scale, *q.stride(), *k.stride(),
-                                *v.stride(), *mask.stride(), *out.stride(), MASK=kind, CAUSAL=bool(is_causal),
-                                BLOCK_M=block, BLOCK_N=block, BLOCK_D=max(16, triton.next_power_of_2(d)))
+    args = (q, k, v, mask, out, n_q, s, d, hq, hq // k.shape[1], scale, *q.stride(), *k.stride(), *v.stride(),
+            *mask.stride(), *out.stride())
+    _launch(args, n_q, b * hq, MASK=kind, CAUSAL=bool(is_causal), BLOCK_D=max(16, triton.next_power_of_2(d)))
     return out
+
+
+# (BLOCK_M = BLOCK_N, num_stages), widest first: 64 and Triton's default 3 stages for head sizes up to 128 in 16 bits;
+# a head size of 256 in bf16 needs 232 KiB of shared memory so (fk46-pi0's Gemma: H100 has 227 KiB)
+_TILES = ((16, 1),) if INTERPRETED else ((64, 3), (64, 2), (32, 2), (32, 1), (16, 1))
+_FITS: dict = {}  # (dtype, constexprs) -> the first of _TILES whose kernel the GPU took
+
+
+def _launch(args, n_q: int, programs: int, **meta) -> None:
+    """Launch with the widest tiles the device takes: a launch the GPU refuses (``OutOfResources``, raised before
+    anything runs) tries the next, and the one that fits is remembered per dtype and constexprs."""
+    key = (args[0].dtype, args[0].device, *sorted(meta.items()))
+    for block, stages in (_FITS[key],) if key in _FITS else _TILES:
+        try:
+            fk_triton_sdpa_kernel[(triton.cdiv(n_q, block), programs)](*args, BLOCK_M=block, BLOCK_N=block,
+                                                                       num_stages=stages, **meta)
+        except OutOfResources:
+            continue
+        _FITS[key] = (block, stages)
+        return
+    raise RuntimeError(f"fk-triton sdpa: no tile of {_TILES} fits this device ({meta})")
