@@ -103,12 +103,13 @@ def _plugin_figure(row: dict, res: RunResults) -> str:
         return f"{verdict(row)} (stock against stock: no speed claimed)"
     if per["unscored"] and per["unscored"] not in (aggregates.WRONG, aggregates.FAILED):
         return f"{verdict(row)} (no speed claimed: {per['unscored']})"
-    if not per["scored"]:  # wrong or failed: no speed to claim (one without a speedup is unscored, said above)
-        return verdict(row)
+    judged = verdict(row)
+    if not per["scored"] or judged.startswith(S.INCONCLUSIVE):  # wrong, failed or unjudged: no speed to claim
+        return judged
     quick, single = res.quick, variation.why_not(res)
     how = "".join((f", 1/{requests_divisor(quick)} of the requests, one throughput repeat" if quick else "",
                    "; one engine process a side: not significant" if single else ""))
-    return f"{verdict(row)} at {per['speedup']:.3g}x the stock speed (blend{how})"
+    return f"{judged} at {per['speedup']:.3g}x the stock speed (blend{how})"
 
 
 def verdict(row: dict) -> str:
@@ -121,6 +122,8 @@ def verdict(row: dict) -> str:
     if status not in (S.PASSED, S.INCORRECT):
         return status
     blind = metrics.reference_blind(c["reference"]["tokens"]) if "tokens" in c.get("reference", {}) else ""
+    if c.get("kind") == "outputs" and status == S.PASSED:
+        blind = metrics.outputs_blind(c)
     if blind:  # a run from before fk's reference_blind rule, judged again by it
         return f"INCONCLUSIVE (was {status}; fk's later rule: the float32 run {blind})"
     if c.get("reference_error"):

@@ -354,3 +354,35 @@ def test_the_median_error_ratio_fails_a_dense_error_that_a_few_far_positions_hid
     assert "median ratio 3.00 (<= 1.5)" in metrics.reference_summary(verdict)
     same_flips = _run(tokens, [[-1.0 - 0.012] * 90 + [-3.0] * 10] * 4)  # bf16 noise of another kernel: passes
     assert metrics.reference_correctness(base, same_flips, ref)["passed"]
+
+
+def test_a_rounding_dominated_16_bit_model_is_judged_by_the_fixed_thresholds_and_never_passes_on_the_ratio(tmp_path):
+    """Session 65's fk46-efficientnetv2 (bf16, seeded BatchNorm statistics): the stock run 105% off its own float32
+    forward; the Triton kernels 74% off the stock run, err_c / err_b 0.72: PASSED by the ratio rule, where any kernel
+    would be."""
+    import torch
+
+    g = torch.Generator().manual_seed(5)
+    ref = {"logits": torch.randn(2, 1000, generator=g), "feat": torch.randn(2, 64, generator=g)}
+    refp = _save(tmp_path / "r.safetensors", ref)
+
+    def run(noise, **extra):  # rounding-dominated logits (noise of ``noise`` x mean |ref|), a sane feature map
+        return {"logits": (ref["logits"] + noise * ref["logits"].abs().mean() * torch.randn(2, 1000, generator=g)
+                           ).bfloat16(), "feat": extra.get("feat", _bf16_run(ref["feat"], g))}
+    base = _save(tmp_path / "b.safetensors", run(0.9))
+    res = metrics.output_correctness(base, _save(tmp_path / "c.safetensors", run(0.9)), "bfloat16", refp)
+    assert not res["passed"] and res["inconclusive"].startswith("cannot judge: the stock run itself lies over 10%")
+    assert "logits" in res["inconclusive"] and "feat" not in res["inconclusive"]
+    assert res["outputs"]["logits"]["reference"]["blind"] and not res["outputs"]["feat"]["reference"]["blind"]
+    assert res["reference"]["tensors"] == 1 and res["failures"][0].startswith("logits: mean |Δ| / mean |baseline|")
+    # the engine's own kernels (passthrough): the same outputs pass the fixed thresholds
+    same = metrics.output_correctness(base, base, "bfloat16", refp)
+    assert same["passed"] and "inconclusive" not in same
+    # a wrong sane tensor beside it: INCORRECT, not INCONCLUSIVE
+    wrong = run(0.9, feat=_bf16_run(ref["feat"], g, scale=1.3))
+    res = metrics.output_correctness(base, _save(tmp_path / "w.safetensors", wrong), "bfloat16", refp)
+    assert not res["passed"] and "inconclusive" not in res
+    # a result judged before this rule: fk scenarios reads its PASSED as INCONCLUSIVE
+    old = metrics.output_correctness(base, _save(tmp_path / "c2.safetensors", run(0.9)), "bfloat16", refp)
+    assert metrics.outputs_blind(old).startswith("cannot judge")
+    assert metrics.outputs_blind(same) == "" and metrics.outputs_blind({"kind": "outputs", "dtype": "float32"}) == ""

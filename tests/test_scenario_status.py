@@ -126,6 +126,16 @@ def test_a_float32_run_that_cannot_judge_makes_the_verdict_inconclusive_also_in_
         "could part in more than the 40 allowed)")
     new = {"status": "INCONCLUSIVE", "correctness": {"inconclusive": "cannot judge: ..."}}
     assert scenario_status.verdict(new) == "INCONCLUSIVE (the float32 run cannot judge: ...)"
+    # outputs a bf16 model's rounding dominates (fk46-efficientnetv2's logits 105% off float32), PASSED by the ratio
+    logits = {"rel_mean": 0.742, "cosine": 0.73, "finite": True,
+              "reference": {"err_b_mean_abs": 1.05, "ref_mean_abs": 1.0, "ratio_mean_abs": 0.716}}
+    out = {"status": "PASSED", "correctness": {"kind": "outputs", "dtype": "bfloat16", "outputs": {"logits": logits},
+                                               "reference": {"tensors": 1}}}
+    assert scenario_status.verdict(out).startswith(
+        "INCONCLUSIVE (was PASSED; fk's later rule: the float32 run cannot judge: the stock run itself lies over 10% "
+        "off it (logits 105%: ")
+    logits["reference"]["err_b_mean_abs"] = 0.05  # a sane model: the ratio rule judged
+    assert scenario_status.verdict(out) == "PASSED (against a float32 run)"
     judged = dict(tokens, parted_b=19, allowed_c=27)  # Mixtral in vLLM: the float32 run still judges
     assert scenario_status.verdict({"status": "PASSED", "correctness": {"reference": {"tokens": judged}}}) == (
         "PASSED (against a float32 run)")
