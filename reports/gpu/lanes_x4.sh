@@ -366,9 +366,13 @@ case ${1:-} in
     # one precision up, kernel names as proof) of the newly hosted architectures whose libraries are
     # extra-transformers.txt's and extra-transformers-lerobot.txt's (126 MiB, 3 calls: `PART_MIB=22 bash reports/gpu/stage_extra.sh transformers`,
     # the same for transformers-lerobot, then `python3 reports/gpu/pack_calls.py .stage/extra-transformers
-    # .stage/extra-transformers-lerobot --out .stage/calls-hosts-a`), the quickest first (their captures took 16-146 s)
-    hosts_lane 0 ab "fk46-mobilenetv4 fk46-yolov10 fk46-dp3 fk46-efficientnetv2 fk46-pi0 fk46-hunyuanvideo-1.5 \
-fk46-flux.1-dev fk46-sdxl" ;;
+    # .stage/extra-transformers-lerobot --out .stage/calls-hosts-a`). Session 65 (s65-h100/) ran five: mobilenetv4 and
+    # yolov10 PASSED; pi0's sdpa kernel ran out of shared memory at head size 256 and dp3's float64 forward failed
+    # (both fixed since), efficientnetv2's PASSED was blind (INCONCLUSIVE since). So the vision kernels' GPU tests
+    # first (the sdpa slot's head-size-256 case), then those three again and the three not reached
+    lane T-0 30 transformers 0 STEPS="gputests" GPUTESTS_FILES="tests/plugins/test_triton_vision.py" \
+      GPUTESTS_K="on_a_gpu" GPUTESTS_S=300
+    hosts_lane 0 ab "fk46-pi0 fk46-dp3 fk46-hunyuanvideo-1.5 fk46-flux.1-dev fk46-sdxl fk46-efficientnetv2" ;;
   s62-hf-hosts)  # one GPU, no engine and nothing staged (HF transformers is on the GPU machine; one call: the tree,
     # `fk_gpu.sh transformers setup`, launch): the HF architectures captured in session 4, before the gemm, layer_norm,
     # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B.
