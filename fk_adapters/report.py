@@ -430,7 +430,9 @@ def _output_table(rows: list[dict], results: RunResults, after_tokens: bool) -> 
                   "mean |Δ| / mean |baseline| and 1 - cosine similarity at most "
                   + "; ".join(f"{t['rel_mean']:g} and {1 - t['min_cosine']:.2g} ({d})" for d, t in th.items())
                   + (", where the baseline saved no reference (or the baseline is not finite or, in float32, "
-                     f"more than {metrics.REF_BLIND['float32']:g} off it)." if refs else ".")]
+                     f"more than {metrics.REF_BLIND['float32']:g} off it; in float16/bfloat16, more than "
+                     f"{metrics.ROUNDING_BLIND['bfloat16']:.0%} off it: rounding dominates those outputs, and a "
+                     "candidate outside these limits there is INCONCLUSIVE)." if refs else ".")]
     if refs:
         ref = refs[0]
         lines += ["", "With the baseline's reference (the stock model's forward of the same batch one precision up: "

@@ -117,6 +117,8 @@ def test_passthrough_gives_the_stock_outputs_bit_for_bit(tmp_path):
     assert bitnet["correctness"]["teacher_forced"]["max_abs"] == 0.0
     assert bitnet["correctness"]["tokens"]["identical"] == bitnet["correctness"]["tokens"]["requests"]
     assert bitnet["evidence"]["slots"]["rms_norm"]["calls"] > 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "in float16/bfloat16, more than 10% off it: rounding dominates those outputs" in report
 
 
 TAIL_SILU = """
