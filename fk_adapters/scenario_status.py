@@ -124,7 +124,7 @@ def verdict(row: dict) -> str:
     blind = metrics.reference_blind(c["reference"]["tokens"]) if "tokens" in c.get("reference", {}) else ""
     if c.get("kind") == "outputs" and status == S.PASSED:
         blind = metrics.outputs_blind(c)
-    if blind:  # a run from before fk's reference_blind rule, judged again by it
+    if blind:  # a run from before fk's rule (reference_blind, outputs_blind), judged again by it
         return f"INCONCLUSIVE (was {status}; fk's later rule: the float32 run {blind})"
     if c.get("reference_error"):
         return f"{status} (fixed thresholds; no {up} reference could be made)"
