@@ -6,7 +6,8 @@
 #   bash reports/gpu/issue30.sh ENGINE pack                      # /tmp/fk-work/i30/ENGINE (no weights) -> $OUT
 # Steps ($STEPS, in this order by default, each independent of a failed one before it):
 #   gputests  the natives of every slot, the Triton attention and recurrent kernels against the references (FLA
-#             autotunes its kernels on first use: minutes) -> gputests.txt; $GPUTESTS_FILES, $GPUTESTS_K pick them
+#             autotunes its kernels on first use: minutes) -> gputests.txt; $GPUTESTS_FILES, $GPUTESTS_K pick them,
+#             $GPUTESTS_DIRS the engine's test folder (default tests/engines/ENGINE; " " for none)
 #   tiny      the Triton plugin A/B on tiny-llama, bf16, compiled + CUDA graphs: attention enters and runs
 #   capture   $CAPTURE (default fk46-llama-3.1) served eagerly, --smoke, --profile: slot calls, shapes, coverage
 #   check     the Triton and passthrough paged_attention and gemm against the engine's own kernels on those shapes
@@ -33,8 +34,10 @@ case $1 in
       case $step in
         gputests)
           (cd "$REPO" && timeout ${GPUTESTS_S:-600} python3 -m pytest -q -p no:cacheprovider -m gpu \
+            --continue-on-collection-errors \
             ${GPUTESTS_FILES:-tests/plugins/test_triton_attention.py tests/plugins/test_triton_linear_attention.py} \
-            "tests/engines/$ENGINE" -k "${GPUTESTS_K:-natives or test_triton_attention or linear}" 2>&1 | tail -30) \
+            ${GPUTESTS_DIRS-tests/engines/$ENGINE} -k "${GPUTESTS_K:-natives or test_triton_attention or linear}" \
+            2>&1 | tail -30) \
             > "$W/gputests.txt"
           tail -3 "$W/gputests.txt" ;;
         tiny)
