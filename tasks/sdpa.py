@@ -100,7 +100,13 @@ SDPA = Slot(
         "transformers": ("the attention function of every model whose attention implementation is 'sdpa': "
                          "registered as 'fk_sdpa' in transformers.AttentionInterface (its masks: sdpa's) and the "
                          "model switched to it; dropout, output_attentions, a position bias, a paged cache or a "
-                         "value head size unlike the query's stay stock",),
+                         "value head size unlike the query's stay stock",
+                         "diffusers' attention modules whose processor calls dispatch_attention_fn (FLUX, "
+                         "HunyuanVideo-1.5) while its backend is 'native': fk's function registered as the native "
+                         "backend in _AttentionBackendRegistry, routed modules marked by a forward pre-hook, every "
+                         "other call to diffusers' native; dropout, the log-sum-exp or context parallelism stay "
+                         "stock; processors that call F.scaled_dot_product_attention themselves (SDXL's UNet) are "
+                         "not entered"),
     },
     not_entered={"vllm": _NOT_IN_LLM_ENGINES,
                  "sglang": _NOT_IN_LLM_ENGINES + "; in SGLang's diffusion runtime (sglang.multimodal_gen) it enters "

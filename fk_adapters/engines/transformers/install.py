@@ -11,7 +11,8 @@ the module's own forward with every argument, counted in ``probe.not_routed`` wi
 ``fused_moe`` every MoE experts module (``experts.py``), checked against the slot's reference, since its native is
 the module's own forward. ``layer_norm`` and ``conv2d`` enter modules whose type is exactly ``nn.LayerNorm`` (over one
 dim) / ``nn.Conv2d`` (zero padding). The linear-attention / SSM slots enter through the scan functions their mixers
-call (``recurrent.py``), ``sdpa`` through transformers' attention registry (``attention.py``).
+call (``recurrent.py``), ``sdpa`` through transformers' attention registry (``attention.py``) and diffusers'
+(``diffusers_attention.py``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import torch
 
 from fk_adapters import probe
 from fk_adapters.engines import calls, install_common
-from fk_adapters.engines.transformers import attention, experts, recurrent
+from fk_adapters.engines.transformers import attention, diffusers_attention, experts, recurrent
 from fk_adapters.engines.transformers.natives import NATIVES
 
 # (atol, rtol) within which a module's own forward counts as the slot's math
@@ -335,5 +336,6 @@ def install(model, chosen: dict) -> dict[str, list[str]]:
     entered = route(model, {s: op for s, op in ops.items() if s not in (*recurrent.SLOTS, attention.SLOT)})
     entered |= recurrent.route(model, {s: op for s, op in ops.items() if s in recurrent.SLOTS})
     if attention.SLOT in ops:
-        entered[attention.SLOT] = attention.route(model, ops[attention.SLOT])
+        entered[attention.SLOT] = [*attention.route(model, ops[attention.SLOT]),
+                                   *diffusers_attention.route(model, ops[attention.SLOT])]
     return {s: entered.get(s, []) for s in chosen}

@@ -1,6 +1,6 @@
 """Real diffusers on CPU: tiny-hunyuanvideo's whole text-to-video loop (4 guided flow-matching steps, two calls a
-step) through `fk run`. Passthrough gives the stock latents bit for bit with the gemm, rms_norm and layer_norm slots
-exercised at every call; fk-wrong's wrong-gemm fails the diff. Marked `engine`."""
+step) through `fk run`. Passthrough gives the stock latents bit for bit with the gemm, rms_norm, layer_norm and sdpa
+(diffusers' attention registry) slots exercised at every call; fk-wrong's wrong-gemm fails the diff. Marked `engine`."""
 import importlib.util
 
 import pytest
@@ -23,7 +23,7 @@ def test_passthrough_gives_the_stock_latents_and_a_wrong_gemm_fails(tmp_path):
     ev = row["evidence"]["slots"]
     # every nn.Linear; q/k norms of both streams in 2 blocks; the blocks', refiner's and embedders' LayerNorms
     for slot, entered, layers in (("gemm", ["Linear"], 49), ("rms_norm", ["RMSNorm"], 8),
-                                  ("layer_norm", ["LayerNorm"], 14)):
+                                  ("layer_norm", ["LayerNorm"], 14), ("sdpa", ["Attention"], 2)):
         assert ev[slot]["status"] == "exercised" and ev[slot]["entered"] == entered, (slot, ev[slot])
         assert (ev[slot]["layers"], ev[slot]["calls"]) == (layers, layers * CALLS), (slot, ev[slot])
     p, res, _ = fk_run(tmp_path, "wrong", "--plugins", "wrong-gemm", "--correctness-only", suite="tiny-video")
