@@ -37,11 +37,22 @@ def _why(op, query, key, value, dropout, position_bias, cache, kwargs) -> str:
         return "a position bias"
     if cache is not None:
         return "a cache handed to the attention function (continuous batching)"
+    return heads_why(query, key, value, 1)
+
+
+def heads_why(query, key, value, heads_dim: int) -> str:
+    """What the slot cannot express in these tensors' head sizes and counts (heads along ``heads_dim``), or ""."""
     if not query.shape[-1] == key.shape[-1] == value.shape[-1]:
         return "value head size unlike the query's"
-    if query.shape[1] % key.shape[1]:
-        return f"{query.shape[1]} query heads over {key.shape[1]} kv heads"
+    if query.shape[heads_dim] % key.shape[heads_dim]:
+        return f"{query.shape[heads_dim]} query heads over {key.shape[heads_dim]} kv heads"
     return ""
+
+
+def close(got, want) -> bool:
+    """Do a mapped call's output and the stock one agree, in shape and within ``AGREE`` for their dtype?"""
+    atol, rtol = AGREE.get(want.dtype, AGREE[torch.float32])
+    return got.shape == want.shape and torch.allclose(got.float(), want.float(), atol=atol, rtol=rtol)
 
 
 def mapped(op):
@@ -117,8 +128,7 @@ def agrees(m, native) -> bool:
             args, kwargs = _check_args(m, causal, mask)
             with torch.inference_mode():
                 want, got = sdpa_attention_forward(*args, **kwargs)[0], fn(*args, **kwargs)[0]
-            atol, rtol = AGREE.get(want.dtype, AGREE[torch.float32])
-            if got.shape != want.shape or not torch.allclose(got.float(), want.float(), atol=atol, rtol=rtol):
+            if not close(got, want):
                 return False
     return True
 

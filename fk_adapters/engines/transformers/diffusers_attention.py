@@ -18,7 +18,7 @@ import torch
 
 from fk_adapters import probe
 from fk_adapters.engines import calls
-from fk_adapters.engines.transformers.attention import AGREE, SLOT
+from fk_adapters.engines.transformers.attention import SLOT, close, heads_why
 
 _ops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # attention module -> the op its calls go to
 _calling: list = []  # the routed module whose forward is running
@@ -32,11 +32,7 @@ def _why(query, key, value, dropout_p, return_lse, parallel) -> str:
         return "the log-sum-exp asked for"
     if parallel is not None:
         return "context parallelism"
-    if not query.shape[-1] == key.shape[-1] == value.shape[-1]:
-        return "value head size unlike the query's"
-    if query.shape[2] % key.shape[2]:
-        return f"{query.shape[2]} query heads over {key.shape[2]} kv heads"
-    return ""
+    return heads_why(query, key, value, 2)
 
 
 def mapped(op, query, key, value, attn_mask=None, is_causal=False, scale=None):
@@ -96,8 +92,7 @@ def agrees(m) -> bool:
         with torch.inference_mode():
             want = _native[0](q, k, v, attn_mask=mask)
             got = mapped(NATIVES[SLOT], q, k, v, mask)
-        atol, rtol = AGREE.get(want.dtype, AGREE[torch.float32])
-        if got.shape != want.shape or not torch.allclose(got.float(), want.float(), atol=atol, rtol=rtol):
+        if not close(got, want):
             return False
     return True
 
@@ -132,7 +127,8 @@ def route(model, op) -> list[str]:
                 decided[cls] = "" if agrees(m) else "the mapped call differs from diffusers' native attention"
             except Exception as exc:  # noqa: BLE001 - a class the check cannot run stays stock, with why
                 decided[cls] = f"check failed: {type(exc).__name__}: {exc}"
-        active = str(getattr(backend or registry._active_backend, "value", backend or registry._active_backend))
+        picked = backend or registry._active_backend
+        active = getattr(picked, "value", picked)
         why = decided[cls] or ("" if active == "native" else f"attention backend '{active}'")
         probe.layer_built((SLOT,), f"{cls.__name__}: {why}" if why else None)
         if why:

@@ -47,9 +47,9 @@ def zero_residual_norms(model):
     import torch
 
     with torch.no_grad():
-        for block in model.modules():
+        for block in (m for m in model.modules() if getattr(m, "has_skip", False)):
             norms = [m for m in block.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-            if getattr(block, "has_skip", False) and norms:
+            if norms:
                 norms[-1].weight.zero_()
     return model
 
