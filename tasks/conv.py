@@ -102,9 +102,12 @@ CONV2D = Slot(
     traffic=_traffic,
     flops=_flops,
     entries={
-        "transformers": ("forward(x) of each module whose type is exactly torch.nn.Conv2d with padding_mode "
-                         "'zeros', per instance, when its own forward agrees with the slot (patch embeddings, "
-                         "ResNet / ConvNeXt convs); padding 'valid' and a symmetric 'same' as ints",),
+        "transformers": ("forward(x) of each module whose type is exactly torch.nn.Conv2d or torch.nn.Conv1d with "
+                         "padding_mode 'zeros', per instance, when its own forward agrees with the slot (patch "
+                         "embeddings, ResNet / ConvNeXt convs, 1-D U-Nets); padding 'valid' and a symmetric 'same' "
+                         "as ints; a Conv1d as a conv2d over one row: x [N, C, L] made contiguous and viewed "
+                         "[N, C, 1, L], as torch's own conv1d does (a mixer's causal short Conv1d, padded past half "
+                         "its kernel, stays stock)",),
     },
     not_entered={"vllm": _NOT_IN_LLM_ENGINES,
                  "sglang": f"{_NOT_IN_LLM_ENGINES}; {SGLANG_DIFFUSERS_FALLBACK}"},

@@ -374,10 +374,11 @@ case ${1:-} in
     # vision file now, collection errors not fatal). So the vision kernels' GPU tests first (the sdpa slot's
     # head-size-256 case), then efficientnetv2 (its residual branches start small since), the two not reached, and
     # hunyuanvideo-1.5 again: since session 66 FLUX's and HunyuanVideo's attention enter the sdpa slot through
-    # diffusers' attention registry (55% of hunyuanvideo's profiled step was that attention, stock)
+    # diffusers' attention registry (55% of hunyuanvideo's profiled step was that attention, stock); dp3 again
+    # after efficientnetv2: since session 67 its U-Net's Conv1d enter the conv2d slot (conv was 62.8% of its step)
     lane T-0 30 transformers 0 STEPS="gputests" GPUTESTS_FILES="tests/plugins/test_triton_vision.py" \
       GPUTESTS_DIRS=" " GPUTESTS_K="on_a_gpu" GPUTESTS_S=300
-    hosts_lane 0 ab "fk46-efficientnetv2 fk46-flux.1-dev fk46-sdxl fk46-hunyuanvideo-1.5" ;;
+    hosts_lane 0 ab "fk46-efficientnetv2 fk46-dp3 fk46-flux.1-dev fk46-sdxl fk46-hunyuanvideo-1.5" ;;
   s62-hf-hosts)  # one GPU, no engine and nothing staged (HF transformers is on the GPU machine; one call: the tree,
     # `fk_gpu.sh transformers setup`, launch): the HF architectures captured in session 4, before the gemm, layer_norm,
     # conv2d and sdpa slots existed (coverage.md shows those columns "-"): captured again, then their Triton A/B.

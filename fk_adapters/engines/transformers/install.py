@@ -10,9 +10,9 @@ the module's own forward with every argument, counted in ``probe.not_routed`` wi
 ``gemm`` enters every module whose type is exactly ``nn.Linear`` (a subclass, e.g. a quantized linear, stays stock);
 ``fused_moe`` every MoE experts module (``experts.py``), checked against the slot's reference, since its native is
 the module's own forward. ``layer_norm`` and ``conv2d`` enter modules whose type is exactly ``nn.LayerNorm`` (over one
-dim) / ``nn.Conv2d`` (zero padding). The linear-attention / SSM slots enter through the scan functions their mixers
-call (``recurrent.py``), ``sdpa`` through transformers' attention registry (``attention.py``) and diffusers'
-(``diffusers_attention.py``).
+dim) / ``nn.Conv2d`` or ``nn.Conv1d`` (zero padding; a Conv1d as a conv2d over one row). The linear-attention / SSM
+slots enter through the scan functions their mixers call (``recurrent.py``), ``sdpa`` through transformers' attention
+registry (``attention.py``) and diffusers' (``diffusers_attention.py``).
 """
 from __future__ import annotations
 
@@ -134,11 +134,20 @@ def _layer_norm_forward(m, fn, original):
 
 
 def _conv_forward(m, fn, padding: tuple, original):
+    """A Conv2d's forward through the slot; a Conv1d's as a conv2d over one row ([N, C, L] -> [N, C, 1, L])."""
+    row = m.weight.dim() == 3
+    stride, dilation = ((1, *m.stride), (1, *m.dilation)) if row else (tuple(m.stride), tuple(m.dilation))
+    padding = (0, *padding) if row else padding
+
     def routed(x):
-        if x.dim() != 4:
+        if x.dim() != m.weight.dim():
             calls.left_stock("conv2d", f"{type(m).__name__}: unbatched {x.dim()}-D input")
             return original(x)
-        return fn(x, m.weight, m.bias, tuple(m.stride), padding, tuple(m.dilation), m.groups)
+        if row:
+            # as torch's conv1d does it: a contiguous input viewed as one row (a permuted one would go as NHWC)
+            y = fn(x.contiguous().unsqueeze(2), m.weight.unsqueeze(2), m.bias, stride, padding, dilation, m.groups)
+            return y.squeeze(2)
+        return fn(x, m.weight, m.bias, stride, padding, dilation, m.groups)
 
     return _checked(m, "conv2d", _same_dtype(m, "conv2d", routed, original), original)
 
@@ -208,19 +217,24 @@ def _int_padding(m) -> tuple | str:
     return tuple(m.padding)
 
 
-def _conv_candidate(m, cls: str) -> Candidate:
+def _conv_candidate(m, cls: str, kind) -> Candidate:
+    """``kind``: nn.Conv2d, or nn.Conv1d (entered as a conv2d over one row)."""
     from torch import nn
 
-    if type(m) is not nn.Conv2d:
-        return Candidate("conv2d", "a subclass of nn.Conv2d (its own forward)")
+    if type(m) is not kind:
+        return Candidate("conv2d", f"a subclass of nn.{kind.__name__} (its own forward)")
     if m.padding_mode != "zeros":
         return Candidate("conv2d", f"padding_mode '{m.padding_mode}' (the slot pads with zeros)")
     padding = _int_padding(m)
     if isinstance(padding, str):
         return Candidate("conv2d", padding)
+    if kind is nn.Conv1d and 2 * padding[0] > m.dilation[0] * (m.kernel_size[0] - 1):
+        return Candidate("conv2d", f"padding {padding[0]} on each side of a {m.kernel_size[0]}-wide kernel: a causal "
+                                   "short convolution, trimmed by its mixer (which often takes only its weight)")
     size = [d * (k - 1) + 1 + 2 * s for d, k, s in zip(m.dilation, m.kernel_size, m.stride)]
-    return Candidate("conv2d", "", lambda fn, original: _conv_forward(m, fn, padding, original), cls,
-                     lambda: _one_input(m, size[1], (2, m.in_channels, size[0])))
+    desc = cls if len(size) == 2 else f"{cls} (as a conv2d over one row)"
+    return Candidate("conv2d", "", lambda fn, original: _conv_forward(m, fn, padding, original), desc,
+                     lambda: _one_input(m, size[-1], (2, m.in_channels, *size[:-1])))
 
 
 def _experts_candidate(m, cls: str) -> Candidate:
@@ -240,8 +254,9 @@ def candidate(m) -> Candidate | None:
         return _linear_candidate(m, cls)
     if isinstance(m, nn.LayerNorm):
         return _layer_norm_candidate(m, cls)
-    if isinstance(m, nn.Conv2d):
-        return _conv_candidate(m, cls)
+    for kind in (nn.Conv2d, nn.Conv1d):
+        if isinstance(m, kind):
+            return _conv_candidate(m, cls, kind)
     if experts.is_experts(m):
         return _experts_candidate(m, cls)
     if cls.endswith("RMSNormGated"):  # Mamba2's gated norm (NemotronH's per group)

@@ -180,6 +180,42 @@ def test_eager_models_and_convs_the_slot_cannot_take_stay_stock_with_why():
     assert y.shape == (1, 4, 7, 7) and calls("conv2d") == 2
 
 
+class _OwnConv1d(torch.nn.Conv1d):
+    pass
+
+
+def test_conv1d_enters_conv2d_as_one_row_bit_for_bit_and_a_wrong_kernel_breaks_it():
+    from torch import nn
+
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv1d(4, 8, 5, padding=2), nn.Conv1d(8, 8, 3, stride=2, dilation=2, groups=4),
+                             nn.Conv1d(8, 6, 3, padding="same"), nn.Conv1d(6, 6, 3, padding=1, padding_mode="circular"),
+                             nn.Conv1d(6, 6, 4, padding=3, groups=6), _OwnConv1d(6, 6, 1)).eval()
+
+    x = torch.randn(2, 11, 4).transpose(1, 2)  # permuted, as a model's [N, L, C] -> [N, C, L] feeds it
+    stock = forward_plain(net(), x)
+    model = net()
+    assert install.install(model, chosen({"conv2d": None})) == {"conv2d": ["Conv1d (as a conv2d over one row)"]}
+    assert probe.constructed == {"conv2d": 3} and set(probe.not_routed) == {
+        "conv2d (Conv1d: padding_mode 'circular' (the slot pads with zeros))",
+        "conv2d (Conv1d: padding 3 on each side of a 4-wide kernel: a causal short convolution, trimmed by its mixer "
+        "(which often takes only its weight))",
+        "conv2d (_OwnConv1d: a subclass of nn.Conv1d (its own forward))"}
+    assert torch.equal(forward_plain(model, x), stock) and calls("conv2d") == 3
+    with torch.inference_mode():
+        assert torch.equal(model[0](x[0]), net()[0](x[0]))  # unbatched: the module's own forward, counted
+    assert probe.not_routed["conv2d (call: Conv1d: unbatched 2-D input)"] == 1 and calls("conv2d") == 3
+    wrong = net()
+    install.install(wrong, chosen({"conv2d": wrong_conv.short_channel_conv2d}))
+    assert not torch.allclose(forward_plain(wrong, x), stock, atol=1e-3)
+
+
+def forward_plain(model, x):
+    with torch.inference_mode():
+        return model(x).clone()
+
+
 def test_natives_are_transformers_own_ops_bit_for_bit():
     from torch import nn
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
