@@ -385,7 +385,9 @@ case ${1:-} in
     # Sessions 63-64 (s63-h100/, s64-h100/) ran all of them; fk46-sam-3.1's float32 Triton A/B failed the fixed
     # float32 thresholds (8.8e-4 > 1e-4), then PASSED against the float64 forward fk makes since (s64-h100/hold2/).
     # What is left: fk-wrong's wrong-gemm and the passthrough against that A/B's baseline (a wrong kernel must fail
-    # the float64 rule on a GPU too, the engine's own ops give err_c == err_b), so the A/B first: about 6 minutes
+    # the float64 rule on a GPU too, the engine's own ops give err_c == err_b), so the A/B first: about 6 minutes.
+    # Since session 67 its attention enters the sdpa slot (it stayed stock: Sam3Attention looks "sdpa" up by name,
+    # which fk took for a test of the name; 21.3% of its profiled step): the A/B runs the Triton sdpa kernel there too
     hosts_lane 0 "ab wrong" "fk46-sam-3.1" ;;
   s62-hosts-ab-b)  # the same for the rest: torchrec, torch-pointcloud, flash-linear-attention and openfold3
     # (extra-transformers-recsys.txt, -science.txt, -fla.txt: 200 MiB, 4 calls, packed as above into

@@ -8,11 +8,17 @@ own mask builder (so the masks are sdpa's), checks that the function with the sl
 ``F.scaled_dot_product_attention`` (is_causal only without a mask and for more than one query, keys cropped to the
 queries then); what the slot cannot express (dropout, output_attentions, a position bias, a cache handed to the
 function, head sizes that differ) runs ``sdpa_attention_forward`` itself, counted with why.
+
+A class whose forward compares a name with ``"sdpa"`` would take another path under fk's name: its model stays stock.
+One that looks ``"sdpa"`` up by name (SAM's fallback from flash attention) is routed: fk's guard on that entry counts
+such calls from a routed module as left stock, and every call reaches transformers' own function.
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import math
+import textwrap
 import weakref
 
 import torch
@@ -78,9 +84,29 @@ def mapped(op):
     return fk_sdpa
 
 
+def _guard_lookups() -> None:
+    """Wrap the registry's ``"sdpa"`` entry: a routed module's call through it runs stock sdpa, counted."""
+    from transformers import AttentionInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    stock = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    if getattr(stock, "fk_guard", False):
+        return
+
+    def sdpa_by_name(module, *args, **kwargs):
+        if module in _ops:
+            calls.left_stock(SLOT, f"{type(module).__name__}: sdpa looked up by its name")
+        return stock(module, *args, **kwargs)
+
+    sdpa_by_name.fk_guard = True
+    AttentionInterface.register("sdpa", sdpa_by_name)
+
+
 def _register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    _guard_lookups()
 
     AttentionInterface.register(KEY, mapped(None))
     AttentionMaskInterface.register(KEY, sdpa_mask)
@@ -93,12 +119,26 @@ def _uses_interface(m) -> bool:
     return code is not None and "ALL_ATTENTION_FUNCTIONS" in code.co_names
 
 
+def _compares_sdpa(forward) -> bool:
+    """Does ``forward`` compare anything with "sdpa"? Read from its source; where that cannot be read, any "sdpa"
+    constant counts."""
+    code = getattr(forward, "__code__", None)
+    if code is None or "sdpa" not in code.co_consts:
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    return any(isinstance(c, ast.Constant) and c.value == "sdpa"
+               for n in ast.walk(tree) if isinstance(n, ast.Compare) for c in ast.walk(n))
+
+
 def _names_sdpa(model) -> str:
     """The class of ``model`` whose forward tests the implementation's name "sdpa" (its path would change), or ""."""
-    for m in model.modules():
-        code = getattr(getattr(type(m), "forward", None), "__code__", None)
-        if code is not None and "sdpa" in code.co_consts:
-            return type(m).__name__
+    for cls in dict.fromkeys(type(m) for m in model.modules()):
+        forward = getattr(cls, "forward", None)
+        if callable(forward) and _compares_sdpa(inspect.unwrap(forward)):
+            return cls.__name__
     return ""
 
 

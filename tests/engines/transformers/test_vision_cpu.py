@@ -1,6 +1,6 @@
 """Real HF transformers on CPU: layer_norm, conv2d and sdpa through `fk run` on tiny-dinov3 (LayerNorm, a patch
 Conv2d, sdpa attention). The references as a plugin PASS; fk-wrong's wrong-sdpa (the last key never attended)
-FAILS. Marked `engine`."""
+FAILS. tiny-sam3's three attention classes take the slot too. Marked `engine`."""
 import importlib.util
 import os
 
@@ -43,3 +43,25 @@ def test_references_pass_and_a_wrong_sdpa_fails_on_dinov3(tmp_path, make_plugin)
     assert row["status"] == "INCORRECT" and not row["correctness"]["passed"]
     ev = row["evidence"]["slots"]
     assert ev["sdpa"]["status"] == "exercised" and ev["sdpa"]["calls"] > 0  # it ran, and the diff caught it
+
+
+SAM3_ATTENTION = ["Sam3ViTRoPEAttention", "CLIPAttention", "Sam3Attention"]
+
+
+def test_sam3s_attention_enters_sdpa_passthrough_bit_for_bit_and_a_wrong_sdpa_fails(tmp_path):
+    """tiny-sam3: Sam3Attention looks "sdpa" up by name (its fallback from flash attention), which keeps the model's
+    attention in the slot; passthrough gives all six outputs bit for bit."""
+    p, res, _ = fk(tmp_path, "run", "--plugins", "passthrough", "--scenario", "tiny-sam3", "--correctness-only",
+                   "--allow-uncovered")
+    assert p.returncode == 0 and res["verdict"] == "PASS", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    outputs = row["correctness"]["outputs"]
+    assert len(outputs) == 6 and all(o["max_abs"] == 0.0 for o in outputs.values()), outputs
+    ev = row["evidence"]["slots"]["sdpa"]
+    assert (ev["status"], ev["entered"], ev["layers"], ev["calls"]) == ("exercised", SAM3_ATTENTION, 12, 10), ev
+    (tmp_path / "wrong").mkdir()
+    p, res, _ = fk(tmp_path / "wrong", "run", "--plugins", "wrong-sdpa", "--scenario", "tiny-sam3",
+                   "--correctness-only", "--allow-uncovered")
+    assert p.returncode == 1 and res["verdict"] == "FAIL", (p.stdout[-3000:], p.stderr[-3000:])
+    (row,) = res["scenarios"]
+    assert row["status"] == "INCORRECT" and row["evidence"]["slots"]["sdpa"]["calls"] == 10

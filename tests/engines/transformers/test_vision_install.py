@@ -159,6 +159,57 @@ def test_calls_the_slot_cannot_express_run_sdpa_attention_forward_counted():
     assert calls("sdpa") == 0
 
 
+class _FallsBackByName(torch.nn.Module):
+    """Attention that, as SAM's, looks "sdpa" up by name in one branch (there when flash attention is asked for)."""
+
+    is_causal, head_dim = False, 16
+
+    def __init__(self, by_name: bool = False):
+        super().__init__()
+        self.config = transformers.PretrainedConfig()
+        self.config._attn_implementation = "sdpa"
+        self.o_proj, self.by_name = torch.nn.Linear(16, 16), by_name
+
+    def forward(self, q, k, v):
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, None)
+        if self.by_name:
+            fn = ALL_ATTENTION_FUNCTIONS["sdpa"]
+        return self.o_proj(fn(self, q, k, v, None, dropout=0.0, scaling=0.25)[0])
+
+
+class _ComparesTheName(_FallsBackByName):
+    def forward(self, q, k, v):
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        fn = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, None)
+        scaling = 0.25 if self.config._attn_implementation == "sdpa" else 0.5
+        return self.o_proj(fn(self, q, k, v, None, dropout=0.0, scaling=scaling)[0])
+
+
+def test_a_lookup_by_the_name_sdpa_is_routed_and_counted_a_comparison_keeps_the_model_stock():
+    q, k = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)
+    torch.manual_seed(0)
+    stock = _FallsBackByName()
+    with torch.inference_mode():
+        want = stock(q, k, k)
+    torch.manual_seed(0)
+    m = _FallsBackByName()
+    assert install.install(m, chosen({"sdpa": SLOTS["sdpa"].reference})) == {"sdpa": ["_FallsBackByName"]}
+    with torch.inference_mode():
+        torch.testing.assert_close(m(q, k, k), want, atol=1e-5, rtol=1e-5)
+        assert calls("sdpa") == 1 and not probe.not_routed
+        m.by_name = True
+        assert torch.equal(m(q, k, k), want)  # transformers' own sdpa, counted as a call left stock
+    assert calls("sdpa") == 1 and probe.not_routed == {"sdpa (call: _FallsBackByName: sdpa looked up by its name)": 1}
+    probe.not_routed.clear()
+    named = _ComparesTheName()
+    assert install.install(named, chosen({"sdpa": SLOTS["sdpa"].reference})) == {"sdpa": []}
+    assert named.config._attn_implementation == "sdpa" and probe.not_routed == {
+        "sdpa (_ComparesTheName: _ComparesTheName tests the implementation's name 'sdpa')": 1}
+
+
 def test_eager_models_and_convs_the_slot_cannot_take_stay_stock_with_why():
     from torch import nn
 
