@@ -228,11 +228,12 @@ def _conv_candidate(m, cls: str, kind) -> Candidate:
     padding = _int_padding(m)
     if isinstance(padding, str):
         return Candidate("conv2d", padding)
-    if kind is nn.Conv1d and 2 * padding[0] > m.dilation[0] * (m.kernel_size[0] - 1):
+    row = kind is nn.Conv1d
+    if row and 2 * padding[0] > m.dilation[0] * (m.kernel_size[0] - 1):
         return Candidate("conv2d", f"padding {padding[0]} on each side of a {m.kernel_size[0]}-wide kernel: a causal "
                                    "short convolution, trimmed by its mixer (which often takes only its weight)")
     size = [d * (k - 1) + 1 + 2 * s for d, k, s in zip(m.dilation, m.kernel_size, m.stride)]
-    desc = cls if len(size) == 2 else f"{cls} (as a conv2d over one row)"
+    desc = f"{cls} (as a conv2d over one row)" if row else cls
     return Candidate("conv2d", "", lambda fn, original: _conv_forward(m, fn, padding, original), desc,
                      lambda: _one_input(m, size[-1], (2, m.in_channels, *size[:-1])))
 
